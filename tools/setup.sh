@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Idempotent set-up: Bazel 4.2.3 from Debian and a .venv with pinned deps.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v bazel >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
+  echo "setup: installing bazel-bootstrap (Bazel 4.2.3) from Debian" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq bazel-bootstrap bazel-rules-java >/dev/null
+fi
+
+if [ ! -x .venv/bin/python3 ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/pip install -q --disable-pip-version-check -r third_party/requirements.txt
+.venv/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
