@@ -16,8 +16,14 @@ $(STAMP): third_party/requirements.txt pyproject.toml
 demo: setup
 	$(PY) -m fastci.demo
 
+# Extra pytest flags, e.g. PYTEST_ARGS=--junitxml=build/pytest.xml, and a file
+# to receive pytest's own exit code (make turns every failure into 2); .ci/run uses both.
+PYTEST_ARGS ?=
+PYTEST_RC_FILE ?=
+
 test: setup
-	$(PY) -m pytest -q tests examples/microllm/unit_tests
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q tests examples/microllm/unit_tests $(PYTEST_ARGS); \
+	rc=$$?; if [ -n "$(PYTEST_RC_FILE)" ]; then echo $$rc > "$(PYTEST_RC_FILE)"; fi; exit $$rc
 
 bench: setup
 	$(PY) -m bench

@@ -11,7 +11,14 @@ if ! command -v bazel >/dev/null 2>&1; then
 fi
 
 if [ ! -x .venv/bin/python3 ]; then
+  if ! python3 -c 'import ensurepip' 2>/dev/null; then
+    # Debian ships venv's pip bootstrap separately.
+    if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv >/dev/null
+  fi
   python3 -m venv .venv
 fi
 .venv/bin/pip install -q --disable-pip-version-check -r third_party/requirements.txt
 .venv/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+.venv/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e examples/microllm

@@ -1,0 +1,156 @@
+"""Read a Build Event Protocol JSON file (``--build_event_json_file``).
+
+Bazel 4.2.3 writes one JSON object per line. ``testResult`` events (one per
+run/shard/attempt) carry ``status``, ``testAttemptDurationMillis`` and
+``cachedLocally``; ``testSummary`` events carry ``overallStatus``; ``finished``
+carries the exit code. A test the plan skips (incompatible under
+``--config=fastci``) has a ``targetCompleted`` event aborted with reason
+``SKIPPED`` and no test events; one filtered out by tags has no events at all.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from fastci.errors import BazelError
+
+LOG = logging.getLogger(__name__)
+
+PASSED_STATUSES = frozenset({"PASSED", "FLAKY"})
+
+
+@dataclass(frozen=True)
+class TestAttempt:
+    """One ``testResult`` event: a single run of a test (or of one shard)."""
+
+    label: str
+    status: str
+    duration_s: float
+    cached: bool
+    attempt: int
+    run: int
+    shard: int
+
+
+@dataclass(frozen=True)
+class TestOutcome:
+    """A test's overall result, folded from its attempts and summary."""
+
+    label: str
+    status: str
+    duration_s: float
+    cached: bool
+    attempts: int
+
+    @property
+    def passed(self) -> bool:
+        """True for PASSED and FLAKY."""
+        return self.status in PASSED_STATUSES
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    """What a ``bazel test`` reported: outcomes by label and the exit code name."""
+
+    outcomes: dict[str, TestOutcome]
+    attempts: tuple[TestAttempt, ...]
+    exit_code: int | None
+    exit_name: str
+    skipped: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> int:
+        """Number of tests that passed (or were flaky)."""
+        return sum(1 for o in self.outcomes.values() if o.passed)
+
+    @property
+    def failed(self) -> int:
+        """Number of tests that did not pass (failed, timed out, not built...)."""
+        return len(self.outcomes) - self.passed
+
+    def summary_line(self) -> str:
+        """``N passed, N failed`` — the line CI reads."""
+        return f"{self.passed} passed, {self.failed} failed"
+
+
+def _ms(value: object) -> float:
+    try:
+        return int(str(value)) / 1000.0
+    except ValueError:
+        return 0.0
+
+
+def parse_bep_lines(lines: list[str], *, source: str = "BEP") -> BuildReport:
+    """Fold build events into a :class:`BuildReport` (pure)."""
+    attempts: list[TestAttempt] = []
+    summaries: dict[str, tuple[str, float]] = {}
+    exit_code: int | None = None
+    exit_name = ""
+    skipped: list[str] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            # A killed bazel leaves a truncated last line; anything else is corrupt.
+            if number == len(lines):
+                LOG.warning("%s: ignoring truncated last event", source)
+                continue
+            raise BazelError(f"{source}:{number}: not a JSON build event") from None
+        ev_id = event.get("id", {})
+        if "testResult" in ev_id and "testResult" in event:
+            ident, payload = ev_id["testResult"], event["testResult"]
+            attempts.append(
+                TestAttempt(
+                    label=ident["label"],
+                    status=payload.get("status", "NO_STATUS"),
+                    duration_s=_ms(payload.get("testAttemptDurationMillis", 0)),
+                    cached=bool(payload.get("cachedLocally", False)),
+                    attempt=int(ident.get("attempt", 1)),
+                    run=int(ident.get("run", 1)),
+                    shard=int(ident.get("shard", 1)),
+                )
+            )
+        elif "testSummary" in ev_id and "testSummary" in event:
+            payload = event["testSummary"]
+            summaries[ev_id["testSummary"]["label"]] = (
+                payload.get("overallStatus", "NO_STATUS"),
+                _ms(payload.get("totalRunDurationMillis", 0)),
+            )
+        elif "targetCompleted" in ev_id and event.get("aborted", {}).get("reason") == "SKIPPED":
+            skipped.append(ev_id["targetCompleted"]["label"])
+        elif "buildFinished" in ev_id and "finished" in event:
+            code = event["finished"].get("exitCode", {})
+            exit_code = int(code.get("code", 0))
+            exit_name = str(code.get("name", ""))
+    outcomes: dict[str, TestOutcome] = {}
+    labels = sorted({a.label for a in attempts} | set(summaries))
+    for label in labels:
+        mine = [a for a in attempts if a.label == label]
+        status, total = summaries.get(label, (mine[-1].status if mine else "NO_STATUS", 0.0))
+        outcomes[label] = TestOutcome(
+            label=label,
+            status=status,
+            duration_s=total or sum(a.duration_s for a in mine),
+            cached=bool(mine) and all(a.cached for a in mine),
+            attempts=max((a.attempt for a in mine), default=0),
+        )
+    return BuildReport(outcomes, tuple(attempts), exit_code, exit_name, tuple(sorted(skipped)))
+
+
+def parse_bep(path: Path | str) -> BuildReport:
+    """Read a build-event JSON file.
+
+    Raises:
+        BazelError: the file is missing or a line in its middle is not JSON.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BazelError(f"{path}: cannot read build events: {exc}") from exc
+    return parse_bep_lines(text.splitlines(), source=str(path))

@@ -1,0 +1,49 @@
+"""Read a test's undeclared outputs under ``bazel-testlogs``.
+
+Bazel 4.2.3 always zips them into ``test.outputs/outputs.zip``
+(``--nozip_undeclared_test_outputs`` does not exist before Bazel 5), so a
+reader looks for the plain file first and then inside the zip.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+
+def test_dir(testlogs: Path, label: str) -> Path:
+    """``bazel-testlogs`` directory of a test label (``//p:t`` or ``@repo//p:t``)."""
+    repo = ""
+    if label.startswith("@"):
+        repo, _, label = label[1:].partition("//")
+        label = "//" + label
+    package, _, name = label[2:].partition(":")
+    base = testlogs / "external" / repo if repo else testlogs
+    return base / package / (name or package.rsplit("/", 1)[-1])
+
+
+def read_output(testlogs: Path, label: str, name: str) -> bytes | None:
+    """Return the undeclared output ``name`` of a test's last run, or None."""
+    outputs = test_dir(testlogs, label) / "test.outputs"
+    plain = outputs / name
+    if plain.is_file():
+        return plain.read_bytes()
+    archive = outputs / "outputs.zip"
+    if not archive.is_file():
+        return None
+    with zipfile.ZipFile(archive) as zf:
+        try:
+            return zf.read(name)
+        except KeyError:
+            return None
+
+
+def list_outputs(testlogs: Path, label: str) -> list[str]:
+    """Names of a test's undeclared outputs (plain files and zip members)."""
+    outputs = test_dir(testlogs, label) / "test.outputs"
+    names = {p.relative_to(outputs).as_posix() for p in outputs.rglob("*") if p.is_file() and p.name != "outputs.zip"}
+    archive = outputs / "outputs.zip"
+    if archive.is_file():
+        with zipfile.ZipFile(archive) as zf:
+            names.update(n for n in zf.namelist() if not n.endswith("/"))
+    return sorted(names)

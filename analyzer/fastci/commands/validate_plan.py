@@ -1,0 +1,80 @@
+"""``fastci validate-plan [PATH]``: check a plan file the way the Bazel rules will.
+
+Exit 0 and a one-line summary when the plan is valid; otherwise the CLI
+prints the precise problem (``PlanError``) and exits 2. With ``--targets``,
+also checks every override against the gpu_tests' declarations (real
+``bazel query``): unknown dimensions, wrong types and values below a floor
+make the rules ignore that test's overrides, so they are reported here.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Sequence
+
+from fastci.bazel.query import TestDecl
+from fastci.commands import Command
+from fastci.errors import PlanError
+from fastci.plan import DEFAULT_PATH, Plan, load_plan, normalize_test_id
+
+
+def override_problems(plan: Plan, decls: Sequence[TestDecl]) -> list[str]:
+    """Overrides that the rules would ignore, one line each (pure)."""
+    by_id = {d.id: d for d in decls}
+    problems = []
+    for i, test in enumerate(plan.tests):
+        decl = by_id.get(normalize_test_id(test.id))
+        if decl is None:
+            continue
+        workload, floors = decl.workload, decl.floors
+        for dim, value in sorted(test.overrides.items()):
+            where = f"tests[{i}].overrides.{dim}"
+            if dim not in workload:
+                problems.append(f"{where}: {test.id} declares no dimension {dim!r}")
+                continue
+            full = workload[dim]
+            if isinstance(full, float) and type(value) is int:
+                value = float(value)
+            if type(value) is not type(full):
+                problems.append(f"{where}: expected {type(full).__name__} like the full value, got {type(value).__name__}")
+            elif dim in floors and value < floors[dim]:  # type: ignore[operator]
+                problems.append(f"{where}: {value!r} is below the floor {floors[dim]!r}")
+    return problems
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare ``PATH`` and ``--targets``."""
+    parser.add_argument("path", nargs="?", type=Path, default=None, help=f"plan file (default: {DEFAULT_PATH})")
+    parser.add_argument("--workspace", type=Path, default=Path("."), help="Bazel workspace root (default: .)")
+    parser.add_argument(
+        "--targets", action="store_true", help="also check overrides against gpu_test declarations (bazel query)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate the plan; print ``<path>: ok: ...`` and return 0, or raise PlanError."""
+    path = args.path or args.workspace / DEFAULT_PATH
+    plan = load_plan(path)
+    if args.targets:
+        from fastci.bazel.query import list_gpu_tests
+        from fastci.bazel.runner import Bazel
+
+        bazel = Bazel(args.workspace.resolve())
+        problems = override_problems(plan, list_gpu_tests(bazel))
+        if problems:
+            extra = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise PlanError(f"{path.name}: {problems[0]}{extra}")
+    print(
+        f"{path}: ok: version 1, mode {plan.mode}, {len(plan.tests)} tests, {len(plan.skipped)} skipped"
+        + (f" ({plan.reason})" if plan.reason else "")
+    )
+    return 0
+
+
+COMMAND = Command(
+    name="validate-plan",
+    help="check a plan file (.fastci/plan.json) against schema version 1",
+    add_arguments=add_arguments,
+    run=run,
+)

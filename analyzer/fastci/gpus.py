@@ -1,0 +1,171 @@
+"""A lock-file pool of local GPUs, so parallel Bazel tests never share a device.
+
+Each device has a lock file ``<lock dir>/gpu-<id>.lock``; a test holds an
+exclusive ``fcntl.flock`` on the files of the devices it uses for as long as
+its process lives (the kernel drops the locks when it exits, even on a crash).
+Devices are taken all-or-nothing, so two multi-GPU tests cannot deadlock.
+
+The device list comes from, in order: ``FASTCI_FAKE_GPUS`` (comma-separated
+ids, for tests and dry runs), ``CUDA_VISIBLE_DEVICES`` (a restriction passed
+with ``--test_env``), ``nvidia-smi -L``. No devices means a CPU-only host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Iterator, Mapping, Sequence
+
+from fastci.errors import FastCIError
+
+LOG = logging.getLogger(__name__)
+
+DEFAULT_LOCK_DIR = "/tmp/fastci-gpus"
+DEFAULT_WAIT_S = 6 * 3600.0
+
+
+class GpuPoolError(FastCIError):
+    """The GPUs a test needs cannot be had on this host."""
+
+
+@dataclass(frozen=True)
+class DeviceSource:
+    """Where the device list came from, with the ids found."""
+
+    devices: tuple[str, ...]
+    source: str
+
+
+def _split_ids(value: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+def discover_devices(environ: Mapping[str, str]) -> DeviceSource:
+    """Return the host's usable GPU ids and where they came from."""
+    if "FASTCI_FAKE_GPUS" in environ:
+        return DeviceSource(_split_ids(environ["FASTCI_FAKE_GPUS"]), "FASTCI_FAKE_GPUS")
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() not in ("", "-1"):
+        return DeviceSource(_split_ids(visible), "CUDA_VISIBLE_DEVICES")
+    smi = shutil.which("nvidia-smi", path=environ.get("PATH"))
+    if smi is None:
+        return DeviceSource((), "no nvidia-smi")
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        LOG.warning("nvidia-smi -L failed (%s): treating the host as CPU-only", exc)
+        return DeviceSource((), "nvidia-smi failed")
+    ids = tuple(m.group(1) for m in re.finditer(r"^GPU (\d+):", out.stdout, re.MULTILINE))
+    return DeviceSource(ids, "nvidia-smi -L")
+
+
+def lock_dir(environ: Mapping[str, str]) -> Path:
+    """Return the directory holding the pool's lock files."""
+    return Path(environ.get("FASTCI_GPU_LOCK_DIR") or DEFAULT_LOCK_DIR)
+
+
+def _lock_name(device: str) -> str:
+    return "gpu-" + re.sub(r"[^A-Za-z0-9_.-]", "_", device) + ".lock"
+
+
+def _try_lock(path: Path) -> IO[bytes] | None:
+    handle = open(path, "ab")  # noqa: SIM115 - kept open while the lock is held
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
+@dataclass
+class Lease:
+    """Devices held by this process; release() (or process exit) frees them."""
+
+    devices: tuple[str, ...]
+    _handles: list[IO[bytes]]
+
+    def release(self) -> None:
+        """Unlock and close every lock file."""
+        for handle in self._handles:
+            handle.close()
+        self._handles.clear()
+
+
+def try_acquire(count: int, devices: Sequence[str], directory: Path) -> Lease | None:
+    """Lock ``count`` free devices at once, or none (returns None)."""
+    if count == 0:
+        return Lease((), [])
+    directory.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(PermissionError):
+        os.chmod(directory, 0o1777)  # shared by every user's tests on this host
+    taken: list[str] = []
+    handles: list[IO[bytes]] = []
+    for device in devices:
+        handle = _try_lock(directory / _lock_name(device))
+        if handle is None:
+            continue
+        taken.append(device)
+        handles.append(handle)
+        if len(taken) == count:
+            return Lease(tuple(taken), handles)
+    for handle in handles:
+        handle.close()
+    return None
+
+
+def acquire(
+    count: int,
+    devices: Sequence[str],
+    directory: Path,
+    *,
+    wait_s: float = DEFAULT_WAIT_S,
+    poll_s: float = 0.2,
+) -> Lease:
+    """Wait until ``count`` devices are free and lock them.
+
+    Raises:
+        GpuPoolError: the host has fewer devices than ``count``, or they stayed
+            busy for ``wait_s`` seconds.
+    """
+    if count > len(devices):
+        raise GpuPoolError(
+            f"test needs {count} GPU(s), this host has {len(devices)} ({', '.join(devices) or 'none'})"
+        )
+    deadline = time.monotonic() + wait_s
+    while True:
+        lease = try_acquire(count, devices, directory)
+        if lease is not None:
+            return lease
+        if time.monotonic() >= deadline:
+            raise GpuPoolError(f"{count} of GPUs {', '.join(devices)} stayed busy for {wait_s:.0f}s ({directory})")
+        time.sleep(poll_s)
+
+
+@contextlib.contextmanager
+def gpus_for(count: int, environ: Mapping[str, str]) -> Iterator[tuple[str, ...]]:
+    """Yield the device ids to use for a test needing ``count`` GPUs.
+
+    On a CPU-only host (no devices found) the test runs on CPU: yields ``()``.
+    """
+    found = discover_devices(environ)
+    if count == 0 or not found.devices:
+        if count:
+            LOG.warning("no GPUs found (%s): running on CPU", found.source)
+        yield ()
+        return
+    wait_s = float(environ.get("FASTCI_GPU_WAIT_S") or DEFAULT_WAIT_S)
+    lease = acquire(count, found.devices, lock_dir(environ), wait_s=wait_s)
+    try:
+        LOG.info("using GPU(s) %s of %s (%s)", ",".join(lease.devices), ",".join(found.devices), found.source)
+        yield lease.devices
+    finally:
+        lease.release()

@@ -1,0 +1,134 @@
+"""Implementation of `gpu_test` (public doorway: //rules:defs.bzl)."""
+
+load("@fastci_plan//:plan.bzl", "PLAN")
+load(":meta.bzl", "fastci_meta")
+load(":plan_model.bzl", "decide_test")
+load(":validate.bzl", "check_gpu_test_args", "workload_flags")
+
+_ENABLED = str(Label("//rules:fastci_enabled"))
+_SKIPPED = str(Label("//rules:skipped_by_plan"))
+_LAUNCHER = str(Label("//rules/private:gpu_test_main.py"))
+_FASTCI_LIB = str(Label("//analyzer:fastci"))
+
+def _own_label(name):
+    repo = native.repository_name()
+    return "%s//%s:%s" % ("" if repo == "@" else repo, native.package_name(), name)
+
+def _mode_env(env, label, workload, mode, gpus, main, extra):
+    out = dict(env)
+    out.update({
+        "FASTCI_WORKLOAD": json.encode(workload),
+        "FASTCI_MODE": mode,
+        "FASTCI_TEST_ID": label,
+        "FASTCI_GPUS": str(gpus),
+        "FASTCI_TEST_MAIN": "$(rootpath %s)" % main,
+    })
+    out.update(extra)
+    return out
+
+def gpu_test(
+        name,
+        srcs,
+        main = None,
+        deps = [],
+        data = [],
+        gpus = 1,
+        workload = {},
+        floors = {},
+        scope = [],
+        constraints = [],
+        args = [],
+        env = {},
+        tags = [],
+        **kwargs):
+    """A `py_test` with a declared GPU count and workload that a FastCI plan can skip or shrink.
+
+    The wrapper changes these `py_test` arguments (it never mutates the caller's values):
+    - `srcs` gains the launcher and `main` becomes it; the launcher runs `main`
+      (default: `<name>.py` or the only src) in-process after picking GPUs.
+    - `deps` gains `//analyzer:fastci`.
+    - `args` gains `--<dim>=<value>` per workload dimension, after the caller's args.
+    - `env` gains `FASTCI_WORKLOAD` (JSON), `FASTCI_MODE` (`full`|`fastci`),
+      `FASTCI_TEST_ID`, `FASTCI_GPUS`, `FASTCI_TEST_MAIN` and, under
+      `--config=fastci`, `FASTCI_PLAN_STATUS` (and `FASTCI_SHADOW_SKIP` in shadow mode).
+    - `tags` gains `gpus:<n>` and, when n > 0, `gpu`.
+    - `target_compatible_with` gains, under `--config=fastci` only, the
+      constraint `//rules:skipped_by_plan` when the plan skips the test: Bazel
+      reports it SKIPPED. (Not a tag: tags are part of the cache key, so a
+      plan toggling them would re-run tests in plain `bazel test` too.)
+    - `exec_properties` defaults to `{"gpus": "<n>"}` when n > 0, so a remote
+      executor can route the test to a GPU pool (ignored locally).
+    - `legacy_create_init` defaults to False (an implicit `__init__.py` at the
+      runfiles root would shadow the `fastci` package).
+    It also declares `{name}__fastci_meta` (`fastci_meta`, tagged manual).
+
+    Args:
+      name: test name.
+      srcs: the test's Python sources.
+      main: the test's own entry file (one of srcs); default `<name>.py` or the only src.
+      deps: py_library dependencies.
+      data: runtime data files.
+      gpus: GPUs the test needs; 0 runs on CPU.
+      workload: dimension -> full value (int, float, string or bool).
+      floors: dimension -> lowest value a plan may reduce it to (numeric dims only).
+      scope: what the test validates (e.g. "parallel_parity"); those dims stay frozen.
+      constraints: relations between dimensions, e.g. "num_layers % pp == 0".
+      args: extra command-line arguments (must not set workload dimensions).
+      env: extra environment (must not set FASTCI_* variables owned by gpu_test).
+      tags: extra tags.
+      **kwargs: passed to py_test (size, timeout, flaky, shard_count, exec_properties...).
+    """
+    problems = check_gpu_test_args(name, srcs, main, gpus, workload, floors, scope, constraints, args, env, tags)
+    if problems:
+        p = problems[0]
+        fail("gpu_test %s: attribute %s: %s" % (_own_label(name if type(name) == "string" else "?"), p.attr, p.msg))
+
+    label = _own_label(name)
+    if main == None:
+        main = name + ".py" if (name + ".py") in srcs else srcs[0]
+    decision = decide_test(PLAN, label, workload, floors)
+
+    fastci_extra = {"FASTCI_PLAN_STATUS": decision.status}
+    if decision.shadow_skip:
+        fastci_extra["FASTCI_SHADOW_SKIP"] = decision.shadow_skip
+    test_tags = list(tags) + ["gpus:%d" % gpus] + (["gpu"] if gpus > 0 else [])
+
+    py_kwargs = dict(kwargs)
+    py_kwargs.setdefault("legacy_create_init", False)
+    if gpus > 0:
+        py_kwargs.setdefault("exec_properties", {"gpus": str(gpus)})
+    py_kwargs["target_compatible_with"] = py_kwargs.get("target_compatible_with", []) + select({
+        _ENABLED: [_SKIPPED] if decision.skip else [],
+        "//conditions:default": [],
+    })
+    native.py_test(
+        name = name,
+        srcs = list(srcs) + [_LAUNCHER],
+        main = _LAUNCHER,
+        deps = list(deps) + [_FASTCI_LIB],
+        data = list(data),
+        args = list(args) + select({
+            _ENABLED: workload_flags(decision.workload),
+            "//conditions:default": workload_flags(workload),
+        }),
+        env = select({
+            _ENABLED: _mode_env(env, label, decision.workload, "fastci", gpus, main, fastci_extra),
+            "//conditions:default": _mode_env(env, label, workload, "full", gpus, main, {}),
+        }),
+        tags = test_tags,
+        **py_kwargs
+    )
+    fastci_meta(
+        name = name + "__fastci_meta",
+        test = ":" + name,
+        gpus = gpus,
+        workload = {k: json.encode(v) for k, v in workload.items()},
+        floors = {k: json.encode(v) for k, v in floors.items()},
+        scope = list(scope),
+        constraints = list(constraints),
+        srcs = list(srcs),
+        main = main,
+        tags = ["manual"],
+        testonly = True,
+        visibility = kwargs.get("visibility"),
+    )

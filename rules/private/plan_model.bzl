@@ -1,0 +1,155 @@
+"""Pure helpers over a decoded `.fastci/plan.json` (schema version 1).
+
+`parse_plan` turns the decoded JSON (or None) into the plain dict that
+`@fastci_plan//:plan.bzl` exports as `PLAN`; `decide_test` applies it to one
+gpu_test. Neither touches the file system: `plan.bzl` (the repository rule)
+reads the file, these are unit-tested by `//rules/tests:plan_model_test`.
+The Python twin of the schema is `fastci.plan` (keep both in step).
+"""
+
+load(":validate.bzl", "SCALAR_TYPES", "is_dim_name", "is_number")
+
+PLAN_VERSION = 1
+MODES = ["selective", "all", "shadow"]
+
+_TOP_KEYS = ["version", "base", "head", "mode", "reason", "tests", "skipped"]
+_TEST_KEYS = ["id", "overrides", "priority", "why", "est_gpu_s"]
+_SKIPPED_KEYS = ["id", "why"]
+
+def normalize_label(s):
+    """Normalizes a test label: `@//p:t` and `//p` style to `//p:t`; other ids (pytest) as they are."""
+    if not s.startswith(("//", "@")):
+        return s
+    if s.startswith("@//"):
+        s = s[1:]
+    if ":" not in s:
+        s = s + ":" + s.split("/")[-1]
+    return s
+
+def fallback(problem):
+    """The plan used when the file is missing or invalid: every test, full workload."""
+    return {
+        "ok": False,
+        "mode": "all",
+        "status": "fallback: %s; every gpu_test runs at full workload" % problem,
+        "tests": {},
+        "skipped": {},
+    }
+
+def _unknown_keys(where, obj, allowed):
+    for k in obj:
+        if k not in allowed:
+            return "%s: unknown key %r (allowed: %s)" % (where, k, ", ".join(allowed))
+    return None
+
+def _check_entry(where, entry, allowed):
+    if type(entry) != "dict":
+        return "%s: expected an object, got %s" % (where, type(entry))
+    problem = _unknown_keys(where, entry, allowed)
+    if problem:
+        return problem
+    if type(entry.get("id")) != "string" or not entry["id"]:
+        return "%s.id: expected a non-empty string (a label or pytest node id), got %r" % (where, entry.get("id"))
+    if "why" in entry and type(entry["why"]) != "string":
+        return "%s.why: expected a string, got %s" % (where, type(entry["why"]))
+    return None
+
+def plan_problem(plan):
+    """Returns a one-line description of what is wrong with a decoded plan, or None."""
+    if type(plan) != "dict":
+        return "plan.json: expected a JSON object at the top level, got %s" % type(plan)
+    if "version" not in plan:
+        return "plan.json: missing key 'version'"
+    if plan["version"] != PLAN_VERSION or type(plan["version"]) != "int":
+        return "plan.json: unknown version %r (this FastCI reads version %d)" % (plan["version"], PLAN_VERSION)
+    problem = _unknown_keys("plan.json", plan, _TOP_KEYS)
+    if problem:
+        return problem
+    if plan.get("mode") not in MODES:
+        return "plan.json: mode: expected one of %s, got %r" % (", ".join(MODES), plan.get("mode"))
+    for key in ("reason", "base", "head"):
+        if key in plan and type(plan[key]) != "string":
+            return "plan.json: %s: expected a string, got %s" % (key, type(plan[key]))
+    seen = {}
+    for key, allowed in (("tests", _TEST_KEYS), ("skipped", _SKIPPED_KEYS)):
+        entries = plan.get(key, [])
+        if type(entries) != "list":
+            return "plan.json: %s: expected a list, got %s" % (key, type(entries))
+        for i, entry in enumerate(entries):
+            where = "plan.json: %s[%d]" % (key, i)
+            problem = _check_entry(where, entry, allowed)
+            if problem:
+                return problem
+            label = normalize_label(entry["id"])
+            if label in seen:
+                return "%s.id: %s is listed twice (also in %s)" % (where, label, seen[label])
+            seen[label] = "%s[%d]" % (key, i)
+            for num in ("priority", "est_gpu_s"):
+                if num in entry and not is_number(entry[num]):
+                    return "%s.%s: expected a number, got %s" % (where, num, type(entry[num]))
+            overrides = entry.get("overrides", {})
+            if type(overrides) != "dict":
+                return "%s.overrides: expected an object, got %s" % (where, type(overrides))
+            for dim, value in overrides.items():
+                if not is_dim_name(dim):
+                    return "%s.overrides: %r is not a dimension name" % (where, dim)
+                if type(value) not in SCALAR_TYPES:
+                    return "%s.overrides.%s: expected int, float, str or bool, got %s" % (where, dim, type(value))
+    return None
+
+def parse_plan(plan, read_problem = None):
+    """Turns a decoded plan (or None plus why) into the generated `PLAN` dict."""
+    if read_problem:
+        return fallback(read_problem)
+    problem = plan_problem(plan)
+    if problem:
+        return fallback(problem)
+    tests = {normalize_label(t["id"]): dict(t.get("overrides", {})) for t in plan.get("tests", [])}
+    skipped = {normalize_label(s["id"]): s.get("why", "") for s in plan.get("skipped", [])}
+    mode = plan["mode"]
+    status = "ok: %s plan, %d tests, %d skipped" % (mode, len(tests), len(skipped))
+    if plan.get("reason"):
+        status += " (%s)" % plan["reason"]
+    if mode == "all":
+        tests, skipped = {}, {}
+        status = "ok: mode all, every gpu_test runs at full workload" + (" (%s)" % plan["reason"] if plan.get("reason") else "")
+    return {"ok": True, "mode": mode, "status": status, "tests": tests, "skipped": skipped}
+
+def override_problems(workload, floors, overrides):
+    """Returns why `overrides` cannot apply to a test's workload (empty = they can)."""
+    problems = []
+    for dim in sorted(overrides.keys()):
+        value = overrides[dim]
+        if dim not in workload:
+            problems.append("%s is not a declared dimension" % dim)
+            continue
+        full = workload[dim]
+        if type(full) == "float" and type(value) == "int":
+            value = float(value)
+        if type(value) != type(full):
+            problems.append("%s: expected %s like the full value, got %s" % (dim, type(full), type(value)))
+        elif dim in floors and value < floors[dim]:
+            problems.append("%s=%r is below its floor %r" % (dim, value, floors[dim]))
+    return problems
+
+def decide_test(plan, label, workload, floors):
+    """Applies `plan` to one test: returns struct(skip, workload, status, shadow_skip)."""
+    full = dict(workload)
+    status = plan["status"]
+    if not plan["ok"] or plan["mode"] == "all":
+        return struct(skip = False, workload = full, status = status, shadow_skip = "")
+    if plan["mode"] == "shadow":
+        why = plan["skipped"].get(label)
+        return struct(skip = False, workload = full, status = status, shadow_skip = why if why != None else "")
+    if label in plan["skipped"]:
+        return struct(skip = True, workload = full, status = status + "; skipped: " + plan["skipped"][label], shadow_skip = "")
+    if label not in plan["tests"]:
+        return struct(skip = False, workload = full, status = status + "; %s is not in the plan: runs at full workload" % label, shadow_skip = "")
+    overrides = plan["tests"][label]
+    problems = override_problems(workload, floors, overrides)
+    if problems:
+        return struct(skip = False, workload = full, status = status + "; overrides ignored (%s): runs at full workload" % "; ".join(problems), shadow_skip = "")
+    reduced = dict(full)
+    for dim, value in overrides.items():
+        reduced[dim] = float(value) if type(full[dim]) == "float" else value
+    return struct(skip = False, workload = reduced, status = status, shadow_skip = "")

@@ -1,0 +1,137 @@
+"""Pure argument checks for `gpu_test` (no `native.*`, so they are unit-testable).
+
+Every check returns a list of `struct(attr, msg)` problems; the macro fails on
+the first one. `//rules/tests:validate_test` runs them against known cases.
+"""
+
+SCALAR_TYPES = ["int", "float", "string", "bool"]
+
+# Environment variables the launcher owns; a caller's `env` must not set them.
+RESERVED_ENV = [
+    "FASTCI_WORKLOAD",
+    "FASTCI_MODE",
+    "FASTCI_TEST_ID",
+    "FASTCI_GPUS",
+    "FASTCI_TEST_MAIN",
+    "FASTCI_PLAN_STATUS",
+    "FASTCI_SHADOW_SKIP",
+]
+
+
+_IDENT_START = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_"
+_IDENT_REST = _IDENT_START + "0123456789"
+
+def _problem(attr, msg):
+    return struct(attr = attr, msg = msg)
+
+def is_dim_name(s):
+    """Returns True when `s` can be a workload dimension (`--<dim>=<value>` flag)."""
+    if type(s) != "string" or not s or s[0] not in _IDENT_START:
+        return False
+    for c in s.elems():
+        if c not in _IDENT_REST:
+            return False
+    return True
+
+def is_number(v):
+    """Returns True for int and float values (bool is neither in Starlark)."""
+    return type(v) in ("int", "float")
+
+def _check_string_list(attr, value, allow_empty_items = False):
+    if type(value) != "list":
+        return [_problem(attr, "expected a list of strings, got %s" % type(value))]
+    seen = {}
+    for i, item in enumerate(value):
+        if type(item) != "string":
+            return [_problem(attr, "item %d: expected a string, got %s %r" % (i, type(item), item))]
+        if not item and not allow_empty_items:
+            return [_problem(attr, "item %d: empty string" % i)]
+        if item in seen:
+            return [_problem(attr, "duplicate item %r" % item)]
+        seen[item] = True
+    return []
+
+def check_workload(workload, floors):
+    """Checks `workload` (dim -> full value) and `floors` (dim -> minimum)."""
+    if type(workload) != "dict":
+        return [_problem("workload", "expected a dict of dimension -> value, got %s" % type(workload))]
+    for dim, value in workload.items():
+        if not is_dim_name(dim):
+            return [_problem("workload", "dimension %r is not an identifier ([A-Za-z_][A-Za-z0-9_]*)" % (dim,))]
+        if type(value) not in SCALAR_TYPES:
+            return [_problem("workload", "%s: expected int, float, string or bool, got %s" % (dim, type(value)))]
+    if type(floors) != "dict":
+        return [_problem("floors", "expected a dict of dimension -> minimum, got %s" % type(floors))]
+    for dim, floor in floors.items():
+        if dim not in workload:
+            return [_problem("floors", "dimension %r is not in workload (%s)" % (dim, ", ".join(sorted(workload.keys())) or "empty"))]
+        full = workload[dim]
+        if not is_number(full):
+            return [_problem("floors", "%s: a floor needs a numeric workload value, got %s %r" % (dim, type(full), full))]
+        if not is_number(floor):
+            return [_problem("floors", "%s: expected a number, got %s %r" % (dim, type(floor), floor))]
+        if type(full) == "int" and type(floor) != "int":
+            return [_problem("floors", "%s: the workload value is an int, the floor must be too (got %r)" % (dim, floor))]
+        if floor > full:
+            return [_problem("floors", "%s: floor %r is above the full value %r" % (dim, floor, full))]
+        if floor <= 0:
+            return [_problem("floors", "%s: floor %r must be > 0" % (dim, floor))]
+    return []
+
+def check_gpu_test_args(name, srcs, main, gpus, workload, floors, scope, constraints, args, env, tags):
+    """Checks every `gpu_test` argument; returns a list of problems (empty = valid)."""
+    if type(name) != "string" or not name:
+        return [_problem("name", "expected a non-empty string, got %r" % (name,))]
+    problems = _check_string_list("srcs", srcs)
+    if problems:
+        return problems
+    if not srcs:
+        return [_problem("srcs", "at least one source file is needed")]
+    if main != None:
+        if type(main) != "string":
+            return [_problem("main", "expected a string, got %s" % type(main))]
+        if main not in srcs:
+            return [_problem("main", "%r is not in srcs" % main)]
+    elif len(srcs) > 1 and (name + ".py") not in srcs:
+        return [_problem("main", "several srcs and none is %s.py: say which one is the test's main" % name)]
+    if type(gpus) != "int":
+        return [_problem("gpus", "expected an int >= 0, got %s %r" % (type(gpus), gpus))]
+    if gpus < 0:
+        return [_problem("gpus", "expected an int >= 0, got %d" % gpus)]
+    problems = check_workload(workload, floors)
+    if problems:
+        return problems
+    problems = _check_string_list("scope", scope) or _check_string_list("constraints", constraints)
+    if problems:
+        return problems
+    problems = _check_string_list("args", args, allow_empty_items = True)
+    if problems:
+        return problems
+    for a in args:
+        for dim in workload:
+            if a == "--" + dim or a.startswith("--%s=" % dim):
+                return [_problem("args", "%r sets workload dimension %r: declare it in workload instead" % (a, dim))]
+    if type(env) != "dict":
+        return [_problem("env", "expected a dict of string -> string, got %s" % type(env))]
+    for k, v in env.items():
+        if type(k) != "string" or type(v) != "string":
+            return [_problem("env", "expected string -> string, got %r: %r" % (k, v))]
+        if k in RESERVED_ENV:
+            return [_problem("env", "%s is set by gpu_test itself" % k)]
+    problems = _check_string_list("tags", tags)
+    if problems:
+        return problems
+    for t in tags:
+        if t == "gpu" or t.startswith("gpus:"):
+            return [_problem("tags", "tag %r is set by gpu_test itself" % t)]
+    return []
+
+def render_value(value):
+    """Renders a workload value as a command-line flag value (bools as true/false)."""
+    if type(value) == "bool":
+        return "true" if value else "false"
+    return str(value)
+
+def workload_flags(workload):
+    """Returns `--dim=value` flags, sorted by dimension."""
+    return ["--%s=%s" % (dim, render_value(workload[dim])) for dim in sorted(workload.keys())]

@@ -1,0 +1,94 @@
+"""Unit tests of //rules/private:plan_model.bzl (plan parsing and per-test decisions)."""
+
+load("//rules/private:plan_model.bzl", "decide_test", "normalize_label", "parse_plan", "plan_problem")
+load(":unittest.bzl", "assert_contains", "assert_eq")
+
+_WORKLOAD = {"train_iters": 100, "num_layers": 4, "lr": 0.5, "dtype": "bf16"}
+_FLOORS = {"train_iters": 2, "num_layers": 2}
+
+def _plan(**changes):
+    plan = {
+        "version": 1,
+        "mode": "selective",
+        "reason": "2 units changed",
+        "tests": [
+            {"id": "//p:a", "overrides": {"train_iters": 2}, "priority": 0.9, "why": "w", "est_gpu_s": 1.5},
+            {"id": "@//p:c"},
+        ],
+        "skipped": [{"id": "//p:b", "why": "pruned: same contexts as //p:a"}],
+    }
+    plan.update(changes)
+    return plan
+
+def _test_problems():
+    failures = []
+    assert_eq(failures, "valid", plan_problem(_plan()), None)
+    cases = [
+        ([], "expected a JSON object at the top level, got list"),
+        ({"mode": "all"}, "missing key 'version'"),
+        (_plan(version = 2), "unknown version 2"),
+        (_plan(version = "1"), "unknown version \"1\""),
+        (_plan(mode = "some"), "mode: expected one of selective, all, shadow, got \"some\""),
+        (_plan(extra = 1), "unknown key \"extra\""),
+        (_plan(tests = {}), "tests: expected a list, got dict"),
+        (_plan(tests = [{"id": ""}]), "tests[0].id: expected a non-empty string"),
+        (_plan(tests = [{"why": "x"}]), "tests[0].id: expected a non-empty string"),
+        (_plan(tests = [{"id": "//p:a", "overrides": {"x": [1]}}]), "tests[0].overrides.x: expected int, float, str or bool, got list"),
+        (_plan(tests = [{"id": "//p:a", "overrides": []}]), "tests[0].overrides: expected an object, got list"),
+        (_plan(tests = [{"id": "//p:a", "priority": "high"}]), "tests[0].priority: expected a number, got string"),
+        (_plan(tests = [{"id": "//p:a", "colour": 1}]), "tests[0]: unknown key \"colour\""),
+        (_plan(skipped = [{"id": "//p:a"}]), "skipped[0].id: //p:a is listed twice (also in tests[0])"),
+        (_plan(reason = 3), "reason: expected a string, got int"),
+    ]
+    for plan, expected in cases:
+        assert_contains(failures, "plan_problem(%r)" % (plan,), plan_problem(plan), expected)
+    return failures
+
+def _test_parse():
+    failures = []
+    p = parse_plan(_plan())
+    assert_eq(failures, "ok", p["ok"], True)
+    assert_eq(failures, "tests", p["tests"], {"//p:a": {"train_iters": 2}, "//p:c": {}})
+    assert_eq(failures, "skipped", p["skipped"], {"//p:b": "pruned: same contexts as //p:a"})
+    assert_contains(failures, "status", p["status"], "ok: selective plan, 2 tests, 1 skipped (2 units changed)")
+    bad = parse_plan(None, "no plan file")
+    assert_eq(failures, "fallback ok", bad["ok"], False)
+    assert_contains(failures, "fallback status", bad["status"], "fallback: no plan file; every gpu_test runs at full workload")
+    all_mode = parse_plan(_plan(mode = "all"))
+    assert_eq(failures, "mode all selects nothing specially", (all_mode["tests"], all_mode["skipped"]), ({}, {}))
+    assert_eq(failures, "label //p", normalize_label("//p"), "//p:p")
+    assert_eq(failures, "label @//p:t", normalize_label("@//p:t"), "//p:t")
+    assert_eq(failures, "pytest id", normalize_label("tests/test_x.py::test_y"), "tests/test_x.py::test_y")
+    return failures
+
+def with_overrides(o):
+    return parse_plan(_plan(tests = [{"id": "//p:a", "overrides": o}]))
+
+def _test_decide():
+    failures = []
+    plan = parse_plan(_plan())
+    a = decide_test(plan, "//p:a", _WORKLOAD, _FLOORS)
+    assert_eq(failures, "a reduced", (a.skip, a.workload["train_iters"], a.workload["num_layers"]), (False, 2, 4))
+    b = decide_test(plan, "//p:b", _WORKLOAD, _FLOORS)
+    assert_eq(failures, "b skipped", b.skip, True)
+    assert_contains(failures, "b why", b.status, "skipped: pruned")
+    new = decide_test(plan, "//p:new", _WORKLOAD, _FLOORS)
+    assert_eq(failures, "unplanned test runs full", (new.skip, new.workload), (False, _WORKLOAD))
+    assert_contains(failures, "unplanned status", new.status, "//p:new is not in the plan")
+
+    below = decide_test(with_overrides({"num_layers": 1}), "//p:a", _WORKLOAD, _FLOORS)
+    assert_eq(failures, "below floor runs full", below.workload, _WORKLOAD)
+    assert_contains(failures, "below floor status", below.status, "num_layers=1 is below its floor 2")
+    unknown = decide_test(with_overrides({"seq": 8}), "//p:a", _WORKLOAD, _FLOORS)
+    assert_contains(failures, "unknown dim", unknown.status, "seq is not a declared dimension")
+    wrong = decide_test(with_overrides({"dtype": 16}), "//p:a", _WORKLOAD, _FLOORS)
+    assert_contains(failures, "wrong type", wrong.status, "dtype: expected string like the full value, got int")
+    lr = decide_test(with_overrides({"lr": 1}), "//p:a", _WORKLOAD, _FLOORS)
+    assert_eq(failures, "int override of float dim", lr.workload["lr"], 1.0)
+    shadow = decide_test(parse_plan(_plan(mode = "shadow")), "//p:b", _WORKLOAD, _FLOORS)
+    assert_eq(failures, "shadow runs skipped tests, full", (shadow.skip, shadow.workload, shadow.shadow_skip), (False, _WORKLOAD, "pruned: same contexts as //p:a"))
+    broken = decide_test(parse_plan(None, "bad"), "//p:b", _WORKLOAD, _FLOORS)
+    assert_eq(failures, "fallback runs all full", (broken.skip, broken.workload), (False, _WORKLOAD))
+    return failures
+
+PLAN_MODEL_CASES = [_test_problems, _test_parse, _test_decide]

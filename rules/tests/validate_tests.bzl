@@ -1,0 +1,84 @@
+"""Unit tests of //rules/private:validate.bzl (gpu_test argument checks)."""
+
+load("//rules/private:validate.bzl", "check_gpu_test_args", "is_dim_name", "workload_flags")
+load(":unittest.bzl", "assert_contains", "assert_eq")
+
+_GOOD = dict(
+    name = "t",
+    srcs = ["t.py"],
+    main = None,
+    gpus = 1,
+    workload = {"train_iters": 100, "dtype": "bf16", "lr": 0.5, "resume": False},
+    floors = {"train_iters": 2, "lr": 0.1},
+    scope = ["convergence"],
+    constraints = ["train_iters % 2 == 0"],
+    args = [],
+    env = {},
+    tags = [],
+)
+
+def _check(**changes):
+    kw = dict(_GOOD)
+    kw.update(changes)
+    return check_gpu_test_args(**kw)
+
+def _first(problems):
+    if not problems:
+        return None
+    return "%s: %s" % (problems[0].attr, problems[0].msg)
+
+def _test_valid():
+    failures = []
+    assert_eq(failures, "good args", _check(), [])
+    assert_eq(failures, "gpus=0", _check(gpus = 0), [])
+    assert_eq(failures, "main in srcs", _check(srcs = ["a.py", "b.py"], main = "b.py"), [])
+    assert_eq(failures, "name.py in srcs", _check(srcs = ["t.py", "b.py"]), [])
+    return failures
+
+def _test_errors_name_the_attribute():
+    failures = []
+    cases = [
+        (dict(gpus = -1), "gpus: expected an int >= 0, got -1"),
+        (dict(gpus = "2"), "gpus: expected an int >= 0, got string"),
+        (dict(gpus = True), "gpus: expected an int >= 0, got bool"),
+        (dict(srcs = []), "srcs: at least one source file"),
+        (dict(srcs = ["a.py", "b.py"]), "main: several srcs"),
+        (dict(main = "x.py"), 'main: "x.py" is not in srcs'),
+        (dict(workload = {"bad-dim": 1}, floors = {}), 'workload: dimension "bad-dim" is not an identifier'),
+        (dict(workload = {"x": [1]}, floors = {}), "workload: x: expected int, float, string or bool, got list"),
+        (dict(workload = [], floors = {}), "workload: expected a dict"),
+        (dict(floors = {"num_layers": 1}), 'floors: dimension "num_layers" is not in workload'),
+        (dict(floors = {"train_iters": 200}), "floors: train_iters: floor 200 is above the full value 100"),
+        (dict(floors = {"train_iters": 0}), "floors: train_iters: floor 0 must be > 0"),
+        (dict(floors = {"train_iters": 1.5}), "floors: train_iters: the workload value is an int"),
+        (dict(floors = {"dtype": 1}), "floors: dtype: a floor needs a numeric workload value"),
+        (dict(floors = {"lr": "x"}), "floors: lr: expected a number"),
+        (dict(scope = "convergence"), "scope: expected a list of strings, got string"),
+        (dict(scope = ["a", "a"]), 'scope: duplicate item "a"'),
+        (dict(scope = [""]), "scope: item 0: empty string"),
+        (dict(constraints = [1]), "constraints: item 0: expected a string, got int"),
+        (dict(args = ["--train_iters=5"]), 'args: "--train_iters=5" sets workload dimension "train_iters"'),
+        (dict(env = {"FASTCI_WORKLOAD": "{}"}), "env: FASTCI_WORKLOAD is set by gpu_test itself"),
+        (dict(env = {"A": 1}), "env: expected string -> string"),
+        (dict(tags = ["gpus:4"]), 'tags: tag "gpus:4" is set by gpu_test itself'),
+        (dict(tags = ["gpu"]), 'tags: tag "gpu" is set by gpu_test itself'),
+    ]
+    for changes, expected in cases:
+        assert_contains(failures, "check(%r)" % (changes,), _first(_check(**changes)), expected)
+    return failures
+
+def _test_helpers():
+    failures = []
+    assert_eq(failures, "dim ok", is_dim_name("num_layers"), True)
+    assert_eq(failures, "dim digit start", is_dim_name("1x"), False)
+    assert_eq(failures, "dim empty", is_dim_name(""), False)
+    assert_eq(failures, "dim dash", is_dim_name("a-b"), False)
+    assert_eq(
+        failures,
+        "flags",
+        workload_flags({"b": True, "a": 2, "c": "bf16", "d": 0.5}),
+        ["--a=2", "--b=true", "--c=bf16", "--d=0.5"],
+    )
+    return failures
+
+VALIDATE_CASES = [_test_valid, _test_errors_name_the_attribute, _test_helpers]

@@ -1,0 +1,3 @@
+from gputests import check
+
+check.run()

@@ -1,0 +1,121 @@
+"""Unit tests of the pure parts of fastci.bazel (BEP folding, query XML, testlogs paths).
+
+The real-Bazel side of each is exercised in tests/test_bazel_rules.py.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from fastci.bazel import testlogs
+from fastci.bazel.bep import parse_bep, parse_bep_lines
+from fastci.bazel.query import parse_query_xml
+from fastci.bazel.runner import Bazel, plan_digest
+from fastci.errors import BazelError
+
+
+def _result(label: str, status: str, ms: int, cached: bool = False, attempt: int = 1) -> str:
+    return json.dumps(
+        {
+            "id": {"testResult": {"label": label, "run": 1, "shard": 1, "attempt": attempt}},
+            "testResult": {"status": status, "testAttemptDurationMillis": str(ms), "cachedLocally": cached},
+        }
+    )
+
+
+def _summary(label: str, status: str, ms: int) -> str:
+    return json.dumps(
+        {"id": {"testSummary": {"label": label}}, "testSummary": {"overallStatus": status, "totalRunDurationMillis": str(ms)}}
+    )
+
+
+def test_bep_folds_attempts_and_summaries() -> None:
+    lines = [
+        json.dumps({"id": {"started": {}}, "started": {"command": "test"}}),
+        _result("//p:a", "FAILED", 1000, attempt=1),
+        _result("//p:a", "PASSED", 1200, attempt=2),
+        _summary("//p:a", "FLAKY", 2200),
+        _result("//p:b", "PASSED", 10, cached=True),
+        _summary("//p:b", "PASSED", 10),
+        _result("//p:c", "TIMEOUT", 5000),
+        json.dumps({"id": {"targetCompleted": {"label": "//p:d"}}, "aborted": {"reason": "SKIPPED"}}),
+        json.dumps({"id": {"buildFinished": {}}, "finished": {"exitCode": {"name": "TESTS_FAILED", "code": 3}}}),
+        '{"id": {"progress"',  # bazel killed mid-write
+    ]
+    report = parse_bep_lines(lines)
+    a, b, c = (report.outcomes[x] for x in ("//p:a", "//p:b", "//p:c"))
+    assert (a.status, a.duration_s, a.attempts, a.cached, a.passed) == ("FLAKY", 2.2, 2, False, True)
+    assert (b.status, b.cached) == ("PASSED", True)
+    assert (c.status, c.duration_s, c.passed) == ("TIMEOUT", 5.0, False)
+    assert (report.exit_code, report.exit_name) == (3, "TESTS_FAILED")
+    assert report.skipped == ("//p:d",) and "//p:d" not in report.outcomes
+    assert report.summary_line() == "2 passed, 1 failed"
+
+
+def test_bep_corrupt_middle_line_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "bep.json"
+    path.write_text("not json\n" + _summary("//p:a", "PASSED", 1) + "\n")
+    with pytest.raises(BazelError, match="bep.json:1: not a JSON build event"):
+        parse_bep(path)
+    with pytest.raises(BazelError, match="cannot read build events"):
+        parse_bep(tmp_path / "missing.json")
+
+
+_XML = """<?xml version="1.1" encoding="UTF-8" standalone="no"?>
+<query version="2">
+  <rule class="fastci_meta" location="/w/p/BUILD.bazel:3:9" name="//p:a_test__fastci_meta">
+    <label name="test" value="//p:a_test"/>
+    <int name="gpus" value="2"/>
+    <dict name="workload">
+      <pair><string value="dtype"/><string value="&quot;bf16&quot;"/></pair>
+      <pair><string value="steps"/><string value="100"/></pair>
+    </dict>
+    <dict name="floors"><pair><string value="steps"/><string value="2"/></pair></dict>
+    <list name="scope"><string value="parallel_parity"/></list>
+    <list name="constraints"/>
+    <list name="srcs"><label value="//p:a_test.py"/></list>
+    <string name="main" value="a_test.py"/>
+  </rule>
+  <rule class="py_test" name="//p:other"/>
+</query>"""
+
+
+def test_query_xml_decodes_json_values() -> None:
+    (decl,) = parse_query_xml(_XML)
+    assert decl.id == "//p:a_test" and decl.gpus == 2
+    assert decl.workload == {"dtype": "bf16", "steps": 100} and decl.floors == {"steps": 2}
+    assert (decl.scope, decl.constraints, decl.srcs, decl.main) == (("parallel_parity",), (), ("//p:a_test.py",), "a_test.py")
+    with pytest.raises(BazelError, match="malformed XML"):
+        parse_query_xml("<query")
+
+
+def test_testlogs_reads_plain_and_zipped_outputs(tmp_path: Path) -> None:
+    assert testlogs.test_dir(tmp_path, "//p/q:t") == tmp_path / "p/q/t"
+    assert testlogs.test_dir(tmp_path, "@r//p:t") == tmp_path / "external/r/p/t"
+    outputs = tmp_path / "p" / "t" / "test.outputs"
+    outputs.mkdir(parents=True)
+    with zipfile.ZipFile(outputs / "outputs.zip", "w") as zf:
+        zf.writestr("fastci_workload.json", "{}")
+        zf.writestr("fastci_traces/rank0.pb", "x")
+    (outputs / "plain.txt").write_text("p")
+    assert testlogs.read_output(tmp_path, "//p:t", "fastci_workload.json") == b"{}"
+    assert testlogs.read_output(tmp_path, "//p:t", "plain.txt") == b"p"
+    assert testlogs.read_output(tmp_path, "//p:t", "nope") is None
+    assert testlogs.list_outputs(tmp_path, "//p:t") == ["fastci_traces/rank0.pb", "fastci_workload.json", "plain.txt"]
+
+
+def test_runner_adds_plan_and_venv_digests(tmp_path: Path) -> None:
+    bazel = Bazel(tmp_path, startup=["--output_base=/x"])
+    assert plan_digest(tmp_path) == "absent"
+    query = bazel.argv("query", ["//..."])
+    assert query == ["bazel", "--output_base=/x", "query", "--repo_env=FASTCI_PLAN_DIGEST=absent", "//..."]
+    (tmp_path / ".fastci").mkdir()
+    (tmp_path / ".fastci" / "plan.json").write_text("{}")
+    test = bazel.argv("test", ["//..."])
+    assert test[3] == f"--repo_env=FASTCI_PLAN_DIGEST={plan_digest(tmp_path)}" != "absent"
+    assert test[4].startswith("--test_env=FASTCI_VENV_DIGEST=") and test[4] != "--test_env=FASTCI_VENV_DIGEST=unknown"
+    assert bazel.argv("shutdown", []) == ["bazel", "--output_base=/x", "shutdown"]

@@ -1,0 +1,266 @@
+"""End-to-end tests of //rules with the real Bazel 4.2.3 on tests/bazel_fixture.
+
+One workspace copy and one Bazel server (output base) for the whole module;
+every test writes the plan state it needs, and runs go through
+fastci.bazel.runner (so the plan digest knob and venv digest are passed the
+way fastci passes them). The order of the tests matters only for speed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from fastci import cli
+from fastci.bazel import testlogs
+from fastci.bazel.bep import BuildReport, parse_bep
+from fastci.bazel.runner import Bazel, BazelResult
+
+REPO = Path(__file__).resolve().parents[1]
+TESTS = ("//gputests:a_test", "//gputests:b_test", "//gputests:c_test")
+FULL = {
+    "//gputests:a_test": {"train_iters": 100, "num_layers": 4, "lr": 0.5, "dtype": "bf16", "resume": False},
+    "//gputests:b_test": {"train_iters": 50},
+    "//gputests:c_test": {"steps": 10},
+}
+
+@dataclass
+class Workspace:
+    root: Path
+    bazel: Bazel
+    locks: Path
+    timings: dict[str, float]
+
+    def write_plan(self, plan: dict[str, Any] | str | None) -> None:
+        path = self.root / ".fastci" / "plan.json"
+        if plan is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_text(plan if isinstance(plan, str) else json.dumps(plan))
+
+    def test(self, *flags: str, targets: tuple[str, ...] = ("//gputests:all",)) -> tuple[BazelResult, BuildReport]:
+        bep = self.root / "bep.json"
+        start = time.monotonic()
+        res = self.bazel.test(
+            targets,
+            flags=[
+                "--test_env=FASTCI_FAKE_GPUS=0,1",
+                f"--test_env=FASTCI_GPU_LOCK_DIR={self.locks}",
+                "--test_env=FIXTURE_SLEEP_S=1.5",
+                "--jobs=4",
+                "--local_test_jobs=3",
+                "--local_cpu_resources=4",  # start all three at once (2-core CI)
+                *flags,
+            ],
+            bep_path=bep,
+        )
+        self.timings[f"{len(self.timings)}: test {' '.join(flags) or 'plain'}"] = time.monotonic() - start
+        return res, parse_bep(bep)
+
+    def record(self, label: str) -> dict[str, Any]:
+        data = testlogs.read_output(self.root / "bazel-testlogs", label, "fastci_workload.json")
+        assert data is not None, f"no fastci_workload.json for {label}"
+        return json.loads(data)
+
+    def fixture_run(self, label: str) -> dict[str, Any]:
+        data = testlogs.read_output(self.root / "bazel-testlogs", label, "fixture_run.json")
+        assert data is not None
+        return json.loads(data)
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
+    base = tmp_path_factory.mktemp("bazel_rules")
+    root = base / "ws"
+    shutil.copytree(REPO / "tests" / "bazel_fixture", root)
+    (root / "WORKSPACE").write_text((root / "WORKSPACE").read_text().replace('path = "../.."', f'path = "{REPO}"'))
+    (root / ".bazelrc").write_text(
+        f"import {REPO}/.bazelrc\n"
+        f"build --repo_env=FASTCI_PYTHON={sys.executable}\n"
+    )
+    bazel = Bazel(root, startup=[f"--output_base={base / 'output_base'}"], python=sys.executable)
+    workspace = Workspace(root, bazel, base / "locks", {})
+    try:
+        yield workspace
+    finally:
+        bazel.shutdown()
+        print("\nbazel e2e timings (s):", json.dumps({k: round(v, 1) for k, v in workspace.timings.items()}))
+        subprocess.run(["chmod", "-R", "u+w", str(base)], check=False)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _plan(tests: list[dict[str, Any]], skipped: list[dict[str, Any]], mode: str = "selective") -> dict[str, Any]:
+    return {"version": 1, "mode": mode, "reason": "test plan", "tests": tests, "skipped": skipped}
+
+
+PLAN_A = _plan(
+    [{"id": "//gputests:a_test", "overrides": {"train_iters": 2, "num_layers": 2}}, {"id": "//gputests:c_test"}],
+    [{"id": "//gputests:b_test", "why": "pruned: same contexts as //gputests:a_test"}],
+)
+PLAN_B = _plan(
+    [{"id": "//gputests:a_test"}, {"id": "//gputests:b_test", "overrides": {"train_iters": 5}}],
+    [{"id": "//gputests:c_test", "why": "not affected"}],
+)
+
+
+def test_targets_lists_every_gpu_test_via_bazel_query(ws: Workspace, capsys: pytest.CaptureFixture[str]) -> None:
+    ws.write_plan(PLAN_A)
+    start = time.monotonic()
+    assert cli.main(["targets", "--workspace", str(ws.root), "--json"]) == 0
+    ws.timings["cold query"] = time.monotonic() - start
+    decls = {d["id"]: d for d in json.loads(capsys.readouterr().out)}
+    assert sorted(decls) == list(TESTS)
+    a = decls["//gputests:a_test"]
+    assert a["workload"] == FULL["//gputests:a_test"]
+    assert a["floors"] == {"train_iters": 2, "num_layers": 1}
+    assert (a["gpus"], a["scope"], a["constraints"]) == (1, ["convergence"], ["num_layers % 2 == 0"])
+    assert a["srcs"] == ["//gputests:a_test.py"] and a["main"] == "a_test.py"
+    assert decls["//gputests:c_test"]["gpus"] == 0
+
+
+def test_plain_run_is_full_workload_on_disjoint_gpus(ws: Workspace) -> None:
+    # The plan on disk (PLAN_A) must not matter without --config=fastci.
+    res, report = ws.test(targets=("//gputests:all", "@fastci//rules/tests:all"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert report.summary_line() == "5 passed, 0 failed"
+    assert set(report.outcomes) == set(TESTS) | {"@fastci//rules/tests:validate_test", "@fastci//rules/tests:plan_model_test"}
+    for label in TESTS:
+        record = ws.record(label)
+        assert (record["mode"], record["workload"], record["plan_status"]) == ("full", FULL[label], "")
+        outcome = report.outcomes[label]
+        assert outcome.passed and not outcome.cached and outcome.attempts == 1 and outcome.duration_s >= 1.5
+    assert ws.fixture_run("//gputests:c_test")["argv"] == ["--extra=yes", "--steps=10"]
+    # Two 1-GPU tests ran at the same time on different fake devices.
+    a, b = ws.fixture_run("//gputests:a_test"), ws.fixture_run("//gputests:b_test")
+    assert a["start"] < b["end"] and b["start"] < a["end"], "a_test and b_test did not overlap"
+    assert {a["cuda"], b["cuda"]} == {"0", "1"}
+    assert ws.record("//gputests:c_test")["devices"] == []
+
+
+def test_plan_runs_exactly_planned_tests_with_overrides(ws: Workspace) -> None:
+    ws.write_plan(PLAN_A)
+    res, report = ws.test("--config=fastci")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert sorted(report.outcomes) == ["//gputests:a_test", "//gputests:c_test"]
+    assert report.skipped == ("//gputests:b_test",)
+    assert re.search(r"//gputests:b_test +SKIPPED", res.stdout), res.stdout
+    a = ws.record("//gputests:a_test")
+    assert a["mode"] == "fastci"
+    assert a["workload"] == dict(FULL["//gputests:a_test"], train_iters=2, num_layers=2)
+    assert a["plan_status"].startswith("ok: selective plan, 2 tests, 1 skipped")
+    assert "--train_iters=2" in ws.fixture_run("//gputests:a_test")["argv"]
+    assert ws.record("//gputests:c_test")["workload"] == FULL["//gputests:c_test"]
+
+
+def test_edited_plan_is_picked_up_and_reduced_then_full_reruns(ws: Workspace) -> None:
+    ws.write_plan(PLAN_B)
+    res, report = ws.test("--config=fastci")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert sorted(report.outcomes) == ["//gputests:a_test", "//gputests:b_test"]
+    assert report.skipped == ("//gputests:c_test",)
+    # a_test ran reduced before; now it must really run at full workload.
+    assert not report.outcomes["//gputests:a_test"].cached
+    assert ws.record("//gputests:a_test")["workload"] == FULL["//gputests:a_test"]
+    assert ws.record("//gputests:b_test")["workload"] == {"train_iters": 5}
+
+
+def test_plain_run_after_reduced_runs_reports_full_workload(ws: Workspace) -> None:
+    res, report = ws.test()
+    assert res.returncode == 0
+    assert report.summary_line() == "3 passed, 0 failed"
+    for label in TESTS:
+        record = ws.record(label)
+        assert (record["mode"], record["workload"]) == ("full", FULL[label])
+
+
+def _test_action_keys(ws: Workspace) -> dict[str, str]:
+    res = ws.bazel.run("aquery", ['mnemonic("TestRunner", //gputests:all)', "--output=jsonproto"])
+    assert res.returncode == 0, res.stderr[-2000:]
+    data = json.loads(res.stdout)
+    labels = {t["id"]: t["label"] for t in data["targets"]}
+    return {labels[a["targetId"]]: a["actionKey"] for a in data["actions"]}
+
+
+def test_skip_toggles_do_not_touch_plain_cache_keys(ws: Workspace) -> None:
+    # Which tests the plan skips must not change the cache keys of a plain run
+    # (the plan only acts under --config=fastci). aquery's action key includes
+    # tags, args and env (a tag toggle changes it: measured).
+    ws.write_plan(PLAN_B)
+    before = _test_action_keys(ws)
+    ws.write_plan(PLAN_A)
+    after = _test_action_keys(ws)
+    assert sorted(before) == list(TESTS)
+    assert after == before
+
+
+BAD_BUILDS = {
+    "bad_gpus": ('gpu_test(name = "t", srcs = ["t.py"], gpus = -1)', "attribute gpus: expected an int >= 0, got -1"),
+    "bad_floor": (
+        'gpu_test(name = "t", srcs = ["t.py"], workload = {"steps": 4}, floors = {"steps": 8})',
+        "attribute floors: steps: floor 8 is above the full value 4",
+    ),
+    "bad_dim": (
+        'gpu_test(name = "t", srcs = ["t.py"], workload = {"steps": 4}, floors = {"layers": 1})',
+        'attribute floors: dimension "layers" is not in workload (steps)',
+    ),
+    "bad_scope": ('gpu_test(name = "t", srcs = ["t.py"], scope = "smoke")', "attribute scope: expected a list of strings"),
+}
+
+
+def test_gpu_test_argument_errors_fail_at_load_time_naming_the_attribute(ws: Workspace) -> None:
+    for pkg, (call, _) in BAD_BUILDS.items():
+        (ws.root / pkg).mkdir()
+        (ws.root / pkg / "BUILD.bazel").write_text(f'load("@fastci//rules:defs.bzl", "gpu_test")\n\n{call}\n')
+    try:
+        res = ws.bazel.run("query", ["--keep_going", " + ".join(f"//{pkg}:all" for pkg in BAD_BUILDS)])
+    finally:
+        for pkg in BAD_BUILDS:
+            shutil.rmtree(ws.root / pkg)
+    assert res.returncode != 0
+    for pkg, (_, message) in BAD_BUILDS.items():
+        assert f"gpu_test //{pkg}:t: {message}" in res.stderr, res.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("plan", "warning"),
+    [
+        ('{"version": 1, "mode": ', "plan.json is not valid JSON"),
+        (json.dumps(dict(PLAN_A, version=2)), "plan.json: unknown version 2 (this FastCI reads version 1)"),
+        (None, "no plan file"),
+    ],
+    ids=["malformed", "unknown-version", "missing"],
+)
+def test_bad_or_missing_plan_runs_everything_at_full_workload_loudly(
+    ws: Workspace, plan: str | None, warning: str
+) -> None:
+    ws.write_plan(plan)
+    res, report = ws.test("--config=fastci")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert f"FastCI plan: fallback: {warning}" in res.stderr
+    assert report.summary_line() == "3 passed, 0 failed"
+    for label in TESTS:
+        record = ws.record(label)
+        assert record["workload"] == FULL[label]
+        assert record["plan_status"].startswith("fallback: " + warning)
+        assert record["plan_status"].endswith("every gpu_test runs at full workload")
+
+
+def test_empty_selection_succeeds_with_every_test_skipped(ws: Workspace) -> None:
+    ws.write_plan(_plan([], [{"id": t, "why": "not affected"} for t in TESTS]))
+    res, report = ws.test("--config=fastci")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert report.outcomes == {} and report.skipped == TESTS
+    assert report.summary_line() == "0 passed, 0 failed"
+    # No test target at all (e.g. a pattern without tests) is exit 4: also not an error.
+    res, report = ws.test("--config=fastci", targets=("//:all",))
+    assert res.returncode == 4 and res.no_tests
+

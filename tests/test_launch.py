@@ -1,0 +1,152 @@
+"""Tests of the gpu_test launcher (fastci.launch), run as Bazel would run it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fastci import launch
+from fastci.errors import FastCIError
+
+_MAIN = """
+import json, os, sys
+print(json.dumps({"argv": sys.argv[1:], "cuda": os.environ["CUDA_VISIBLE_DEVICES"],
+                  "name": __name__, "path0": sys.path[0]}))
+sys.exit(int(os.environ.get("EXIT_WITH", "0")))
+"""
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    (tmp_path / "pkg").mkdir(exist_ok=True)
+    (tmp_path / "pkg" / "t.py").write_text(_MAIN)
+    outputs = tmp_path / "outputs"
+    env = {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": str(Path(launch.__file__).parents[1]),
+        "FASTCI_WORKLOAD": json.dumps({"train_iters": 2, "dtype": "bf16"}),
+        "FASTCI_MODE": "fastci",
+        "FASTCI_TEST_ID": "//pkg:t",
+        "FASTCI_GPUS": "1",
+        "FASTCI_TEST_MAIN": "pkg/t.py",
+        "FASTCI_PLAN_STATUS": "ok: selective plan, 1 tests, 0 skipped",
+        "FASTCI_FAKE_GPUS": "0,1",
+        "FASTCI_GPU_LOCK_DIR": str(tmp_path / "locks"),
+        "TEST_UNDECLARED_OUTPUTS_DIR": str(outputs),
+    }
+    env.update(extra)
+    return env
+
+
+def _launch(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    code = "import sys; from fastci.launch import main; sys.exit(main(sys.argv))"
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=tmp_path, env=env, capture_output=True, text=True, check=False
+    )
+
+
+def test_launcher_runs_main_with_args_devices_and_writes_workload_record(tmp_path: Path) -> None:
+    res = _launch(tmp_path, _env(tmp_path, EXIT_WITH="3"), "--extra", "--train_iters=2", "--dtype=bf16")
+    assert res.returncode == 3, res.stderr
+    seen = json.loads(res.stdout)
+    assert seen["argv"] == ["--extra", "--train_iters=2", "--dtype=bf16"]
+    assert seen["cuda"] == "0"
+    assert seen["name"] == "__main__"
+    assert seen["path0"] == str(tmp_path / "pkg")
+    record = json.loads((tmp_path / "outputs" / launch.WORKLOAD_FILE).read_text())
+    assert record == {
+        "test": "//pkg:t",
+        "mode": "fastci",
+        "workload": {"train_iters": 2, "dtype": "bf16"},
+        "gpus": 1,
+        "devices": ["0"],
+        "plan_status": "ok: selective plan, 1 tests, 0 skipped",
+    }
+    assert "fastci: //pkg:t mode=fastci gpus=1 devices=[0]" in res.stderr
+
+
+def test_cpu_only_host_gets_empty_cuda_visible_devices(tmp_path: Path) -> None:
+    res = _launch(tmp_path, _env(tmp_path, FASTCI_FAKE_GPUS=""))
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["cuda"] == ""
+    assert json.loads((tmp_path / "outputs" / launch.WORKLOAD_FILE).read_text())["devices"] == []
+
+
+def test_too_few_gpus_is_a_one_line_error(tmp_path: Path) -> None:
+    res = _launch(tmp_path, _env(tmp_path, FASTCI_GPUS="4"))
+    assert res.returncode == 2
+    assert res.stderr.strip() == "fastci: test needs 4 GPU(s), this host has 2 (0, 1)"
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"FASTCI_WORKLOAD": "{bad"}, "FASTCI_WORKLOAD is not JSON"),
+        ({"FASTCI_WORKLOAD": "[1]"}, "FASTCI_WORKLOAD: expected a JSON object, got list"),
+        ({"FASTCI_GPUS": "two"}, "FASTCI_GPUS: expected an int, got 'two'"),
+        ({"FASTCI_TEST_MAIN": ""}, "FASTCI_TEST_MAIN is not set"),
+    ],
+)
+def test_bad_environment_is_rejected(changes: dict[str, str], message: str) -> None:
+    env = {"FASTCI_WORKLOAD": "{}", "FASTCI_GPUS": "1", "FASTCI_TEST_MAIN": "t.py"}
+    env.update(changes)
+    with pytest.raises(launch.LaunchError, match=message):
+        launch.LaunchConfig.from_env(env)
+
+
+def test_missing_main_names_the_paths(tmp_path: Path) -> None:
+    with pytest.raises(FastCIError, match="test main 'nope.py' not found"):
+        launch.resolve_main("nope.py", {}, tmp_path)
+
+
+class _FakeRecorder:
+    calls: list[tuple[str, Any]] = []
+
+    def __init__(self, test_id: str, out_dir: Path, *, repo_root: Path, workload: Any, gpus: int) -> None:
+        self.calls.append(("init", (test_id, out_dir, repo_root, dict(workload), gpus)))
+
+    def start(self) -> None:
+        self.calls.append(("start", None))
+
+    def stop(self, outcome: str) -> Path:
+        self.calls.append(("stop", outcome))
+        return Path("trace")
+
+
+def _record_env(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "t.py").write_text("import sys\nsys.exit(1)\n")
+    return {
+        "FASTCI_WORKLOAD": '{"steps": 1}',
+        "FASTCI_GPUS": "0",
+        "FASTCI_TEST_ID": "//:t",
+        "FASTCI_TEST_MAIN": "t.py",
+        "FASTCI_RECORD": "1",
+        "TEST_UNDECLARED_OUTPUTS_DIR": str(tmp_path / "out"),
+    }
+
+
+def test_recording_wraps_the_run_in_the_recorder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    module = types.ModuleType("fastci.evidence.recorder")
+    module.Recorder = _FakeRecorder  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fastci.evidence.recorder", module)
+    monkeypatch.chdir(tmp_path)
+    _FakeRecorder.calls = []
+    assert launch.launch([], _record_env(tmp_path)) == 1
+    assert _FakeRecorder.calls == [
+        ("init", ("//:t", tmp_path / "out" / "fastci_traces", tmp_path, {"steps": 1}, 0)),
+        ("start", None),
+        ("stop", "failed"),
+    ]
+
+
+def test_recording_without_recorder_module_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "fastci.evidence.recorder", None)  # import fails
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(launch.LaunchError, match="FASTCI_RECORD=1 but fastci.evidence.recorder cannot be imported"):
+        launch.launch([], _record_env(tmp_path))

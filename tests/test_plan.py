@@ -1,0 +1,209 @@
+"""Tests of the plan model (fastci.plan): round trips and precise rejections."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fastci.errors import PlanError
+from fastci.plan import Plan, PlannedTest, SkippedTest, dump_plan, load_plan, normalize_test_id
+
+_DESIGN_EXAMPLE = {
+    "version": 1,
+    "base": "a1b2c3",
+    "head": "d4e5f6",
+    "mode": "selective",
+    "reason": "3 units changed in 2 files",
+    "tests": [
+        {
+            "id": "//examples/llm:tp_parity_test",
+            "priority": 0.92,
+            "overrides": {"train_iters": 2, "num_layers": 2},
+            "why": "covers attention.py::Attention.forward in contexts {bf16,tp=2}",
+            "est_gpu_s": 14.0,
+        }
+    ],
+    "skipped": [{"id": "//examples/llm:golden_test", "why": "pruned: same contexts as tp_parity_test"}],
+}
+
+
+def test_design_example_parses_and_round_trips() -> None:
+    plan = Plan.from_json(json.dumps(_DESIGN_EXAMPLE))
+    assert plan.mode == "selective" and plan.base == "a1b2c3" and plan.head == "d4e5f6"
+    assert plan.tests[0] == PlannedTest(
+        id="//examples/llm:tp_parity_test",
+        overrides={"train_iters": 2, "num_layers": 2},
+        priority=0.92,
+        why="covers attention.py::Attention.forward in contexts {bf16,tp=2}",
+        est_gpu_s=14.0,
+    )
+    assert plan.skipped == (SkippedTest("//examples/llm:golden_test", "pruned: same contexts as tp_parity_test"),)
+    assert plan.to_dict() == _DESIGN_EXAMPLE
+    assert plan.planned("//examples/llm:tp_parity_test") is plan.tests[0]
+    assert plan.planned("//nope:x") is None
+
+
+def _with(**changes: Any) -> str:
+    data = json.loads(json.dumps(_DESIGN_EXAMPLE))
+    data.update(changes)
+    return json.dumps(data)
+
+
+_TEST = _DESIGN_EXAMPLE["tests"][0]  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "plan.json: not valid JSON: Expecting value: line 1 column 1 (char 0)"),
+        ("{", "plan.json: not valid JSON"),
+        ('{"version": NaN}', "non-standard JSON constant NaN"),
+        ("[]", "plan.json: expected a JSON object at the top level, got list"),
+        ('{"mode": "all"}', "plan.json: missing key 'version'"),
+        (_with(version=2), "plan.json: unknown version 2 (this FastCI reads version 1)"),
+        (_with(version=1.0), "plan.json: unknown version 1.0"),
+        (_with(version=True), "plan.json: unknown version True"),
+        (_with(mode="fast"), "plan.json: mode: expected one of selective, all, shadow, got 'fast'"),
+        (_with(colour=1), "plan.json: unknown key 'colour'"),
+        (_with(reason=7), "plan.json: reason: expected a string, got int"),
+        (_with(tests={}), "plan.json: tests: expected a list, got dict"),
+        (_with(tests=[_TEST, _TEST, {"id": "//x:t", "overrides": {"train_iters": [1]}}]),
+         "plan.json: tests[1].id: //examples/llm:tp_parity_test is listed twice (also in tests[0])"),
+        (_with(tests=[{"id": "//a:t"}, {"id": "//b:t"}, {"id": "//x:t", "overrides": {"train_iters": [1]}}]),
+         "plan.json: tests[2].overrides.train_iters: expected int, float, str or bool, got list"),
+        (_with(tests=[{"id": "//x:t", "overrides": {"a-b": 1}}]), "plan.json: tests[0].overrides: 'a-b' is not a dimension name"),
+        (_with(tests=[{"id": "//x:t", "overrides": None}]), "plan.json: tests[0].overrides: expected an object, got null"),
+        (_with(tests=[{"id": ""}]), "plan.json: tests[0].id: expected a non-empty string"),
+        (_with(tests=[{"id": "//x:t", "priority": "high"}]), "plan.json: tests[0].priority: expected a number, got str"),
+        (_with(tests=[{"id": "//x:t", "est_gpu_s": True}]), "plan.json: tests[0].est_gpu_s: expected a number, got bool"),
+        (_with(tests=[{"id": "//x:t", "speed": 1}]), "plan.json: tests[0]: unknown key 'speed'"),
+        (_with(skipped=[{"id": "@//examples/llm:tp_parity_test"}]),
+         "plan.json: skipped[0].id: //examples/llm:tp_parity_test is listed twice (also in tests[0])"),
+        (_with(skipped=[{"id": "//x:t", "why": 3}]), "plan.json: skipped[0].why: expected a string, got int"),
+        (_with(skipped=["//x:t"]), "plan.json: skipped[0]: expected an object, got str"),
+    ],
+)
+def test_malformed_plans_are_rejected_with_a_precise_message(text: str, message: str) -> None:
+    with pytest.raises(PlanError) as info:
+        Plan.from_json(text)
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_pytest_node_ids_and_label_normalization() -> None:
+    plan = Plan.from_json(_with(tests=[{"id": "tests/test_x.py::test_y[a]"}], skipped=[]))
+    assert plan.tests[0].id == "tests/test_x.py::test_y[a]"
+    assert normalize_test_id("@//p:t") == "//p:t"
+    assert normalize_test_id("//p/q") == "//p/q:q"
+    assert normalize_test_id("tests/t.py::x") == "tests/t.py::x"
+
+
+def test_load_and_dump_atomically(tmp_path: Path) -> None:
+    path = tmp_path / ".fastci" / "plan.json"
+    with pytest.raises(PlanError, match="no such plan file"):
+        load_plan(path)
+    plan = Plan.run_all("evidence store missing")
+    dump_plan(plan, path)
+    assert load_plan(path) == plan
+    assert json.loads(path.read_text())["mode"] == "all"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["plan.json"]  # no temp file left
+    path.write_text("{")
+    with pytest.raises(PlanError, match="plan.json: not valid JSON"):
+        load_plan(path)
+
+
+_dims = st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True)
+_values = st.one_of(
+    st.integers(-10**6, 10**6), st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8), st.booleans()
+)
+_ids = st.one_of(
+    st.from_regex(r"//[a-z]{1,5}:[a-z_]{1,8}", fullmatch=True),
+    st.from_regex(r"tests/[a-z]{1,5}\.py::[a-z_]{1,8}", fullmatch=True),
+)
+
+
+@st.composite
+def _plans(draw: st.DrawFn) -> Plan:
+    ids = draw(st.lists(_ids, unique=True, max_size=6))
+    cut = draw(st.integers(0, len(ids)))
+    tests = tuple(
+        PlannedTest(
+            id=i,
+            overrides=draw(st.dictionaries(_dims, _values, max_size=3)),
+            priority=draw(st.one_of(st.none(), st.floats(0, 1))),
+            why=draw(st.text(max_size=10)),
+            est_gpu_s=draw(st.one_of(st.none(), st.floats(0, 1e4))),
+        )
+        for i in ids[:cut]
+    )
+    skipped = tuple(SkippedTest(i, draw(st.text(max_size=10))) for i in ids[cut:])
+    return Plan(
+        mode=draw(st.sampled_from(["selective", "all", "shadow"])),
+        reason=draw(st.text(max_size=20)),
+        tests=tests,
+        skipped=skipped,
+        base=draw(st.one_of(st.none(), st.text(max_size=8))),
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(_plans())
+def test_any_plan_round_trips_through_json(plan: Plan) -> None:
+    assert Plan.from_json(plan.to_json()) == plan
+
+
+@settings(max_examples=40, deadline=None)
+@given(_plans(), st.sampled_from(["tests", "skipped", "mode", "version", "reason"]), _values | st.lists(st.integers()))
+def test_corrupting_a_field_is_rejected_or_still_valid(plan: Plan, key: str, junk: Any) -> None:
+    data = plan.to_dict()
+    data[key] = junk
+    try:
+        parsed = Plan.from_dict(data)
+    except PlanError as exc:
+        assert str(exc).startswith("plan.json: ") and "\n" not in str(exc)
+    else:  # only a junk value that is itself valid may pass, and it is kept as is
+        assert parsed.to_dict()[key] == data[key]
+
+
+def test_validate_plan_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from fastci import cli
+
+    path = tmp_path / ".fastci" / "plan.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(_DESIGN_EXAMPLE))
+    assert cli.main(["validate-plan", "--workspace", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip() == (
+        f"{path}: ok: version 1, mode selective, 1 tests, 1 skipped (3 units changed in 2 files)"
+    )
+    path.write_text(_with(tests=[{"id": "//a:t"}, {"id": "//b:t"}, {"id": "//x:t", "overrides": {"train_iters": [1]}}]))
+    assert cli.main(["validate-plan", str(path)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "fastci: plan.json: tests[2].overrides.train_iters: expected int, float, str or bool, got list"
+    )
+
+
+def test_overrides_checked_against_declarations() -> None:
+    from fastci.bazel.query import TestDecl
+    from fastci.commands.validate_plan import override_problems
+
+    decl = TestDecl("//p:t", 1, {"steps": 100, "lr": 0.5, "dtype": "bf16"}, {"steps": 4}, (), (), ())
+    plan = Plan.from_dict(
+        {
+            "version": 1,
+            "mode": "selective",
+            "tests": [
+                {"id": "@//p:t", "overrides": {"steps": 2, "lr": 1, "dtype": 16, "seq": 8}},
+                {"id": "//p:unknown", "overrides": {"x": 1}},
+            ],
+        }
+    )
+    assert override_problems(plan, [decl]) == [
+        "tests[0].overrides.dtype: expected str like the full value, got int",
+        "tests[0].overrides.seq: @//p:t declares no dimension 'seq'",
+        "tests[0].overrides.steps: 2 is below the floor 4",
+    ]
