@@ -1,0 +1,1 @@
+"""FastCI's benchmarks, run by ``make bench`` (``python -m bench``)."""

@@ -1,0 +1,1 @@
+"""The decoder-only transformer, split into pipeline stages and tensor-parallel shards."""

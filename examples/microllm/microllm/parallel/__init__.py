@@ -1,0 +1,1 @@
+"""Tensor, sequence, pipeline and data parallelism over simulated or gloo process groups."""

@@ -1,0 +1,161 @@
+"""Shared plumbing of the microllm test suite: workloads, configs, comparisons, the main.
+
+``suite.bzl`` is the single source of truth for each test's workload, floors, scope and
+constraints: Bazel loads it in BUILD.bazel, and this module parses the same dict literal with
+``ast.literal_eval``. A test's workload is resolved in this order (later wins):
+
+1. the full workload declared in ``suite.bzl`` (or its floors, with ``at_floors``);
+2. ``FASTCI_WORKLOAD`` (JSON object; dimensions the test does not declare are ignored);
+3. ``--<dim>=<value>`` command-line flags (an undeclared dimension is an error).
+
+Every test file is both a Bazel ``gpu_test`` main (``sys.exit(harness.main(NAME, check))``)
+and a pytest module (``test_*`` functions taking the ``workload`` fixture from conftest.py).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from microllm.config import FLAT_INDEX, Config
+
+HERE = Path(__file__).resolve().parent
+SUITE_FILE = HERE / "suite.bzl"
+GOLDEN_DIR = HERE / "golden"
+LOG = logging.getLogger("microllm.tests")
+
+Workload = dict[str, Any]
+
+
+class WorkloadError(Exception):
+    """A workload override is malformed, undeclared or violates a constraint."""
+
+
+def load_suite(path: Path = SUITE_FILE) -> dict[str, dict[str, Any]]:
+    """Parse the ``SUITE = {...}`` dict literal out of suite.bzl."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SUITE" for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise WorkloadError(f"{path}: no SUITE = {{...}} assignment")
+
+
+def coerce(full: Any, raw: Any, dim: str) -> Any:
+    """Convert ``raw`` (a flag string or JSON value) to the type of the full value."""
+    try:
+        if isinstance(full, bool):
+            if isinstance(raw, bool):
+                return raw
+            low = str(raw).lower()
+            if low not in ("true", "false", "1", "0"):
+                raise ValueError(raw)
+            return low in ("true", "1")
+        if isinstance(full, int):
+            value = float(raw)
+            if value != int(value):
+                raise ValueError(raw)
+            return int(value)
+        if isinstance(full, float):
+            return float(raw)
+        return str(raw)
+    except (TypeError, ValueError) as exc:
+        raise WorkloadError(f"{dim}={raw!r}: expected {type(full).__name__}") from exc
+
+
+def check_constraints(workload: Mapping[str, Any], constraints: Sequence[str]) -> None:
+    """Evaluate each constraint (a Python expression over dimension names)."""
+    for rule in constraints:
+        try:
+            ok = eval(rule, {"__builtins__": {}, "min": min, "max": max}, dict(workload))  # noqa: S307 - our own suite.bzl
+        except Exception as exc:  # noqa: BLE001 - any failure is a bad rule
+            raise WorkloadError(f"constraint {rule!r} cannot be evaluated: {exc}") from exc
+        if not ok:
+            raise WorkloadError(f"workload violates constraint {rule!r}: {dict(workload)}")
+
+
+def resolve(name: str, argv: Sequence[str] = (), env: Mapping[str, str] | None = None,
+            at_floors: bool = False) -> Workload:
+    """The workload a test runs with (see the module docstring for precedence)."""
+    spec = load_suite()[name]
+    full: Workload = dict(spec["workload"])
+    workload = dict(full)
+    if at_floors:
+        workload.update(spec.get("floors", {}))
+    raw_env = (env if env is not None else os.environ).get("FASTCI_WORKLOAD", "")
+    if raw_env:
+        try:
+            data = json.loads(raw_env)
+        except json.JSONDecodeError as exc:
+            raise WorkloadError(f"FASTCI_WORKLOAD is not JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise WorkloadError("FASTCI_WORKLOAD must be a JSON object")
+        workload.update({k: coerce(full[k], v, k) for k, v in data.items() if k in full})
+    for arg in argv:
+        if not arg.startswith("--") or "=" not in arg:
+            raise WorkloadError(f"unexpected argument {arg!r} (want --<dim>=<value>)")
+        dim, _, raw = arg[2:].partition("=")
+        if dim not in full:
+            raise WorkloadError(f"{name} declares no workload dimension {dim!r}")
+        workload[dim] = coerce(full[dim], raw, dim)
+    check_constraints(workload, spec.get("constraints", []))
+    return workload
+
+
+def config(workload: Mapping[str, Any], **fixed: Any) -> Config:
+    """A validated Config from the workload's config dimensions plus fixed settings."""
+    flat = {k: v for k, v in workload.items() if k in FLAT_INDEX}
+    flat.update(fixed)
+    return Config.from_flat(**flat).validate()
+
+
+def assert_close(name: str, got: Sequence[float], want: Sequence[float], rtol: float, atol: float = 0.0) -> None:
+    assert len(got) == len(want), f"{name}: {len(got)} values vs {len(want)}"
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert math.isfinite(a) and abs(a - b) <= atol + rtol * abs(b), f"{name}[{i}]: {a!r} vs {b!r} (rtol {rtol})"
+
+
+def assert_states_close(got: Mapping[str, torch.Tensor], want: Mapping[str, torch.Tensor], atol: float) -> float:
+    """Every parameter within ``atol``; returns the largest difference."""
+    assert set(got) == set(want), f"parameter names differ: {sorted(set(got) ^ set(want))[:5]}"
+    worst = 0.0
+    for key in want:
+        assert got[key].shape == want[key].shape, f"{key}: {tuple(got[key].shape)} vs {tuple(want[key].shape)}"
+        diff = float((got[key].float() - want[key].float()).abs().max()) if want[key].numel() else 0.0
+        assert diff <= atol, f"{key}: max |diff| {diff:.3g} > {atol:.3g}"
+        worst = max(worst, diff)
+    return worst
+
+
+def assert_states_equal(got: Mapping[str, torch.Tensor], want: Mapping[str, torch.Tensor]) -> None:
+    assert set(got) == set(want)
+    for key in want:
+        assert torch.equal(got[key], want[key]), f"{key} differs bitwise"
+
+
+def main(name: str, check: Callable[[Workload], Any], argv: Sequence[str] | None = None) -> int:
+    """Bazel entry point: resolve the workload from flags/env, run the check, return 0/1."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1") or 1))
+    try:
+        workload = resolve(name, list(sys.argv[1:] if argv is None else argv))
+    except WorkloadError as exc:
+        print(f"{name}: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{name}: workload {json.dumps(workload, sort_keys=True)}")
+    began = time.perf_counter()
+    try:
+        check(workload)
+    except AssertionError as exc:
+        print(f"FAIL {name} ({time.perf_counter() - began:.1f}s): {exc}")
+        return 1
+    print(f"PASS {name} ({time.perf_counter() - began:.1f}s)")
+    return 0
