@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import hashlib
 import logging
+import os
+import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence, Union
@@ -30,10 +33,15 @@ from typing import Iterable, Iterator, Sequence, Union
 import libcst as cst
 
 from fastci.types import Checksum, RelPath, UnitId
+# Re-exported: fastci.units stays the one public API of units.
+from fastci.unit_lines import MODULE_QUALNAME as MODULE_QUALNAME
+from fastci.unit_lines import LineIndex as LineIndex
+from fastci.unit_lines import ParseFailure as ParseFailure
+from fastci.unit_lines import line_index as line_index
+from fastci.unit_lines import _AstDef, _body_start, _qualname
 
 LOG = logging.getLogger(__name__)
 
-MODULE_QUALNAME = "<module>"
 
 # Nodes that carry only layout: skipped when hashing.
 _LAYOUT_TYPES: tuple[type[cst.CSTNode], ...] = (
@@ -109,14 +117,6 @@ class FileUnits:
     def by_qualname(self) -> dict[str, Unit]:
         """Map qualname -> unit."""
         return {u.qualname: u for u in self.units}
-
-
-@dataclass(frozen=True)
-class ParseFailure:
-    """A file that could not be indexed; callers must widen, never narrow."""
-
-    path: RelPath
-    message: str
 
 
 IndexResult = Union[FileUnits, ParseFailure]
@@ -278,7 +278,7 @@ def statement_key(stmt: cst.CSTNode) -> str:
                 else:
                     for alias in small.names:
                         ref = alias.asname.name if alias.asname else alias.name
-                        names.append(cst.Module([]).code_for_node(ref))  # type: ignore[arg-type]
+                        names.append(cst.Module([]).code_for_node(ref))
         if names:
             return f"{kind}:{','.join(names)}"
     return f"stmt:{_digest(_stmt_tokens(stmt))}"
@@ -316,7 +316,6 @@ def _combine(parts: tuple[tuple[str, Checksum], ...]) -> Checksum:
 
 
 _DefNode = Union[cst.FunctionDef, cst.ClassDef]
-_AstDef = Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef]
 
 
 def _cst_defs(stmts: Sequence[cst.CSTNode], scope: tuple[tuple[str, str], ...],
@@ -351,25 +350,10 @@ def _ast_defs(tree: ast.AST) -> list[_AstDef]:
     return defs
 
 
-def _qualname(scope: tuple[tuple[str, str], ...], name: str) -> str:
-    parts: list[str] = []
-    for scope_name, kind in scope:
-        parts.append(scope_name)
-        if kind == "function":
-            parts.append("<locals>")
-    parts.append(name)
-    return ".".join(parts)
-
-
 def _def_unit(path: RelPath, node: _DefNode, scope: tuple[tuple[str, str], ...],
               a: _AstDef) -> Unit:
     start = min([a.lineno] + [d.lineno for d in a.decorator_list])
-    body = a.body
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-            and isinstance(body[0].value.value, str) and len(body) > 1:
-        body_start = body[1].lineno if isinstance(node, cst.FunctionDef) else body[0].lineno
-    else:
-        body_start = body[0].lineno
+    body_start = _body_start(a)
     if isinstance(node, cst.FunctionDef):
         kind = "function"
         parts = _function_parts(node)
@@ -440,8 +424,84 @@ def iter_python_files(root: Path, include: Sequence[str] = ("",)) -> Iterator[Pa
             yield p
 
 
-def index_files(root: Path, paths: Iterable[Path]) -> dict[RelPath, IndexResult]:
-    """Index the given files (absolute or root-relative) into a path -> result map."""
+class UnitCache:
+    """A content-digest cache of index results, one pickle file (e.g. ``.fastci/units.cache``).
+
+    Keyed by ``(path, sha256 of the bytes)`` and invalidated as a whole when
+    this module's source or libcst's version changes, so re-indexing an
+    unchanged tree costs a read and a hash per file. A missing or unreadable
+    cache file is an empty cache, never an error.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.entries: dict[tuple[RelPath, str], IndexResult] = {}
+        self.dirty = False
+        self.hits = 0
+        try:
+            with open(self.path, "rb") as f:
+                key, entries = pickle.load(f)
+            if key == _cache_key():
+                self.entries = entries
+        except (OSError, EOFError, ValueError, TypeError, AttributeError, ImportError,
+                pickle.UnpicklingError):
+            pass
+
+    def get(self, rel: RelPath, digest: str) -> IndexResult | None:
+        """The cached result for this content, if any."""
+        hit = self.entries.get((rel, digest))
+        self.hits += hit is not None
+        return hit
+
+    def put(self, rel: RelPath, digest: str, result: IndexResult) -> None:
+        """Remember a result."""
+        self.entries[(rel, digest)] = result
+        self.dirty = True
+
+    def save(self, keep: Iterable[tuple[RelPath, str]] | None = None) -> None:
+        """Write the cache atomically (only ``keep`` entries if given); never raises."""
+        if keep is not None:
+            wanted = set(keep)
+            if wanted != set(self.entries):
+                self.entries = {k: v for k, v in self.entries.items() if k in wanted}
+                self.dirty = True
+        if not self.dirty:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            with open(tmp, "wb") as f:
+                pickle.dump((_cache_key(), self.entries), f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, self.path)
+            self.dirty = False
+        except OSError as exc:
+            LOG.warning("%s: unit cache not saved (%s)", self.path, exc.strerror)
+
+
+@functools.lru_cache(maxsize=1)
+def _cache_key() -> str:
+    here = Path(__file__).parent
+    own = hashlib.sha256((here / "units.py").read_bytes()
+                         + (here / "unit_lines.py").read_bytes()).hexdigest()[:16]
+    return f"{own}:{getattr(cst, 'LIBCST_VERSION', '')}:{_libcst_version()}"
+
+
+def _libcst_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("libcst")
+    except Exception:  # metadata missing: the module hash still guards the format
+        return "?"
+
+
+def index_files(root: Path, paths: Iterable[Path], *,
+                cache: UnitCache | None = None) -> dict[RelPath, IndexResult]:
+    """Index the given files (absolute or root-relative) into a path -> result map.
+
+    With ``cache``, files whose content was indexed before are not parsed again
+    (call ``cache.save()`` afterwards to persist new entries).
+    """
     out: dict[RelPath, IndexResult] = {}
     for p in paths:
         ap = p if p.is_absolute() else root / p
@@ -451,10 +511,19 @@ def index_files(root: Path, paths: Iterable[Path]) -> dict[RelPath, IndexResult]
         except OSError as exc:
             out[rel] = ParseFailure(rel, f"{rel}: cannot read: {exc.strerror}")
             continue
-        out[rel] = index_source(rel, data)
+        if cache is None:
+            out[rel] = index_source(rel, data)
+            continue
+        digest = hashlib.sha256(data).hexdigest()
+        hit = cache.get(rel, digest)
+        if hit is None:
+            hit = index_source(rel, data)
+            cache.put(rel, digest, hit)
+        out[rel] = hit
     return out
 
 
-def index_tree(root: Path, include: Sequence[str] = ("",)) -> dict[RelPath, IndexResult]:
+def index_tree(root: Path, include: Sequence[str] = ("",), *,
+               cache: UnitCache | None = None) -> dict[RelPath, IndexResult]:
     """Index every Python file under ``root`` (optionally only under ``include`` dirs)."""
-    return index_files(root, iter_python_files(root, include))
+    return index_files(root, iter_python_files(root, include), cache=cache)

@@ -1,0 +1,91 @@
+"""``fastci ingest``: merge trace files (bazel-testlogs, pytest trace dirs) into the store."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from fastci import config
+from fastci.commands import Command
+from fastci.errors import FastCIError
+from fastci.evidence.ingest import IngestReport, find_traces, ingest, results_from_bep
+from fastci.evidence.store import EvidenceStore
+from fastci.git import Git
+
+LOG = logging.getLogger(__name__)
+
+
+def repo_root(start: Path) -> Path:
+    """The git top level containing ``start``, else ``start`` itself."""
+    try:
+        return Git(start).toplevel()
+    except FastCIError:
+        return start.resolve()
+
+
+def head_commit(root: Path) -> str | None:
+    """HEAD's commit id, or None outside git."""
+    try:
+        return Git(root).head()
+    except FastCIError:
+        return None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the trace paths, ``--bep``, ``--store``, ``--commit`` and ``--source``."""
+    parser.add_argument("paths", nargs="*", type=Path,
+                        help="trace files or directories (default: ./bazel-testlogs)")
+    parser.add_argument("--bep", type=Path,
+                        help="build event JSON file: outcomes/durations win over the traces', "
+                             "and only its tests' testlogs are read")
+    parser.add_argument("--store", type=Path, help="evidence store (default: .fastci/evidence.db)")
+    parser.add_argument("--commit", help="commit the traces were recorded at (default: HEAD)")
+    parser.add_argument("--source-root", type=Path, default=None,
+                        help="source tree the traces were recorded from, for unit checksums "
+                             "(default: the repository)")
+    parser.add_argument("--source", default=None, choices=("bazel", "pytest"),
+                        help="where the traces come from (default: guessed from the paths)")
+
+
+def summary(report: IngestReport) -> str:
+    """One line saying what an ingest did."""
+    line = (f"ingested {report.traces} trace(s): {report.runs_added} run(s) added, "
+            f"{report.runs_skipped} already known, {len(report.tests)} test(s)")
+    if report.incomplete_tests:
+        line += f", {len(report.incomplete_tests)} with incomplete evidence"
+    if report.corrupt:
+        line += f", {len(report.corrupt)} corrupt trace(s) skipped"
+    return line
+
+
+def run(args: argparse.Namespace) -> int:
+    """Ingest and print a summary; exit 1 if a trace was corrupt."""
+    root = repo_root(Path.cwd())
+    paths = list(args.paths) or [root / "bazel-testlogs"]
+    missing = [p for p in paths if not p.exists()]
+    if missing:
+        raise FastCIError(f"{missing[0]}: no such file or directory")
+    source = args.source or ("bazel" if any("testlogs" in str(p) for p in paths) else "pytest")
+    results = results_from_bep(args.bep) if args.bep else None
+    store_path = args.store or config.load(root).path(root, "store")
+    store = EvidenceStore.open(store_path, create=True)
+    try:
+        report = ingest(store, find_traces(paths), source=source,
+                        commit=args.commit or head_commit(root), results=results,
+                        root=(args.source_root or root).resolve(),
+                        only=set(results) if results is not None else None)
+    finally:
+        store.close()
+    for msg in report.corrupt:
+        print(f"fastci: {msg}")
+    print(summary(report))
+    return 1 if report.corrupt else 0
+
+
+COMMAND = Command(
+    name="ingest",
+    help="merge trace files into the evidence store (idempotent; newest run wins)",
+    add_arguments=add_arguments,
+    run=run,
+)

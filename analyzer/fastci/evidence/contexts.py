@@ -1,0 +1,270 @@
+"""Context signatures: *how* each repo unit was exercised, cheaply and stably.
+
+A signature is a short string built from a call's abstracted arguments, the
+caller unit, the process's parallel role and phase::
+
+    args(x=T(bf16,3d,cpu,s);cfg=ModelConfig(tp=2,layers=2))|caller=pkg/m.py::f|grad=1|rank=0/2
+
+Arguments are abstracted, never copied: a tensor becomes its dtype, ndim,
+device type and a coarse size class (``e`` empty, ``s`` <= 65536 elements,
+``l`` larger) — its values and exact shape are never part of a context.
+Scalars and short strings appear by value, dataclass configs by their scalar
+fields, an ``nn.Module`` ``self`` by its class and ``training`` flag.
+
+Collection rides on coverage.py's C tracer through a file-tracer plug-in
+(:mod:`fastci.evidence.covplugin`): only calls of repo code reach Python, not
+torch's or the standard library's (a ``sys.setprofile`` hook — Python 3.11
+has no ``sys.monitoring`` — cost +70% on a training loop even as a no-op).
+A unit's first :data:`FULL_CALLS` calls are inspected, later ones only at
+power-of-two call counts, and a unit stops being inspected once it has
+:data:`MAX_CONTEXTS` distinct contexts (then one dict lookup per call).
+
+The code under test can add labels (phase, rank role, parallel degrees) with
+:func:`annotate`; they are part of every signature taken while in effect.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import sys
+from types import CodeType, FrameType
+from typing import Any, Iterator
+
+from fastci.evidence import covplugin
+from fastci.evidence.files import PathMapper
+
+FULL_CALLS = 8
+MAX_CONTEXTS = 16
+SMALL_NUMEL = 1 << 16
+_MAX_STR = 32
+_MAX_FIELDS = 12
+_CALLER_DEPTH = 12
+_MAX_SELF_CONFIGS = 3
+
+_labels: dict[str, str] = {}
+
+
+@contextlib.contextmanager
+def annotate(**labels: object) -> Iterator[None]:
+    """Add labels (``phase="train"``, ``role="pp_first"``, ``tp=2``) to contexts in effect.
+
+    Safe to call when nothing records: it only sets a process-wide dict.
+    """
+    saved = dict(_labels)
+    _labels.update({k: str(v) for k, v in labels.items()})
+    try:
+        yield
+    finally:
+        _labels.clear()
+        _labels.update(saved)
+
+
+_DTYPE_SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64",
+                "int64": "i64", "int32": "i32", "int8": "i8", "uint8": "u8", "bool": "b"}
+
+
+def _size_class(numel: int) -> str:
+    if numel == 0:
+        return "e"
+    return "s" if numel <= SMALL_NUMEL else "l"
+
+
+def _tensor(value: Any) -> str:
+    dtype = str(value.dtype).replace("torch.", "")
+    return (f"T({_DTYPE_SHORT.get(dtype, dtype)},{value.dim()}d,{value.device.type},"
+            f"{_size_class(value.numel())})")
+
+
+def abstract(value: Any, depth: int = 0) -> str:
+    """Abstract one argument value into a stable, value-free (for tensors) token."""
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, int):
+        return str(int(value))
+    if isinstance(value, float):
+        return format(value, ".4g")
+    if isinstance(value, str):
+        return repr(value) if len(value) <= _MAX_STR else f"str[{'l' if len(value) > 256 else 's'}]"
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__name__}.{value.name}"
+    cls = type(value)
+    mod = cls.__module__
+    if mod.startswith("torch"):
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            if isinstance(value, torch.Tensor):
+                return _tensor(value)
+            if isinstance(value, torch.dtype):
+                return str(value).replace("torch.", "")
+            if isinstance(value, torch.device):
+                return f"dev({value.type})"
+    if mod == "numpy" and hasattr(value, "dtype") and hasattr(value, "ndim"):
+        return f"A({value.dtype},{value.ndim}d,{_size_class(int(value.size))})"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if depth > 0:
+            return cls.__name__
+        fields = []
+        for f in dataclasses.fields(value)[:_MAX_FIELDS]:
+            fields.append(f"{f.name}={abstract(getattr(value, f.name, None), 1)}")
+        return f"{cls.__name__}({','.join(fields)})"
+    if isinstance(value, (tuple, list)):
+        if len(value) <= 4 and depth == 0 and all(
+                isinstance(v, (int, float, str, bool)) or v is None for v in value):
+            return f"{cls.__name__}({','.join(abstract(v, 1) for v in value)})"
+        return f"{cls.__name__}[{'e' if not value else 's' if len(value) <= 16 else 'l'}]"
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"fn:{value.__qualname__}"
+    return cls.__name__
+
+
+def _self_token(value: Any) -> str:
+    """``self``: a dataclass by its fields; else its class, ``nn.Module.training`` and the
+    dataclass-valued attributes it holds (``self.cfg``, ``self.ctx``: where tp/pp live)."""
+    cls = type(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return abstract(value)
+    token = cls.__name__
+    training = getattr(value, "training", None)
+    if isinstance(training, bool):
+        token += f"[train={int(training)}]"
+    attrs = getattr(value, "__dict__", None)
+    if isinstance(attrs, dict):
+        held = sorted((k, v) for k, v in attrs.items()
+                      if dataclasses.is_dataclass(v) and not isinstance(v, type))
+        for name, obj in held[:_MAX_SELF_CONFIGS]:
+            token += f":{name}={abstract(obj)}"
+    return token
+
+
+def call_signature(frame: FrameType, caller: str) -> str:
+    """The context signature of the call that created ``frame``."""
+    code = frame.f_code
+    nargs = code.co_argcount + code.co_kwonlyargcount
+    if code.co_flags & 0x04:  # CO_VARARGS
+        nargs += 1
+    if code.co_flags & 0x08:  # CO_VARKEYWORDS
+        nargs += 1
+    names = code.co_varnames[:nargs]
+    local = frame.f_locals
+    toks = []
+    for i, name in enumerate(names):
+        if name not in local:
+            continue
+        value = local[name]
+        try:
+            if i == 0 and name in ("self", "cls"):
+                toks.append(f"{name}={_self_token(value) if name == 'self' else 'cls'}")
+            elif isinstance(value, dict) and name in names[-1:] and code.co_flags & 0x08:
+                toks.append(f"{name}={{{','.join(f'{k}={abstract(v, 1)}' for k, v in sorted(value.items())[:_MAX_FIELDS])}}}")
+            else:
+                toks.append(f"{name}={abstract(value)}")
+        except Exception:  # an odd object must never break the test
+            toks.append(f"{name}=?")
+    parts = [f"args({';'.join(toks)})", f"caller={caller}"]
+    parts.extend(_process_labels())
+    return "|".join(parts)
+
+
+def _process_labels() -> list[str]:
+    out = []
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            out.append(f"grad={int(torch.is_grad_enabled())}")
+            dist = getattr(torch, "distributed", None)
+            if dist is not None and dist.is_available() and dist.is_initialized():
+                out.append(f"rank={'0' if dist.get_rank() == 0 else 'n'}/{dist.get_world_size()}")
+        except Exception:
+            pass
+    for k in sorted(_labels):
+        out.append(f"{k}={_labels[k]}")
+    return out
+
+
+_MISSING = object()
+
+
+class _CodeState:
+    __slots__ = ("rel", "qualname", "calls", "sigs")
+
+    def __init__(self, rel: str, qualname: str) -> None:
+        self.rel = rel
+        self.qualname = qualname
+        self.calls = 0
+        self.sigs: set[str] = set()
+
+
+class ContextProfiler:
+    """Collect capped context signatures per repo unit from calls the plug-in reports."""
+
+    def __init__(self, mapper: PathMapper, *, full_calls: int = FULL_CALLS,
+                 max_contexts: int = MAX_CONTEXTS) -> None:
+        self.mapper = mapper
+        self.full_calls = full_calls
+        self.max_contexts = max_contexts
+        self._states: dict[CodeType, _CodeState | None] = {}
+        self._done: list[_CodeState] = []
+        self._uids: dict[CodeType, object] = {}
+
+    def _info(self, code: CodeType) -> _CodeState | None:
+        rel = self.mapper.rel(code.co_filename)
+        st = None if rel is None else _CodeState(rel, code.co_qualname)
+        self._states[code] = st
+        return st
+
+    def _caller(self, frame: FrameType) -> str:
+        """The nearest enclosing repo unit on the stack (skips torch/stdlib frames)."""
+        f = frame.f_back
+        uids = self._uids
+        for _ in range(_CALLER_DEPTH):
+            if f is None:
+                break
+            code = f.f_code
+            uid = uids.get(code, _MISSING)
+            if uid is _MISSING:
+                rel = self.mapper.rel(code.co_filename)
+                uid = None if rel is None else f"{rel}::{code.co_qualname}"
+                uids[code] = uid
+            if uid is not None:
+                return str(uid)
+            f = f.f_back
+        return "-"
+
+    def on_call(self, frame: FrameType) -> None:
+        """Inspect one call of repo code (called by the coverage plug-in)."""
+        code = frame.f_code
+        states = self._states
+        try:
+            st = states[code]
+        except KeyError:
+            st = self._info(code)
+        if st is None:
+            return
+        st.calls += 1
+        n = st.calls
+        if n > self.full_calls and n & (n - 1):
+            return
+        try:
+            st.sigs.add(call_signature(frame, self._caller(frame)))
+        except Exception:  # an odd object must never break the test
+            st.sigs.add("?")
+        if len(st.sigs) >= self.max_contexts:
+            self._done.append(st)
+            states[code] = None
+
+    def start(self) -> None:
+        """Become the active profiler of the coverage plug-in."""
+        covplugin.ACTIVE = self
+
+    def stop(self) -> dict[tuple[str, str], tuple[set[str], int]]:
+        """Deactivate; return (path, qualname) -> (signatures, calls seen)."""
+        if covplugin.ACTIVE is self:
+            covplugin.ACTIVE = None
+        out: dict[tuple[str, str], tuple[set[str], int]] = {}
+        for st in [*(s for s in self._states.values() if s is not None), *self._done]:
+            key = (st.rel, st.qualname)
+            sigs, calls = out.get(key, (set(), 0))
+            out[key] = (sigs | st.sigs, calls + st.calls)
+        return out

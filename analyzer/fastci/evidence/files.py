@@ -1,0 +1,213 @@
+"""Map executed and opened files to repo-relative paths; record files a test reads.
+
+Under Bazel a test executes its sources from the runfiles tree
+(``$RUNFILES_DIR/<workspace>/pkg/mod.py`` or ``$TEST_SRCDIR/<workspace>/...``),
+usually symlinks to the source tree. :class:`PathMapper` resolves symlinks and
+strips those prefixes so every path the evidence names is repo-relative; files
+of a virtual environment or ``site-packages`` are never kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from fastci.types import RelPath
+
+_EXCLUDED_PARTS = frozenset({".venv", "site-packages", "dist-packages", "__pycache__", ".git",
+                             ".fastci"})
+_SOURCE_SUFFIXES = (".py", ".pyc", ".pyo", ".so", ".pyi")
+
+
+def runfiles_roots(environ: os._Environ[str] | dict[str, str] | None = None) -> list[str]:
+    """The runfiles directories of the current workspace, from Bazel's test environment.
+
+    Only ``<runfiles>/<workspace>``: other repositories' runfiles (``<runfiles>/fastci``
+    seen from another workspace, pip repositories) are not the repo under test.
+    """
+    env = os.environ if environ is None else environ
+    workspace = env.get("TEST_WORKSPACE", "fastci")
+    roots: list[str] = []
+    for var in ("RUNFILES_DIR", "TEST_SRCDIR"):
+        base = env.get(var)
+        if base:
+            cand = os.path.abspath(os.path.join(base, workspace))
+            if os.path.isdir(cand) and cand not in roots:
+                roots.append(cand)
+    return roots
+
+
+def symlink_source_roots(root: str, limit: int = 400) -> list[str]:
+    """Source trees that the symlinks of a runfiles tree point into.
+
+    coverage.py and frames see resolved (real) file names, so the recorder must
+    measure the real source tree behind ``$RUNFILES_DIR/<workspace>``: for a
+    symlink ``root/a/b.py -> /src/a/b.py`` that is ``/src``.
+    """
+    found: list[str] = []
+    seen = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != "external" and not d.startswith(".")]
+        for name in filenames:
+            seen += 1
+            if seen > limit:
+                return found
+            full = os.path.join(dirpath, name)
+            if not os.path.islink(full):
+                continue
+            rel = os.path.relpath(full, root)
+            real = os.path.realpath(full)
+            if real.endswith(os.sep + rel):
+                base = real[: -len(rel) - 1]
+                if base not in found and not any(p in _EXCLUDED_PARTS for p in base.split(os.sep)):
+                    found.append(base)
+                    if len(found) >= 2:
+                        return found
+    return found
+
+
+class PathMapper:
+    """Turn absolute file names into repo-relative paths (``None`` = not ours)."""
+
+    def __init__(self, repo_root: Path, extra_roots: list[str] | None = None,
+                 omit_dirs: tuple[str, ...] = ()) -> None:
+        real = os.path.realpath(repo_root)
+        self.omit_dirs = tuple(os.path.realpath(d).rstrip(os.sep) + os.sep for d in omit_dirs)
+        roots = [real, os.path.abspath(repo_root)]
+        if extra_roots is None:
+            extra_roots = runfiles_roots()
+            if os.path.realpath(repo_root) != real or not os.path.isdir(os.path.join(real, ".git")):
+                extra_roots = extra_roots + [real]
+            for r in list(extra_roots):
+                extra_roots += symlink_source_roots(r)
+        roots += extra_roots
+        # Longest first: a runfiles tree may live under the repo (bazel-out symlink).
+        self.roots = sorted({r.rstrip(os.sep) for r in roots}, key=len, reverse=True)
+        self.repo_root = real
+        self._cache: dict[str, RelPath | None] = {}
+
+    def rel(self, filename: str) -> RelPath | None:
+        """Map ``filename`` (absolute, or relative to the cwd) to a repo path."""
+        hit = self._cache.get(filename, "")
+        if hit != "":
+            return hit
+        result = self._map(filename)
+        self._cache[filename] = result
+        return result
+
+    def _map(self, filename: str) -> RelPath | None:
+        if not filename or filename.startswith("<"):
+            return None
+        absn = os.path.abspath(filename)
+        real = os.path.realpath(absn)
+        if self.omit_dirs and real.startswith(self.omit_dirs):
+            return None
+        for cand in (real, absn):
+            rel = self._strip(cand)
+            if rel is not None:
+                return rel
+        return None
+
+    def _strip(self, path: str) -> RelPath | None:
+        for root in self.roots:
+            if path.startswith(root + os.sep):
+                rel = path[len(root) + 1:]
+                parts = rel.split(os.sep)
+                if any(p in _EXCLUDED_PARTS or p.startswith("bazel-") for p in parts):
+                    return None
+                if parts[0] == "external":  # another Bazel repository
+                    return None
+                return "/".join(parts)
+        return None
+
+    def local_path(self, rel: RelPath) -> Path | None:
+        """Where to read ``rel`` from now: the repo, else a runfiles tree."""
+        for root in [self.repo_root, *self.roots]:
+            cand = Path(root, rel)
+            if cand.is_file():
+                return cand
+        return None
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, ``""`` if it cannot be read."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
+def _is_read(mode: Any, flags: Any) -> bool:
+    if isinstance(mode, str):
+        return "r" in mode or "+" in mode
+    if isinstance(flags, int):
+        return (flags & os.O_ACCMODE) in (os.O_RDONLY, os.O_RDWR)
+    return True
+
+
+class _Auditor:
+    """The process-wide audit hook (hooks cannot be removed, so it is installed once)."""
+
+    def __init__(self) -> None:
+        self.sink: Callable[[str], None] | None = None
+        self.installed = False
+        self.lock = threading.Lock()
+
+    def hook(self, event: str, args: tuple[Any, ...]) -> None:
+        if event != "open":
+            return
+        sink = self.sink
+        if sink is None or not args:
+            return
+        path = args[0]
+        if isinstance(path, int) or path is None:
+            return
+        try:
+            if not _is_read(args[1] if len(args) > 1 else None, args[2] if len(args) > 2 else None):
+                return
+            name = os.fsdecode(os.fspath(path))
+        except Exception:  # never break the test over bookkeeping
+            return
+        if name.endswith(_SOURCE_SUFFIXES):
+            return
+        sink(name)
+
+
+_AUDITOR = _Auditor()
+
+
+class OpenRecorder:
+    """Collect files opened for reading under the repo while active."""
+
+    def __init__(self, mapper: PathMapper) -> None:
+        self.mapper = mapper
+        self.raw: set[str] = set()
+
+    def start(self) -> None:
+        """Become the process's open-file sink."""
+        with _AUDITOR.lock:
+            if not _AUDITOR.installed:
+                sys.addaudithook(_AUDITOR.hook)
+                _AUDITOR.installed = True
+            _AUDITOR.sink = self._add
+
+    def _add(self, name: str) -> None:
+        if not os.path.isabs(name):
+            name = os.path.join(os.getcwd(), name)
+        self.raw.add(name)
+
+    def stop(self) -> dict[RelPath, str]:
+        """Stop collecting; return repo path -> sha256 of each file read."""
+        if _AUDITOR.sink == self._add:
+            _AUDITOR.sink = None
+        out: dict[RelPath, str] = {}
+        for name in sorted(self.raw):
+            rel = self.mapper.rel(name)
+            if rel is None or rel in out or os.path.isdir(name):
+                continue
+            out[rel] = sha256_file(Path(name))
+        return out

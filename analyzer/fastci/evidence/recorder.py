@@ -1,0 +1,236 @@
+"""The recorder: runs inside a test process and writes its trace file.
+
+``Recorder(test_id, out_dir, repo_root=..., workload=..., gpus=...)``;
+``start()`` begins measuring, ``stop(outcome)`` writes the trace and returns
+its path. While running it collects
+
+* executed lines of repo files (coverage.py's public API, in memory), mapped
+  to units with :func:`fastci.unit_lines.line_index` (checksums are added at
+  ingest, from the file content the trace names by sha256);
+* context signatures per unit (:mod:`fastci.evidence.contexts`);
+* files opened for reading under the repo (:mod:`fastci.evidence.files`);
+* the environment fingerprint, workload, GPUs, duration and outcome.
+
+``start()`` writes an *incomplete* trace at once; ``stop()`` atomically
+replaces it, so a process killed in between leaves a file marked incomplete.
+Child processes are recorded too (:mod:`fastci.evidence.children`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import logging
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Mapping
+
+from fastci import unit_lines as units_mod
+from fastci.evidence import environment, trace
+from fastci.evidence.children import ChildEnvironment
+from fastci.evidence.contexts import ContextProfiler
+from fastci.evidence.covplugin import make_coverage
+from fastci.evidence.files import OpenRecorder, PathMapper
+
+LOG = logging.getLogger(__name__)
+
+OUTCOMES = ("passed", "failed", "error", "skipped", "")
+_OWN_DIR = os.path.dirname(os.path.realpath(__file__))
+# The recording running in this process, for the fork hook.
+_CURRENT: "Recorder | None" = None
+_FORK_HOOK = False
+# In-process cache: (path, sha256) -> line index, so per-test recording re-parses nothing.
+_INDEX_CACHE: dict[tuple[str, str], units_mod.LineIndex | None] = {}
+
+
+def _after_fork_in_child() -> None:
+    rec = _CURRENT
+    if rec is not None and rec._cov is not None:
+        rec._forked()
+
+
+class Recorder:
+    """Record what one test process executes; see the module docstring."""
+
+    def __init__(self, test_id: str, out_dir: Path, *, repo_root: Path,
+                 workload: Mapping[str, object], gpus: int, role: str = "main",
+                 run_id: str | None = None, contexts: bool = True,
+                 children: bool = True) -> None:
+        self.test_id = test_id
+        self.out_dir = Path(out_dir)
+        self.repo_root = Path(repo_root).resolve()
+        self.workload = dict(workload)
+        self.gpus = int(gpus)
+        self.role = role
+        self.run_id = run_id or uuid.uuid4().hex
+        self.path = self.out_dir / trace.file_name(test_id, self.run_id, os.getpid())
+        # The recorder's own package is machinery, not evidence.
+        self.mapper = PathMapper(self.repo_root, omit_dirs=(_OWN_DIR,))
+        self._contexts = ContextProfiler(self.mapper) if contexts else None
+        self._opens = OpenRecorder(self.mapper)
+        self._children = children and role == "main"
+        self._child_env: ChildEnvironment | None = None
+        self._cov: Any = None
+        self._t0 = 0.0
+        self._started_at = 0.0
+        self._stopped = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _header(self) -> trace.TraceMsg:
+        return trace.Trace(
+            format_version=trace.FORMAT_VERSION, test_id=self.test_id, run_id=self.run_id,
+            complete=False, role=self.role, pid=os.getpid(), parent_pid=os.getppid(),
+            started_at=self._started_at, gpus=self.gpus,
+            workload_json=json.dumps(self.workload, sort_keys=True, default=str),
+            argv=" ".join(sys.argv)[:2000])
+
+    def start(self) -> None:
+        """Write the incomplete header and start measuring."""
+        self._started_at = time.time()
+        self._t0 = time.perf_counter()
+        trace.write_atomic(self.path, self._header())
+        if self._children:
+            self._child_env = ChildEnvironment(
+                self.out_dir, self.test_id, self.run_id, self.repo_root,
+                {"workload": self.workload, "gpus": self.gpus})
+            self._child_env.install()
+        sources = list(self.mapper.roots)
+        cov = make_coverage(sources, ["*/.venv/*", "*/site-packages/*", "*/dist-packages/*",
+                                      os.path.join(_OWN_DIR, "*")],
+                            contexts=self._contexts is not None)
+        self._cov = cov
+        self._opens.start()
+        if self._contexts is not None:
+            self._contexts.start()
+        cov.start()
+        global _CURRENT, _FORK_HOOK
+        _CURRENT = self
+        if not _FORK_HOOK and hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_after_fork_in_child)
+            _FORK_HOOK = True
+
+    def _forked(self) -> None:
+        """In a forked child (no exec): go on measuring as a child with its own trace.
+
+        The tracer and its data are inherited; the child writes its trace at exit
+        (``atexit``, and multiprocessing's finalizers, which fork children run
+        before ``os._exit``). A child that dies leaves its incomplete header.
+        """
+        self.role = "child"
+        self._child_env = None  # the parent's: never undo it from a child
+        self._started_at = time.time()
+        self._t0 = time.perf_counter()
+        self.path = self.out_dir / trace.file_name(self.test_id, self.run_id, os.getpid())
+        self._stopped = False
+        trace.write_atomic(self.path, self._header())
+        atexit.register(self._stop_child)
+        mp_util = sys.modules.get("multiprocessing.util")
+        if mp_util is not None:
+            # Process._bootstrap clears finalizers registered before it, then runs
+            # the after-fork hooks: register the finalizer from one of those.
+            mp_util.register_after_fork(self, Recorder._finalize_in_mp_child)
+
+    @staticmethod
+    def _finalize_in_mp_child(rec: "Recorder") -> None:
+        import multiprocessing.util
+
+        multiprocessing.util.Finalize(None, rec._stop_child, exitpriority=0)
+
+    def _stop_child(self) -> None:
+        if not self._stopped:
+            try:
+                self.stop("")
+            except Exception as exc:  # at exit: report, never raise
+                sys.stderr.write(f"fastci: forked child trace not written: {exc!r}\n")
+
+    def stop(self, outcome: str) -> Path:
+        """Stop measuring, write the complete trace atomically, return its path."""
+        if outcome not in OUTCOMES:  # never lose a trace over a label: record it as an error
+            LOG.warning("unknown outcome %r recorded as 'error' (expected one of %s)",
+                        outcome, OUTCOMES)
+            outcome = "error"
+        global _CURRENT
+        if _CURRENT is self:
+            _CURRENT = None
+        self._stopped = True
+        cov = self._cov
+        if cov is not None:
+            cov.stop()
+        ctx = self._contexts.stop() if self._contexts is not None else {}
+        lines: dict[str, list[int]] = {}
+        if cov is not None:
+            data = cov.get_data()
+            for fname in data.measured_files():
+                rel = self.mapper.rel(fname)
+                if rel is not None:
+                    lines.setdefault(rel, []).extend(data.lines(fname) or [])
+            self._cov = None
+        reads = self._opens.stop()
+        if self._child_env is not None:
+            self._child_env.uninstall()
+            self._child_env = None
+        msg = self._header()
+        msg.complete = True
+        msg.outcome = outcome
+        msg.duration_s = time.perf_counter() - self._t0
+        msg.environment.CopyFrom(environment.current())
+        self._fill(msg, lines, ctx)
+        for rel, digest in sorted(reads.items()):
+            if rel not in lines:
+                msg.reads.add(path=rel, digest=digest)
+        return trace.write_atomic(self.path, msg)
+
+    # ------------------------------------------------------------------ mapping
+
+    def _index(self, rel: str) -> tuple[units_mod.LineIndex | None, str]:
+        local = self.mapper.local_path(rel)
+        if local is None:
+            return None, ""
+        try:
+            data = local.read_bytes()
+        except OSError:
+            return None, ""
+        digest = hashlib.sha256(data).hexdigest()
+        key = (rel, digest)
+        if key not in _INDEX_CACHE:
+            result = units_mod.line_index(rel, data)
+            _INDEX_CACHE[key] = result if isinstance(result, units_mod.LineIndex) else None
+        return _INDEX_CACHE[key], digest
+
+    def _fill(self, msg: trace.TraceMsg, lines: dict[str, list[int]],
+              ctx: dict[tuple[str, str], tuple[set[str], int]]) -> None:
+        """Add executed files, their units (by line ownership) and contexts to ``msg``.
+
+        Checksums are left empty: ``fastci ingest`` computes them from the file
+        whose sha256 the trace names (libcst is too slow for every test process).
+        """
+        sig_ids: dict[str, int] = {}
+        by_file: dict[str, dict[str, tuple[set[str], int]]] = {}
+        for (rel, qual), (sigs, calls) in ctx.items():
+            by_file.setdefault(rel, {})[qual] = (sigs, calls)
+        for rel in sorted(set(lines) | set(by_file)):
+            index, digest = self._index(rel)
+            ft = msg.files.add(path=rel, digest=digest)
+            ft.line_deltas.extend(trace.delta_encode(lines.get(rel, [])))
+            file_ctx = by_file.get(rel, {})
+            owned: set[str] = set()
+            if index is not None:
+                known = set(index.qualnames)
+                owned.update(index.qualname_for_line(n) for n in lines.get(rel, []))
+                owned.update(q for q in file_ctx if q in known)
+            else:  # unparsable or unreadable: keep what ran, as the module
+                owned.add(units_mod.MODULE_QUALNAME)
+            for qual in sorted(owned):
+                sigs, calls = file_ctx.get(qual, (set(), 0))
+                ids = []
+                for s in sorted(sigs):
+                    if s not in sig_ids:
+                        sig_ids[s] = len(sig_ids)
+                        msg.contexts.append(s)
+                    ids.append(sig_ids[s])
+                ft.units.add(qualname=qual, contexts=ids, calls_seen=min(calls, 2**32 - 1))

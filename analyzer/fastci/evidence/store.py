@@ -1,0 +1,374 @@
+"""The SQLite evidence store: what each test executed, read, and how it last ran.
+
+Test processes never open the store; ``fastci ingest`` merges their trace files
+in short transactions (WAL mode, so readers never block the writer). Unit,
+test and context ids are integers; contexts are interned and stored per
+evidence row as packed ``uint32`` ids. The schema lives in
+:mod:`fastci.evidence.schema`.
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import logging
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from fastci.errors import StoreError
+from fastci.evidence.schema import SCHEMA, SCHEMA_VERSION
+from fastci.types import Checksum, ContextSig, RelPath, TestId, UnitId
+
+LOG = logging.getLogger(__name__)
+
+DEFAULT_PATH = Path(".fastci/evidence.db")
+_CHUNK = 500
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run of a test as the store knows it."""
+
+    test: TestId
+    commit: str | None
+    env_fingerprint: str
+    workload: Mapping[str, Any]
+    duration_s: float
+    gpus: int
+    outcome: str
+    complete: bool
+    recorded_at: float
+
+
+@dataclass(frozen=True)
+class RunEvidence:
+    """A merged recording of one test run (all its processes), ready to ingest."""
+
+    test: TestId
+    run_key: str
+    outcome: str
+    complete: bool
+    duration_s: float
+    gpus: int
+    workload: Mapping[str, Any]
+    recorded_at: float
+    env_fingerprint: str = ""
+    environment: Mapping[str, Any] = field(default_factory=dict)
+    commit: str | None = None
+    source: str = "bazel"
+    units: Mapping[UnitId, tuple[Checksum, frozenset[ContextSig]]] = field(default_factory=dict)
+    files: Mapping[RelPath, str] = field(default_factory=dict)
+
+
+def pack_ids(ids: Iterable[int]) -> bytes:
+    """Pack context ids as sorted little-endian uint32."""
+    a = array.array("I", sorted(set(ids)))
+    if a.itemsize != 4:  # pragma: no cover - every platform we run on has 4-byte "I"
+        raise StoreError("this platform's unsigned int is not 32 bits")
+    return a.tobytes()
+
+
+def unpack_ids(blob: bytes) -> list[int]:
+    """Inverse of :func:`pack_ids`."""
+    a = array.array("I")
+    a.frombytes(blob)
+    return a.tolist()
+
+
+def _chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
+    for i in range(0, len(items), _CHUNK):
+        yield items[i:i + _CHUNK]
+
+
+class EvidenceStore:
+    """Read and write the evidence store (see the module docstring)."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        self.conn = conn
+        self.path = path
+
+    # ------------------------------------------------------------------ opening
+
+    @classmethod
+    def open(cls, path: Path, *, create: bool = False) -> "EvidenceStore":
+        """Open (or with ``create`` make) the store; ``StoreError`` on another schema."""
+        path = Path(path)
+        exists = path.exists()
+        if not exists and not create:
+            raise StoreError(f"no evidence store at {path}; run `fastci record` or `fastci ingest`")
+        if not exists:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            conn = sqlite3.connect(str(path), timeout=30.0, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=OFF")
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{path} is not a readable evidence store ({exc}); "
+                             "move it aside and re-run `fastci record`") from exc
+        store = cls(conn, path)
+        if not tables:
+            conn.executescript(
+                "BEGIN IMMEDIATE;" + SCHEMA
+                + f"INSERT INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}'),"
+                + f" ('created_at', '{time.time():.3f}'); COMMIT;")
+            return store
+        version = None
+        if "meta" in tables:
+            row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            version = row[0] if row else None
+        if version != str(SCHEMA_VERSION):
+            conn.close()
+            raise StoreError(
+                f"evidence store {path} has schema version {version or 'unknown'}, this FastCI "
+                f"needs {SCHEMA_VERSION}; move it aside (nothing was changed) and re-run "
+                "`fastci record`")
+        return store
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.conn.close()
+
+    def __enter__(self) -> "EvidenceStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    class _Tx:
+        def __init__(self, conn: sqlite3.Connection) -> None:
+            self.conn = conn
+
+        def __enter__(self) -> None:
+            self.conn.execute("BEGIN IMMEDIATE")
+
+        def __exit__(self, exc_type: object, *rest: object) -> None:
+            self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+
+    def _tx(self) -> "EvidenceStore._Tx":
+        return EvidenceStore._Tx(self.conn)
+
+    # ------------------------------------------------------------------ read side
+
+    def test_ids(self) -> list[TestId]:
+        """Every test the store knows, sorted."""
+        return [r[0] for r in self.conn.execute("SELECT name FROM test ORDER BY name")]
+
+    def latest_runs(self) -> dict[TestId, RunRecord]:
+        """The newest run per test (ties: the later ingested)."""
+        rows = self.conn.execute(
+            "SELECT t.name, r.commit_sha, r.env_fingerprint, r.workload, r.duration_s, r.gpus,"
+            " r.outcome, r.complete, r.recorded_at FROM run r JOIN test t ON t.id = r.test_id"
+            " ORDER BY r.recorded_at, r.id")
+        out: dict[TestId, RunRecord] = {}
+        for name, commit, env, wl, dur, gpus, outcome, complete, at in rows:
+            out[name] = RunRecord(name, commit, env, json.loads(wl), dur, gpus, outcome,
+                                  bool(complete), at)
+        return out
+
+    def unit_checksums(self) -> dict[UnitId, Checksum]:
+        """Unit id -> checksum at (the newest) record time."""
+        return dict(self.conn.execute("SELECT uid, checksum FROM unit"))
+
+    def tests_for_units(self, units: Iterable[UnitId]) -> dict[UnitId, set[TestId]]:
+        """Unit id -> tests whose evidence executed it (every asked id is a key)."""
+        wanted = sorted(set(units))
+        out: dict[UnitId, set[TestId]] = {u: set() for u in wanted}
+        for chunk in _chunks(wanted):
+            q = ("SELECT u.uid, t.name FROM unit u JOIN evidence e ON e.unit_id = u.id"
+                 " JOIN test t ON t.id = e.test_id WHERE u.uid IN (%s)" % ",".join("?" * len(chunk)))
+            for uid, name in self.conn.execute(q, chunk):
+                out[uid].add(name)
+        return out
+
+    def tests_for_files(self, paths: Iterable[RelPath]) -> dict[RelPath, set[TestId]]:
+        """Path -> tests that opened that (non-Python) file for reading."""
+        wanted = sorted(set(paths))
+        out: dict[RelPath, set[TestId]] = {p: set() for p in wanted}
+        for chunk in _chunks(wanted):
+            q = ("SELECT f.path, t.name FROM file_read f JOIN test t ON t.id = f.test_id"
+                 " WHERE f.path IN (%s)" % ",".join("?" * len(chunk)))
+            for path, name in self.conn.execute(q, chunk):
+                out[path].add(name)
+        return out
+
+    def tests_for_modules(self, paths: Iterable[RelPath]) -> dict[RelPath, set[TestId]]:
+        """Path -> tests that executed any unit of that Python file."""
+        wanted = sorted(set(paths))
+        out: dict[RelPath, set[TestId]] = {p: set() for p in wanted}
+        for chunk in _chunks(wanted):
+            q = ("SELECT DISTINCT u.path, t.name FROM unit u JOIN evidence e ON e.unit_id = u.id"
+                 " JOIN test t ON t.id = e.test_id WHERE u.path IN (%s)" % ",".join("?" * len(chunk)))
+            for path, name in self.conn.execute(q, chunk):
+                out[path].add(name)
+        return out
+
+    def units_of_test(self, test: TestId) -> dict[UnitId, list[ContextSig]]:
+        """Unit id -> the test's context signatures there (sorted)."""
+        rows = self.conn.execute(
+            "SELECT u.uid, e.contexts FROM test t JOIN evidence e ON e.test_id = t.id"
+            " JOIN unit u ON u.id = e.unit_id WHERE t.name = ?", (test,)).fetchall()
+        ids = {i for _, blob in rows for i in unpack_ids(blob)}
+        sigs = self._sigs(ids)
+        return {uid: sorted(sigs[i] for i in unpack_ids(blob)) for uid, blob in rows}
+
+    def files_of_test(self, test: TestId) -> list[RelPath]:
+        """Files the test opened for reading, sorted."""
+        return [r[0] for r in self.conn.execute(
+            "SELECT f.path FROM test t JOIN file_read f ON f.test_id = t.id WHERE t.name = ?"
+            " ORDER BY f.path", (test,))]
+
+    def runs_of_test(self, test: TestId) -> list[RunRecord]:
+        """Every run of ``test``, oldest first."""
+        rows = self.conn.execute(
+            "SELECT r.commit_sha, r.env_fingerprint, r.workload, r.duration_s, r.gpus, r.outcome,"
+            " r.complete, r.recorded_at FROM run r JOIN test t ON t.id = r.test_id"
+            " WHERE t.name = ? ORDER BY r.recorded_at, r.id", (test,))
+        return [RunRecord(test, c, e, json.loads(w), d, g, o, bool(k), a)
+                for c, e, w, d, g, o, k, a in rows]
+
+    def stats(self) -> dict[str, int]:
+        """Row counts per table and the file size in bytes."""
+        out = {t: self.conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+               for t in ("test", "unit", "context", "evidence", "file_read", "run")}
+        out["bytes"] = sum(p.stat().st_size for p in
+                           (self.path, Path(f"{self.path}-wal")) if p.exists())
+        return out
+
+    def _sigs(self, ids: Iterable[int]) -> dict[int, str]:
+        wanted = sorted(set(ids))
+        out: dict[int, str] = {}
+        for i in range(0, len(wanted), _CHUNK):
+            chunk = wanted[i:i + _CHUNK]
+            q = "SELECT id, sig FROM context WHERE id IN (%s)" % ",".join("?" * len(chunk))
+            out.update(dict(self.conn.execute(q, chunk)))
+        return out
+
+    # ------------------------------------------------------------------ write side
+
+    def _id(self, table: str, col: str, value: str) -> int:
+        row = self.conn.execute(f"SELECT id FROM {table} WHERE {col} = ?", (value,)).fetchone()
+        if row:
+            return int(row[0])
+        cur = self.conn.execute(f"INSERT INTO {table} ({col}) VALUES (?)", (value,))
+        return int(cur.lastrowid or 0)
+
+    def has_run(self, run_key: str) -> bool:
+        """Whether a run with this key was ingested already."""
+        return self.conn.execute("SELECT 1 FROM run WHERE run_key = ?", (run_key,)).fetchone() \
+            is not None
+
+    def _insert_run(self, test_id: int, key: str, commit: str | None, env_fp: str,
+                    environment: Mapping[str, Any], workload: Mapping[str, Any], duration_s: float,
+                    gpus: int, outcome: str, complete: bool, at: float, source: str,
+                    has_evidence: bool) -> int:
+        cur = self.conn.execute(
+            "INSERT INTO run (test_id, run_key, commit_sha, env_fingerprint, environment, workload,"
+            " duration_s, gpus, outcome, complete, recorded_at, source, has_evidence)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (test_id, key, commit, env_fp, json.dumps(dict(environment), sort_keys=True),
+             json.dumps(dict(workload), sort_keys=True, default=str), float(duration_s), int(gpus),
+             outcome, int(complete), float(at), source, int(has_evidence)))
+        return int(cur.lastrowid or 0)
+
+    def ingest(self, run: RunEvidence) -> bool:
+        """Add one recorded run; replace the test's evidence if it is the newest.
+
+        Returns ``False`` (and changes nothing) if ``run.run_key`` was ingested before.
+        """
+        with self._tx():
+            if self.has_run(run.run_key):
+                return False
+            tid = self._id("test", "name", run.test)
+            rid = self._insert_run(tid, run.run_key, run.commit, run.env_fingerprint,
+                                   run.environment, run.workload, run.duration_s, run.gpus,
+                                   run.outcome, run.complete, run.recorded_at, run.source, True)
+            held = self.conn.execute("SELECT evidence_at FROM test WHERE id = ?", (tid,)).fetchone()
+            if held[0] > run.recorded_at:
+                LOG.info("%s: run %s is older than the evidence held; kept as history",
+                         run.test, run.run_key)
+                return True
+            self.conn.execute("DELETE FROM evidence WHERE test_id = ?", (tid,))
+            self.conn.execute("DELETE FROM file_read WHERE test_id = ?", (tid,))
+            rows = []
+            ctx_ids: dict[str, int] = {}
+            for uid, (checksum, sigs) in sorted(run.units.items()):
+                path = uid.partition("::")[0]
+                # The newest recording's checksum wins, an unknown ('') one too:
+                # '' never matches a real checksum, so selection re-runs its tests.
+                self.conn.execute("INSERT INTO unit (uid, path, checksum) VALUES (?,?,?)"
+                                  " ON CONFLICT(uid) DO UPDATE SET checksum = excluded.checksum",
+                                  (uid, path, checksum))
+                unit_id = self._id("unit", "uid", uid)
+                for s in sigs:
+                    if s not in ctx_ids:
+                        ctx_ids[s] = self._id("context", "sig", s)
+                rows.append((unit_id, tid, pack_ids(ctx_ids[s] for s in sigs)))
+            self.conn.executemany("INSERT INTO evidence VALUES (?,?,?)", rows)
+            self.conn.executemany("INSERT INTO file_read VALUES (?,?,?)",
+                                  [(p, tid, d) for p, d in sorted(run.files.items())])
+            self.conn.execute("UPDATE test SET evidence_run = ?, evidence_at = ? WHERE id = ?",
+                              (rid, run.recorded_at, tid))
+        return True
+
+    def record_result(self, test: TestId, *, outcome: str, duration_s: float,
+                      commit: str | None, gpus: int, workload: Mapping[str, Any],
+                      source: str, recorded_at: float | None = None,
+                      run_key: str | None = None) -> None:
+        """Add a plain result (no evidence) for ``test``.
+
+        The run inherits ``complete`` and the environment fingerprint of the
+        evidence the store holds for the test (``complete`` is false if it holds
+        none), so a result never makes missing evidence look complete.
+        """
+        at = time.time() if recorded_at is None else recorded_at
+        key = run_key or f"result:{test}:{at!r}:{source}"
+        with self._tx():
+            if self.has_run(key):
+                return
+            tid = self._id("test", "name", test)
+            row = self.conn.execute(
+                "SELECT r.complete, r.env_fingerprint FROM test t JOIN run r"
+                " ON r.id = t.evidence_run WHERE t.id = ?", (tid,)).fetchone()
+            complete, env_fp = (bool(row[0]), row[1]) if row else (False, "")
+            self._insert_run(tid, key, commit, env_fp, {}, workload, duration_s, gpus, outcome,
+                             complete, at, source, False)
+
+    def bulk_load(self, tests: Sequence[TestId], units: Sequence[tuple[UnitId, Checksum]],
+                  contexts: Sequence[ContextSig],
+                  evidence: Iterable[tuple[int, int, Sequence[int]]],
+                  *, recorded_at: float | None = None, env_fingerprint: str = "",
+                  outcome: str = "passed") -> None:
+        """Fast load into an *empty* store (benchmarks, imports).
+
+        ``evidence`` yields ``(test_index, unit_index, context_indexes)`` into the
+        given sequences; it loads fastest sorted by unit index. Every test gets
+        one complete run.
+        """
+        if self.conn.execute("SELECT count(*) FROM test").fetchone()[0]:
+            raise StoreError(f"bulk_load needs an empty store; {self.path} has tests")
+        at = time.time() if recorded_at is None else recorded_at
+        c = self.conn
+        c.execute("PRAGMA synchronous=OFF")
+        with self._tx():
+            c.execute("DROP INDEX evidence_by_test")
+            c.executemany("INSERT INTO test (id, name, evidence_run, evidence_at) VALUES (?,?,?,?)",
+                          ((i + 1, t, i + 1, at) for i, t in enumerate(tests)))
+            c.executemany("INSERT INTO run (id, test_id, run_key, env_fingerprint, environment,"
+                          " workload, duration_s, gpus, outcome, complete, recorded_at, source,"
+                          " has_evidence) VALUES (?,?,?,?,'{}','{}',1.0,1,?,1,?,'bulk',1)",
+                          ((i + 1, i + 1, f"bulk:{t}", env_fingerprint, outcome, at)
+                           for i, t in enumerate(tests)))
+            c.executemany("INSERT INTO unit (id, uid, path, checksum) VALUES (?,?,?,?)",
+                          ((i + 1, u, u.partition("::")[0], cs) for i, (u, cs) in enumerate(units)))
+            c.executemany("INSERT INTO context (id, sig) VALUES (?,?)",
+                          ((i + 1, s) for i, s in enumerate(contexts)))
+            c.executemany("INSERT INTO evidence (unit_id, test_id, contexts) VALUES (?,?,?)",
+                          ((u + 1, t + 1, pack_ids(x + 1 for x in ctx))
+                           for t, u, ctx in evidence))
+            c.execute("CREATE INDEX evidence_by_test ON evidence (test_id)")
+        c.execute("PRAGMA synchronous=NORMAL")

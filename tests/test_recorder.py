@@ -1,0 +1,243 @@
+"""The recorder in real processes: units, files read, children, kills, runfiles paths."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fastci.evidence import trace
+from fastci.evidence.files import PathMapper
+from fastci.evidence.ingest import Checksums, merge_run
+from fastci.units import FileUnits, index_source
+
+WORK = '''
+import os
+import torch
+
+
+def compute(n):
+    total = 0
+    for i in range(n):
+        total += helper(i)
+    return total
+
+
+def helper(i):
+    return i * 2
+
+
+def never_called():
+    return 0
+
+
+def child_only():
+    return "child"
+
+
+def rank_main(rank, world):
+    import torch.distributed as dist
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        reduce_grads(torch.ones(4))
+    finally:
+        dist.destroy_process_group()
+
+
+def reduce_grads(t):
+    import torch.distributed as dist
+    dist.all_reduce(t)
+    return t
+'''
+
+DRIVER = '''
+import os, signal, subprocess, sys
+from pathlib import Path
+from fastci.evidence.recorder import Recorder
+
+
+def main():
+    mode, out = sys.argv[1], Path(sys.argv[2])
+    rec = Recorder("//t:x_test", out, repo_root=Path(__file__).parent,
+                   workload={"steps": 2}, gpus=0)
+    rec.start()
+    import pkg.work as w
+    w.compute(3)
+    with open(os.path.join(os.path.dirname(__file__), "data", "config.json")) as f:
+        f.read()
+    if mode == "subprocess":
+        subprocess.run([sys.executable, "-c", "import pkg.work as w; w.child_only()"], check=True)
+    elif mode == "spawn":
+        import socket
+        import torch.multiprocessing as mp
+        s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+        os.environ["MASTER_PORT"] = str(port)
+        mp.spawn(w.rank_main, args=(2,), nprocs=2, join=True)
+    elif mode == "fork":
+        import multiprocessing as mproc
+        p = mproc.get_context("fork").Process(target=w.child_only)
+        p.start()
+        p.join()
+        assert p.exitcode == 0
+    elif mode == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    print(rec.stop("passed"))
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("recrepo")
+    (root / "pkg").mkdir()
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "work.py").write_text(textwrap.dedent(WORK))
+    (root / "data").mkdir()
+    (root / "data" / "config.json").write_text('{"lr": 0.1}\n')
+    (root / "drive.py").write_text(textwrap.dedent(DRIVER))
+    return root
+
+
+def drive(repo: Path, mode: str, out: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, str(repo / "drive.py"), mode, str(out)], cwd=repo,
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def traces(out: Path) -> list[trace.Trace]:
+    return [trace.read(p) for p in sorted(out.glob("*.trace"))]
+
+
+def units_of(t: trace.Trace) -> dict[str, list[str]]:
+    return {f"{f.path}::{u.qualname}": [t.contexts[i] for i in u.contexts]
+            for f in t.files for u in f.units}
+
+
+def test_records_units_files_and_environment(repo: Path, tmp_path: Path) -> None:
+    res = drive(repo, "plain", tmp_path)
+    assert res.returncode == 0, res.stderr
+    (t,) = traces(tmp_path)
+    assert (t.test_id, t.role, t.complete, t.outcome, t.gpus) == ("//t:x_test", "main", True,
+                                                                   "passed", 0)
+    assert json.loads(t.workload_json) == {"steps": 2}
+    units = units_of(t)
+    # drive.py::main called start(): frames running before start() are not traced.
+    assert {"pkg/work.py::compute", "pkg/work.py::helper", "pkg/work.py::<module>"} <= set(units)
+    assert "pkg/work.py::never_called" not in units
+    assert all(not u.startswith((".venv", "/")) and "site-packages" not in u for u in units)
+    assert any("caller=pkg/work.py::compute" in s for s in units["pkg/work.py::helper"])
+    work = next(f for f in t.files if f.path == "pkg/work.py")
+    source = (repo / "pkg" / "work.py").read_bytes()
+    assert work.digest == hashlib.sha256(source).hexdigest()
+    assert not any(u.checksum for u in work.units)  # computed at ingest, not in the test
+    run = merge_run([t], source="bazel", commit=None, checksums=Checksums(repo))
+    full = index_source("pkg/work.py", source)
+    assert isinstance(full, FileUnits)
+    assert run.units["pkg/work.py::compute"][0] == full.by_qualname()["compute"].checksum
+    # Once the file changed, the recorded checksums are unknown (''), never today's.
+    moved = tmp_path / "moved"
+    shutil.copytree(repo, moved)
+    (moved / "pkg" / "work.py").write_bytes(source + b"\nX = 1\n")
+    stale = merge_run([t], source="bazel", commit=None, checksums=Checksums(moved))
+    assert stale.units["pkg/work.py::compute"][0] == ""
+    assert [r.path for r in t.reads] == ["data/config.json"]
+    env = t.environment
+    assert env.fingerprint and env.python.startswith("3.") and env.torch.startswith("2.")
+    assert t.duration_s > 0
+
+
+def test_subprocess_child_is_recorded_and_merged(repo: Path, tmp_path: Path) -> None:
+    res = drive(repo, "subprocess", tmp_path)
+    assert res.returncode == 0, res.stderr
+    ts = traces(tmp_path)
+    assert sorted(t.role for t in ts) == ["child", "main"]
+    assert len({t.run_id for t in ts}) == 1
+    child = next(t for t in ts if t.role == "child")
+    assert child.complete and child.parent_pid != child.pid
+    run = merge_run(ts, source="pytest", commit=None)
+    assert run.complete and "pkg/work.py::child_only" in run.units
+    assert "pkg/work.py::compute" in run.units
+    # The child's environment variables did not leak past stop().
+    assert "FASTCI_RECORD_CHILD" not in os.environ
+
+
+def test_torch_spawned_ranks_are_recorded_with_rank_contexts(repo: Path, tmp_path: Path) -> None:
+    res = drive(repo, "spawn", tmp_path)
+    assert res.returncode == 0, res.stderr
+    ts = traces(tmp_path)
+    assert sorted(t.role for t in ts) == ["child", "child", "main"]
+    assert all(t.complete for t in ts)
+    run = merge_run(ts, source="bazel", commit=None)
+    sigs = run.units["pkg/work.py::reduce_grads"][1]
+    assert {s.split("rank=")[1].split("|")[0] for s in sigs} == {"0/2", "n/2"}
+    assert any("T(f32,1d,cpu,s)" in s for s in sigs)
+
+
+def test_forked_child_is_recorded(repo: Path, tmp_path: Path) -> None:
+    res = drive(repo, "fork", tmp_path)
+    assert res.returncode == 0, res.stderr
+    ts = traces(tmp_path)
+    assert sorted(t.role for t in ts) == ["child", "main"] and all(t.complete for t in ts)
+    child = next(t for t in ts if t.role == "child")
+    assert "pkg/work.py::child_only" in units_of(child)
+    main = next(t for t in ts if t.role == "main")
+    assert "pkg/work.py::child_only" not in units_of(main)
+
+
+def test_killed_process_leaves_incomplete_trace(repo: Path, tmp_path: Path) -> None:
+    res = drive(repo, "kill", tmp_path)
+    assert res.returncode == -9
+    (t,) = traces(tmp_path)
+    assert not t.complete and t.test_id == "//t:x_test" and not t.files
+    run = merge_run([t], source="bazel", commit=None)
+    assert not run.complete and run.outcome == "error"
+
+
+def test_runfiles_symlinks_map_to_repo_paths(repo: Path, tmp_path: Path) -> None:
+    runfiles = tmp_path / "x_test.runfiles"
+    ws = runfiles / "fastci"
+    (ws / "pkg").mkdir(parents=True)
+    (ws / "pkg" / "work.py").symlink_to(repo / "pkg" / "work.py")
+    (ws / "external" / "dep").mkdir(parents=True)
+    (ws / "external" / "dep" / "d.py").write_text("")
+    (runfiles / "pypi" / "site-packages").mkdir(parents=True)
+    env = {"RUNFILES_DIR": str(runfiles), "TEST_WORKSPACE": "fastci"}
+    from fastci.evidence import files
+
+    roots = files.runfiles_roots(env)
+    assert str(ws) in roots
+    mapper = PathMapper(ws, extra_roots=roots + files.symlink_source_roots(str(ws)))
+    assert mapper.rel(str(ws / "pkg" / "work.py")) == "pkg/work.py"
+    assert mapper.rel(str(repo / "pkg" / "work.py")) == "pkg/work.py"  # resolved name
+    assert mapper.rel(str(ws / "external" / "dep" / "d.py")) is None
+    assert mapper.rel(str(runfiles / "pypi" / "site-packages" / "m.py")) is None
+    assert mapper.rel("/usr/lib/python3.11/os.py") is None
+    assert mapper.rel("<string>") is None
+
+
+def test_environment_fingerprint_tracks_packages_not_cwd(tmp_path: Path) -> None:
+    from fastci.evidence import environment
+
+    site = tmp_path / "site-packages"
+    (site / "torch-2.13.0.dist-info").mkdir(parents=True)
+    first = environment.packages_digest([str(site)])
+    (site / "numpy-2.0.dist-info").mkdir()
+    second = environment.packages_digest([str(site)])
+    (site / "torch-2.13.0.dist-info").rename(site / "torch-2.14.0.dist-info")
+    third = environment.packages_digest([str(site)])
+    assert len({first, second, third}) == 3
+    code = "from fastci.evidence.environment import current_fingerprint as f; print(f())"
+    prints = {subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True,
+                             text=True, check=True).stdout for cwd in (tmp_path, Path.cwd())}
+    assert len(prints) == 1

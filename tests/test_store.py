@@ -1,0 +1,142 @@
+"""The SQLite evidence store: read API, newest-wins, schema versions, bulk load."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fastci.errors import StoreError
+from fastci.evidence.schema import SCHEMA_VERSION
+from fastci.evidence.store import EvidenceStore, RunEvidence, pack_ids, unpack_ids
+
+
+def run(test: str, at: float, units: dict[str, set[str]], *, key: str | None = None,
+        files: dict[str, str] | None = None, complete: bool = True,
+        outcome: str = "passed", checksum: str = "c1") -> RunEvidence:
+    return RunEvidence(
+        test=test, run_key=key or f"{test}@{at}", outcome=outcome, complete=complete,
+        duration_s=2.5, gpus=2, workload={"train_iters": 10}, recorded_at=at,
+        env_fingerprint="env1", environment={"python": "3.11"}, commit="abc",
+        units={u: (checksum, frozenset(s)) for u, s in units.items()}, files=files or {})
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> EvidenceStore:
+    return EvidenceStore.open(tmp_path / ".fastci" / "evidence.db", create=True)
+
+
+def test_read_api(store: EvidenceStore) -> None:
+    store.ingest(run("//t:a", 1.0, {"m.py::f": {"bf16|tp=2", "f32"}, "m.py::<module>": set()},
+                     files={"data/cfg.json": "d1"}))
+    store.ingest(run("//t:b", 1.0, {"m.py::f": {"f32"}, "n.py::g": {"x"}}))
+    assert store.test_ids() == ["//t:a", "//t:b"]
+    assert store.tests_for_units(["m.py::f", "n.py::g", "zz.py::nope"]) == {
+        "m.py::f": {"//t:a", "//t:b"}, "n.py::g": {"//t:b"}, "zz.py::nope": set()}
+    assert store.tests_for_modules(["m.py", "n.py", "o.py"]) == {
+        "m.py": {"//t:a", "//t:b"}, "n.py": {"//t:b"}, "o.py": set()}
+    assert store.tests_for_files(["data/cfg.json", "other"]) == {
+        "data/cfg.json": {"//t:a"}, "other": set()}
+    assert store.units_of_test("//t:a") == {"m.py::f": ["bf16|tp=2", "f32"], "m.py::<module>": []}
+    assert store.files_of_test("//t:a") == ["data/cfg.json"]
+    assert store.unit_checksums() == {"m.py::f": "c1", "m.py::<module>": "c1", "n.py::g": "c1"}
+    latest = store.latest_runs()
+    a = latest["//t:a"]
+    assert (a.commit, a.env_fingerprint, dict(a.workload), a.duration_s, a.gpus, a.outcome,
+            a.complete, a.recorded_at) == ("abc", "env1", {"train_iters": 10}, 2.5, 2, "passed",
+                                           True, 1.0)
+    assert store.stats()["context"] == 3 and store.stats()["bytes"] > 0
+
+
+def test_newest_run_wins_and_older_is_history(store: EvidenceStore) -> None:
+    assert store.ingest(run("//t:a", 5.0, {"m.py::new": {"n"}}, checksum="c5"))
+    assert store.ingest(run("//t:a", 3.0, {"m.py::old": {"o"}}, outcome="failed"))
+    assert not store.ingest(run("//t:a", 5.0, {"m.py::new": {"n"}}))  # same key: no-op
+    assert set(store.units_of_test("//t:a")) == {"m.py::new"}
+    assert store.latest_runs()["//t:a"].recorded_at == 5.0
+    assert [r.outcome for r in store.runs_of_test("//t:a")] == ["failed", "passed"]
+    assert store.tests_for_units(["m.py::old"]) == {"m.py::old": set()}
+
+
+def test_result_only_run_keeps_completeness_of_the_evidence(store: EvidenceStore) -> None:
+    store.record_result("//t:new", outcome="failed", duration_s=1.0, commit=None, gpus=1,
+                        workload={}, source="pytest", recorded_at=10.0)
+    assert store.latest_runs()["//t:new"].complete is False  # no evidence: never complete
+    store.ingest(run("//t:a", 1.0, {"m.py::f": set()}))
+    store.record_result("//t:a", outcome="failed", duration_s=9.0, commit="d", gpus=2,
+                        workload={}, source="result", recorded_at=20.0)
+    latest = store.latest_runs()["//t:a"]
+    assert (latest.outcome, latest.complete, latest.env_fingerprint) == ("failed", True, "env1")
+    assert set(store.units_of_test("//t:a")) == {"m.py::f"}  # results do not touch evidence
+
+
+def test_schema_mismatch_is_one_line_error_and_touches_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "evidence.db"
+    EvidenceStore.open(path, create=True).close()
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    before = path.read_bytes()
+    with pytest.raises(StoreError) as err:
+        EvidenceStore.open(path, create=True)
+    msg = str(err.value)
+    assert "\n" not in msg and "schema version 999" in msg and f"needs {SCHEMA_VERSION}" in msg
+    assert "move it aside" in msg
+    assert path.read_bytes() == before
+
+
+def test_missing_and_garbage_stores(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="no evidence store"):
+        EvidenceStore.open(tmp_path / "none.db")
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreError, match="not a readable evidence store"):
+        EvidenceStore.open(junk, create=True)
+    assert junk.read_bytes() == b"this is not sqlite" * 100
+
+
+def test_wal_reader_is_not_blocked_by_writer(store: EvidenceStore) -> None:
+    store.ingest(run("//t:a", 1.0, {"m.py::f": set()}))
+    assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    store.conn.execute("BEGIN IMMEDIATE")
+    store.conn.execute("INSERT INTO test (name) VALUES ('//t:pending')")
+    reader = EvidenceStore.open(store.path)
+    assert reader.test_ids() == ["//t:a"]  # sees the committed state, immediately
+    store.conn.execute("COMMIT")
+    assert reader.test_ids() == ["//t:a", "//t:pending"]
+    reader.close()
+
+
+def test_bulk_load_matches_queries(store: EvidenceStore) -> None:
+    tests = [f"//t:{i}" for i in range(20)]
+    units = [(f"m{i % 5}.py::f{i}", f"c{i}") for i in range(50)]
+    contexts = ["a", "b", "c"]
+    ev = sorted(((t, u, [t % 3]) for t in range(20) for u in range(50) if (t + u) % 7 == 0),
+                key=lambda e: (e[1], e[0]))
+    store.bulk_load(tests, units, contexts, ev)
+    expected = {units[u][0]: {tests[t] for t, uu, _ in ev if uu == u} for u in range(50)}
+    assert store.tests_for_units([u for u, _ in units]) == expected
+    assert store.units_of_test("//t:3")["m4.py::f4"] == ["a"]
+    assert all(r.complete for r in store.latest_runs().values())
+    with pytest.raises(StoreError, match="empty store"):
+        store.bulk_load(tests, units, contexts, [])
+
+
+def test_pack_round_trip() -> None:
+    assert unpack_ids(pack_ids([5, 1, 5, 70000])) == [1, 5, 70000]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.permutations([1.0, 2.0, 3.0, 4.0]))
+def test_newest_wins_in_any_ingest_order(tmp_path_factory: pytest.TempPathFactory,
+                                         order: list[float]) -> None:
+    path = tmp_path_factory.mktemp("perm") / "e.db"
+    with EvidenceStore.open(path, create=True) as s:
+        for at in order:
+            s.ingest(run("//t:a", at, {f"m.py::v{int(at)}": set()}))
+        assert set(s.units_of_test("//t:a")) == {"m.py::v4"}
+        assert len(s.runs_of_test("//t:a")) == 4

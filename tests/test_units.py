@@ -1,0 +1,219 @@
+"""Units and checksums on tricky sources (fastci.units)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fastci.units import (MODULE_QUALNAME, FileUnits, LineIndex, ParseFailure, UnitCache,
+                          index_files, line_index,
+                          index_source, index_tree, split_unit_id, unit_id)
+
+BASE = '''\
+"""Module doc."""
+import os
+from x import (a,
+               b as c)
+
+MAX_LEN = 128
+
+
+@register("linear", priority=1)
+def linear(x, scale=2.0):
+    """Apply a scale."""
+    # a comment
+    def inner(y):
+        return y * scale
+    return inner(x) + MAX_LEN
+
+
+class Layer(Base):
+    """A layer."""
+
+    dim = 64
+    names = ["a", "b"]
+
+    def forward(self, x):
+        return x + self.dim
+
+    @property
+    def size(self):
+        return self.dim
+
+    @staticmethod
+    async def fetch(url, *, timeout=3):
+        async with session() as s:
+            return await s.get(url)
+
+
+if os.environ.get("X"):
+    def maybe():
+        return 1
+'''
+
+
+def units(src: str) -> dict[str, str]:
+    res = index_source("pkg/m.py", textwrap.dedent(src))
+    assert isinstance(res, FileUnits), res
+    return {u.qualname: u.checksum for u in res.units}
+
+
+def changed(before: str, after: str) -> set[str]:
+    a, b = units(before), units(after)
+    return {q for q in a.keys() | b.keys() if a.get(q) != b.get(q)}
+
+
+def test_units_and_qualnames_match_code_objects() -> None:
+    res = index_source("pkg/m.py", BASE)
+    assert isinstance(res, FileUnits)
+    by = res.by_qualname()
+    assert set(by) == {MODULE_QUALNAME, "linear", "linear.<locals>.inner", "Layer",
+                       "Layer.forward", "Layer.size", "Layer.fetch", "maybe"}
+    assert by["linear"].kind == "function" and by["Layer"].kind == "class"
+    assert by[MODULE_QUALNAME].kind == "module"
+    assert by["linear"].id == "pkg/m.py::linear" == unit_id("pkg/m.py", "linear")
+    assert split_unit_id(by["Layer.forward"].id) == ("pkg/m.py", "Layer.forward")
+    # The qualnames are exactly the code objects' co_qualname.
+    ns: dict[str, object] = {}
+    code = compile(BASE, "m.py", "exec")
+    quals = {c.co_qualname for c in _codes(code)}
+    assert {q for q in by if q != MODULE_QUALNAME} <= quals
+    del ns
+
+
+def _codes(code):  # type: ignore[no-untyped-def]
+    yield code
+    for const in code.co_consts:
+        if hasattr(const, "co_qualname"):
+            yield from _codes(const)
+
+
+def test_line_spans_and_ownership() -> None:
+    res = index_source("pkg/m.py", BASE)
+    assert isinstance(res, FileUnits)
+    lines = BASE.splitlines()
+
+    def owner(text: str) -> str:
+        return res.unit_for_line(lines.index(text) + 1).qualname
+
+    by = res.by_qualname()
+    assert by["linear"].start == lines.index('@register("linear", priority=1)') + 1
+    assert owner('@register("linear", priority=1)') == MODULE_QUALNAME  # decorators: parent
+    assert owner("def linear(x, scale=2.0):") == MODULE_QUALNAME  # header: parent
+    assert owner("    return inner(x) + MAX_LEN") == "linear"
+    assert owner("        return y * scale") == "linear.<locals>.inner"
+    assert owner("    def inner(y):") == "linear"  # nested header belongs to the outer body
+    assert owner("    dim = 64") == "Layer"
+    assert owner("    @property") == "Layer"
+    assert owner("        return self.dim") == "Layer.size"
+    assert owner("            return await s.get(url)") == "Layer.fetch"
+    assert owner("        return 1") == "maybe"
+    assert owner("MAX_LEN = 128") == MODULE_QUALNAME
+    assert res.unit_for_line(10_000).qualname == MODULE_QUALNAME
+    assert by["Layer"].end == lines.index("            return await s.get(url)") + 1
+
+
+@pytest.mark.parametrize("after", [
+    # comments, blank lines, docstrings, formatting, parentheses, trailing commas
+    BASE.replace("    # a comment\n", "").replace('"""Apply a scale."""', '"""Other doc."""'),
+    BASE.replace("return inner(x) + MAX_LEN", "return (inner(x)\n            + MAX_LEN)  # why"),
+    BASE.replace('names = ["a", "b"]', 'names = [\n        "a",\n        "b",\n    ]'),
+    BASE.replace("x + self.dim", "x+self.dim"),
+    BASE.replace('"""A layer."""\n', ""),
+    BASE.replace('"""Module doc."""', '"""Changed module doc."""'),
+    BASE.replace("\n\n\nclass Layer", "\n# banner\n\nclass Layer"),
+])
+def test_cosmetic_edits_keep_every_checksum(after: str) -> None:
+    assert changed(BASE, after) == set()
+
+
+@pytest.mark.parametrize("after, expected", [
+    (BASE.replace("scale=2.0", "scale=3.0"), {"linear"}),  # default
+    (BASE.replace('@register("linear", priority=1)', '@register("linear", priority=2)'),
+     {"linear", MODULE_QUALNAME}),  # decorator literal: the function and the def statement
+    (BASE.replace("MAX_LEN = 128", "MAX_LEN = 256"), {MODULE_QUALNAME}),  # module literal
+    (BASE.replace("dim = 64", "dim = 32"), {"Layer"}),  # class attribute
+    (BASE.replace("return y * scale", "return y / scale"), {"linear.<locals>.inner"}),
+    (BASE.replace("timeout=3", "timeout=4"), {"Layer.fetch"}),
+    (BASE.replace("async def fetch", "def fetch").replace("async with", "with")
+     .replace("await s.get", "s.get"), {"Layer.fetch"}),
+    (BASE.replace("    @property\n", ""), {"Layer", "Layer.size"}),
+    (BASE.replace("class Layer(Base)", "class Layer(Other)"), {"Layer", MODULE_QUALNAME}),
+    (BASE.replace('"a", "b"', '"a", "c"'), {"Layer"}),
+])
+def test_semantic_edits_change_exactly_the_owner(after: str, expected: set[str]) -> None:
+    assert changed(BASE, after) == expected
+
+
+def test_nested_body_edit_leaves_parent_alone() -> None:
+    after = BASE.replace("return y * scale", "return y * scale * 1")
+    assert changed(BASE, after) == {"linear.<locals>.inner"}
+
+
+def test_parts_name_what_changed() -> None:
+    res_a = index_source("m.py", BASE)
+    res_b = index_source("m.py", BASE.replace("MAX_LEN = 128", "MAX_LEN = 1"))
+    assert isinstance(res_a, FileUnits) and isinstance(res_b, FileUnits)
+    pa = res_a.units[0].parts_dict
+    pb = res_b.units[0].parts_dict
+    assert {k for k in pa if pa[k] != pb.get(k)} == {"assign:MAX_LEN"}
+    assert "import:a,c" in pa and "def:linear" in pa and "class:Layer" in pa
+    fa = res_a.by_qualname()["linear"].parts_dict
+    fb = index_source("m.py", BASE.replace("scale=2.0", "scale=1.0"))
+    assert isinstance(fb, FileUnits)
+    diff = {k for k, v in fb.by_qualname()["linear"].parts_dict.items() if fa[k] != v}
+    assert diff == {"signature"}
+
+
+def test_syntax_error_is_a_parse_failure() -> None:
+    res = index_source("bad.py", "def f(:\n")
+    assert isinstance(res, ParseFailure)
+    assert res.message.startswith("bad.py: does not parse")
+
+
+def test_index_tree_and_cache(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text(BASE)
+    (tmp_path / "pkg" / "b.py").write_text("x = (\n")
+    (tmp_path / ".venv" / "lib").mkdir(parents=True)
+    (tmp_path / ".venv" / "lib" / "c.py").write_text("y = 1\n")
+    plain = index_tree(tmp_path)
+    assert set(plain) == {"pkg/a.py", "pkg/b.py"}
+    assert isinstance(plain["pkg/b.py"], ParseFailure)
+
+    cache_file = tmp_path / ".fastci" / "units.cache"
+    cache = UnitCache(cache_file)
+    first = index_tree(tmp_path, cache=cache)
+    cache.save()
+    assert cache.hits == 0 and cache_file.exists()
+    again = UnitCache(cache_file)
+    second = index_tree(tmp_path, cache=again)
+    assert again.hits == 2 and second == first == plain
+    # An edit misses the cache and is re-indexed.
+    (tmp_path / "pkg" / "a.py").write_text(BASE.replace("dim = 64", "dim = 1"))
+    third = index_files(tmp_path, [Path("pkg/a.py")], cache=again)
+    assert again.hits == 2
+    a1, a3 = first["pkg/a.py"], third["pkg/a.py"]
+    assert isinstance(a1, FileUnits) and isinstance(a3, FileUnits)
+    assert a1.by_qualname()["Layer"].checksum != a3.by_qualname()["Layer"].checksum
+    # A corrupt cache file is an empty cache.
+    cache_file.write_bytes(b"not a pickle")
+    assert UnitCache(cache_file).entries == {}
+
+
+@pytest.mark.parametrize("src", [BASE, "x = 1\n", "def f(): pass\nclass A:\n    def g(self): pass\n",
+                                 "class A:\n    class B:\n        def c(self):\n            def d():\n"
+                                 "                return 1\n            return d\n"])
+def test_line_index_agrees_with_index_source(src: str) -> None:
+    full = index_source("m.py", src)
+    light = line_index("m.py", src)
+    assert isinstance(full, FileUnits) and isinstance(light, LineIndex)
+    assert set(light.qualnames) == {u.qualname for u in full.units}
+    for line in range(0, src.count("\n") + 3):
+        assert light.qualname_for_line(line) == full.unit_for_line(line).qualname, line
+
+
+def test_line_index_syntax_error() -> None:
+    assert isinstance(line_index("bad.py", "def f(:\n"), ParseFailure)
