@@ -11,6 +11,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 COMMAND_MODULES: tuple[str, ...] = (
+    "fastci.commands.record",
+    "fastci.commands.ingest",
+    "fastci.commands.evidence",
+    "fastci.commands.plan",
+    "fastci.commands.explain",
+    "fastci.commands.run",
     "fastci.commands.validate_plan",
     "fastci.commands.targets",
 )

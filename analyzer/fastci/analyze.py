@@ -1,0 +1,178 @@
+"""The application behind ``fastci plan``: gather inputs, select, build the plan.
+
+The I/O shell around the pure selector: git (:mod:`fastci.git`), the evidence
+store, ``bazel query`` for the declared tests and the environment fingerprint.
+Any error on the way becomes a plan that runs everything, with the error as its
+reason: selection never narrows silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from fastci.change_scan import ChangeSet, scan
+from fastci.config import Config
+from fastci.errors import FastCIError
+from fastci.git import WORKTREE, Git
+from fastci.plan import Plan, PlannedTest, SkippedTest
+from fastci.select import (DeclaredTest, DecisionKind, Reason, Selection, select_tests,
+                           widen_everything)
+from fastci.select.rules import own_output
+from fastci.types import TestId
+
+LOG = logging.getLogger(__name__)
+
+DeclaredProvider = Callable[[Path, Config], Mapping[TestId, DeclaredTest]]
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What ``fastci plan`` computed: the selection, the plan, the changes, the time."""
+
+    selection: Selection
+    plan: Plan
+    changes: ChangeSet | None
+    elapsed_s: float
+
+
+def label_to_path(label: str) -> str:
+    """``//pkg/sub:file.py`` -> ``pkg/sub/file.py`` (source labels of the main repository)."""
+    label = label[1:] if label.startswith("@//") else label
+    pkg, _, name = label.lstrip("/").partition(":")
+    return f"{pkg}/{name}" if pkg else name
+
+
+def bazel_declared(root: Path, config: Config, *, bazel: Any = None) -> dict[TestId, DeclaredTest]:
+    """The declared gpu_tests from ``bazel query`` (:mod:`fastci.bazel.query`)."""
+    from fastci.bazel.query import list_gpu_tests  # imported lazily: it shells out
+    from fastci.bazel.runner import Bazel
+
+    out: dict[TestId, DeclaredTest] = {}
+    for d in list_gpu_tests(bazel or Bazel(root, config.bazel), config.targets):
+        srcs = tuple(label_to_path(s) for s in d.srcs)
+        out[d.id] = DeclaredTest(d.id, int(d.gpus), dict(d.workload), srcs)
+    return out
+
+
+def evidence_commits(store: Any) -> set[str | None]:
+    """The commits the held evidence was recorded at (None = unknown, forces a full compare)."""
+    method = getattr(store, "evidence_commits", None)
+    if method is not None:
+        return set(method())
+    conn = getattr(store, "conn", None)
+    if conn is not None:
+        rows = conn.execute("SELECT DISTINCT r.commit_sha FROM test t JOIN run r"
+                            " ON r.id = t.evidence_run").fetchall()
+        return {r[0] for r in rows}
+    return {None}
+
+
+def to_plan(selection: Selection, *, base: str | None, head: str | None) -> Plan:
+    """Turn a selection into a version-1 plan (every selected test at full workload)."""
+    tests = tuple(PlannedTest(d.test, {}, d.priority, d.why, d.est_gpu_s)
+                  for d in selection.selected)
+    if selection.widen:
+        reason = "; ".join(dict.fromkeys(r.sentence for r in selection.widen))
+        return Plan(mode="all", reason=reason, tests=tests, base=base, head=head)
+    skipped = tuple(SkippedTest(d.test, d.why) for d in selection.skipped)
+    reason = f"{selection.summary}; {len(tests)} of {len(tests) + len(skipped)} tests selected"
+    return Plan(mode="selective", reason=reason, tests=tests, skipped=skipped, base=base, head=head)
+
+
+def analyze(root: Path, config: Config, *, base: str | None = None, head: str = WORKTREE,
+            declared: Mapping[TestId, DeclaredTest] | DeclaredProvider | None = bazel_declared,
+            env_fingerprint: str | None | Callable[[], str] = None,
+            store: Any = None) -> Analysis:
+    """Analyze the change ``base`` -> ``head`` and return the selection and its plan.
+
+    Args:
+        root: the repository root.
+        config: the effective configuration.
+        base: the base revision (``config.base`` when None).
+        head: a revision, or :data:`fastci.git.WORKTREE` for the working tree.
+        declared: the declared tests, a provider of them (default: ``bazel query``), or
+            None to use the tests in the store only (e.g. for pytest suites).
+        env_fingerprint: the current fingerprint, a callable giving it, or None to
+            compute it with :func:`fastci.evidence.environment.current_fingerprint`.
+        store: an open evidence store (opened from ``config.store`` when None).
+    """
+    started = time.perf_counter()
+    base = base or config.base
+    decl: Mapping[TestId, DeclaredTest] | None = None
+    opened = None
+    changes: ChangeSet | None = None
+    try:
+        decl = declared(root, config) if callable(declared) else declared
+        if store is None:
+            from fastci.evidence.store import EvidenceStore
+
+            store = opened = EvidenceStore.open(config.path(root, "store"))
+        fingerprint = _fingerprint(env_fingerprint)
+        changes = scan(Git(root), base, head, recorded=store.unit_checksums(),
+                       evidence_commits=evidence_commits(store))
+        changes = replace(changes, others=tuple(o for o in changes.others
+                                                if not own_output(o.path, config)))
+        selection = select_tests(changes, store, config, declared=decl,
+                                 env_fingerprint=fingerprint)
+    except Exception as exc:  # noqa: BLE001 - any failure must widen, never narrow
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if not isinstance(exc, FastCIError):
+            LOG.exception("unexpected error during change analysis")
+            message = f"{type(exc).__name__}: {message}"
+        LOG.warning("widening to every test: %s", message)
+        reason = Reason(DecisionKind.ERROR, f"change analysis failed ({message}): everything runs",
+                        via="safety rule: any error widens the plan")
+        selection = widen_everything(reason, store, decl)
+    finally:
+        if opened is not None:
+            opened.close()
+    head_name = head if head != WORKTREE else "worktree"
+    plan = to_plan(selection, base=changes.base if changes else base, head=(
+        changes.head if changes and changes.head != WORKTREE else head_name))
+    return Analysis(selection, plan, changes, time.perf_counter() - started)
+
+
+def _fingerprint(value: str | None | Callable[[], str]) -> str | None:
+    if isinstance(value, str):
+        return value
+    try:
+        if callable(value):
+            return value()
+        from fastci.evidence.environment import current_fingerprint
+
+        return current_fingerprint()
+    except Exception as exc:  # noqa: BLE001 - unknown environment: every test re-runs
+        LOG.warning("cannot compute the environment fingerprint: %s", exc)
+        return None
+
+
+def summarize(analysis: Analysis) -> list[str]:
+    """The human summary ``fastci plan`` prints."""
+    sel, plan = analysis.selection, analysis.plan
+    n_sel, n_all = len(sel.selected), len(sel.decisions)
+    known = [d.est_gpu_s for d in sel.selected if d.est_gpu_s is not None]
+    every = [d.est_gpu_s for d in sel.decisions if d.est_gpu_s is not None]
+    if plan.mode == "all":
+        lines = [f"fastci plan: all: every test runs at full workload ({n_all} known)"]
+    else:
+        lines = [f"fastci plan: {plan.mode}: {n_sel} of {n_all} tests selected, "
+                 f"{n_all - n_sel} skipped ({sel.summary})"]
+    unknown = n_sel - len(known)
+    lines.append(f"  estimated GPU-seconds: {sum(known):.1f} of {sum(every):.1f} for all"
+                 + (f" (+{unknown} tests never timed)" if unknown else ""))
+    for r in sel.widen:
+        lines.append(f"  widened: {r.sentence}")
+    for note in sel.notes:
+        lines.append(f"  note: {note}")
+    by_kind: dict[str, int] = {}
+    for d in sel.decisions:
+        key = d.reasons[0].kind.value if d.reasons else "?"
+        by_kind[key] = by_kind.get(key, 0) + 1
+    for kind, n in sorted(by_kind.items(), key=lambda kv: -kv[1]):
+        lines.append(f"  {n:4d}  {kind}")
+    lines.append(f"  analysis took {analysis.elapsed_s:.2f} s")
+    return lines

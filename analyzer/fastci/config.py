@@ -1,0 +1,197 @@
+"""FastCI's configuration: one loader, numbered precedence, unknown keys rejected.
+
+Precedence, lowest first (a later source replaces a key of an earlier one):
+
+1. the defaults in :data:`DEFAULTS`;
+2. ``fastci.yaml`` at the repository root (or ``$FASTCI_CONFIG``);
+3. environment variables (:data:`ENV_VARS`);
+4. command-line options (passed in by the CLI as ``overrides``).
+
+Every key and every environment variable is documented in ``docs/CONFIG.md``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml  # type: ignore[import-untyped]
+
+from fastci.errors import ConfigError
+
+LOG = logging.getLogger(__name__)
+
+CONFIG_FILE = "fastci.yaml"
+
+#: Paths whose change can affect any test in ways evidence cannot see: run everything.
+DEFAULT_RUN_ALL: tuple[str, ...] = (
+    "csrc/**",  # kernels: compiled code that coverage of Python cannot see
+    "BUILD", "BUILD.bazel", "*.bzl", "WORKSPACE", "WORKSPACE.bazel", "MODULE.bazel",
+    ".bazelrc", ".bazelversion",  # build files: targets, deps, toolchains, flags
+    "requirements*.txt", "pyproject.toml", "setup.py", "setup.cfg", "third_party/**",
+    ".ci/**",  # the CI configuration itself
+    "fastci.yaml",  # FastCI's own rules changed
+    "rules/**", "tools/**",  # the gpu_test rules, the launcher and the setup scripts
+)
+#: Paths that never affect a test's outcome.
+DEFAULT_IGNORE: tuple[str, ...] = (
+    "*.md", "*.rst", "docs/**", "LICENSE", ".gitignore", "bench/**",
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    """The effective configuration (see ``docs/CONFIG.md``)."""
+
+    store: str = ".fastci/evidence.db"
+    plan: str = ".fastci/plan.json"
+    base: str = "HEAD"
+    targets: str = "//..."
+    bazel: str = "bazel"
+    bazel_config: str = "fastci"
+    run_all: tuple[str, ...] = DEFAULT_RUN_ALL
+    ignore: tuple[str, ...] = DEFAULT_IGNORE
+    path_tests: tuple[tuple[str, tuple[str, ...]], ...] = ()  # glob -> test id globs
+
+    def path(self, root: Path, key: str) -> Path:
+        """Resolve a path-valued key against the repository root."""
+        value = Path(str(getattr(self, key)))
+        return value if value.is_absolute() else root / value
+
+
+DEFAULTS = Config()
+
+#: Environment variable -> key (scalars only; lists are set in ``fastci.yaml``).
+ENV_VARS: dict[str, str] = {
+    "FASTCI_STORE": "store",
+    "FASTCI_PLAN": "plan",
+    "FASTCI_BASE": "base",
+    "FASTCI_TARGETS": "targets",
+    "FASTCI_BAZEL": "bazel",
+    "FASTCI_BAZEL_CONFIG": "bazel_config",
+}
+#: Names the config file location (not a key).
+ENV_CONFIG_FILE = "FASTCI_CONFIG"
+
+_LIST_KEYS = {"run_all", "ignore"}
+_KEYS = {f.name for f in fields(Config)}
+
+
+def _check_str(key: str, value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where}: {key}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def _coerce(key: str, value: Any, where: str) -> Any:
+    if key in _LIST_KEYS:
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise ConfigError(f"{where}: {key}: expected a list of path globs")
+        return tuple(value)
+    if key == "path_tests":
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: path_tests: expected a mapping glob -> list of tests")
+        out = []
+        for glob, tests in value.items():
+            if isinstance(tests, str):
+                tests = [tests]
+            if not isinstance(glob, str) or not isinstance(tests, list) \
+                    or not all(isinstance(t, str) and t for t in tests):
+                raise ConfigError(f"{where}: path_tests: {glob!r}: expected a list of test ids")
+            out.append((glob, tuple(tests)))
+        return tuple(out)
+    return _check_str(key, value, where)
+
+
+def _apply(values: dict[str, Any], source: Mapping[str, Any], where: str) -> None:
+    for key, value in source.items():
+        if key not in _KEYS:
+            raise ConfigError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(_KEYS))})")
+        values[key] = _coerce(key, value, where)
+
+
+def read_file(path: Path) -> dict[str, Any]:
+    """Read a ``fastci.yaml``; a missing file is empty, a malformed one a :class:`ConfigError`."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+def load(root: Path, *, env: Mapping[str, str] | None = None,
+         overrides: Mapping[str, Any] | None = None) -> Config:
+    """Load the effective configuration for the repository at ``root``.
+
+    Args:
+        root: the repository root; ``fastci.yaml`` is looked up there.
+        env: the environment (``os.environ`` when None).
+        overrides: CLI values; None values are ignored (the option was not given).
+    """
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    cfg_path = Path(env[ENV_CONFIG_FILE]) if env.get(ENV_CONFIG_FILE) else root / CONFIG_FILE
+    _apply(values, read_file(cfg_path), str(cfg_path))
+    _apply(values, {k: env[v] for v, k in ENV_VARS.items() if env.get(v)}, "environment")
+    _apply(values, {k: v for k, v in (overrides or {}).items() if v is not None}, "command line")
+    return Config(**values)
+
+
+# --------------------------------------------------------------------------- globs
+
+
+@functools.lru_cache(maxsize=1024)
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """Translate a path glob: ``**`` spans directories, ``*`` and ``?`` stay in one segment.
+
+    A pattern without ``/`` matches the file name in any directory (like .gitignore).
+    """
+    if "/" not in pattern:
+        pattern = "**/" + pattern
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif c == "*":
+            out.append("[^/]*")
+            i += 1
+        elif c == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(c))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def glob_match(path: str, pattern: str) -> bool:
+    """Whether the repo-relative ``path`` matches the glob ``pattern``."""
+    return _glob_regex(pattern).match(path) is not None
+
+
+def first_match(path: str, patterns: tuple[str, ...]) -> str | None:
+    """The first of ``patterns`` that ``path`` matches, or None."""
+    for p in patterns:
+        if glob_match(path, p):
+            return p
+    return None

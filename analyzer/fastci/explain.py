@@ -1,0 +1,71 @@
+"""``fastci explain TEST``: why a test runs or not, as a chain from change to test.
+
+Each reason is printed as its chain: the changed unit or path, what happened to
+it, the evidence row (with the contexts the test exercised the unit in) or the
+static rule that connects it to the test, and the test.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from typing import Any
+
+from fastci.select import Decision, Selection
+from fastci.select.decisions import Reason
+from fastci.types import TestId
+
+LOG = logging.getLogger(__name__)
+
+_MAX_CONTEXTS = 3
+_MAX_CONTEXT_CHARS = 100
+
+
+def _contexts(store: Any, test: TestId, unit: str | None) -> list[str]:
+    if store is None or unit is None:
+        return []
+    try:
+        return list(store.units_of_test(test).get(unit, []))
+    except Exception as exc:  # noqa: BLE001 - explanation is best effort, the decision stands
+        LOG.debug("cannot read contexts of %s: %s", test, exc)
+        return []
+
+
+def chain(reason: Reason, test: TestId, store: Any = None) -> list[str]:
+    """The chain of one reason, one step per line."""
+    steps: list[str] = []
+    if reason.unit:
+        steps.append(f"changed unit  {reason.unit}")
+    elif reason.path:
+        steps.append(f"changed path  {reason.path}")
+    if reason.change:
+        steps.append(f"change        {reason.change}")
+    if reason.via:
+        steps.append(f"link          {reason.via}")
+    ctx = _contexts(store, test, reason.unit)
+    if ctx:
+        shown = ", ".join(c if len(c) <= _MAX_CONTEXT_CHARS else c[:_MAX_CONTEXT_CHARS] + "..."
+                          for c in ctx[:_MAX_CONTEXTS])
+        more = f" (+{len(ctx) - _MAX_CONTEXTS} more)" if len(ctx) > _MAX_CONTEXTS else ""
+        steps.append(f"contexts      {shown}{more}")
+    steps.append(f"test          {test}")
+    return steps
+
+
+def explain(selection: Selection, test: TestId, store: Any = None) -> list[str]:
+    """Lines explaining the decision for ``test`` (or that the test is unknown)."""
+    decision: Decision | None = selection.by_test.get(test)
+    if decision is None:
+        close = difflib.get_close_matches(test, list(selection.by_test), n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        return [f"{test}: not a known test (neither declared nor in the evidence){hint}"]
+    verdict = "RUNS" if decision.selected else "SKIPPED"
+    lines = [f"{test}: {verdict}"]
+    if selection.widen:
+        lines.append(f"  plan widened to every test ({len(selection.widen)} reason(s))")
+    for i, reason in enumerate(decision.reasons, 1):
+        lines.append(f"  {i}. {reason.kind.value}: {reason.sentence}")
+        lines.extend(f"       {step}" for step in chain(reason, test, store))
+    if decision.est_gpu_s is not None:
+        lines.append(f"  estimated cost: {decision.est_gpu_s:.1f} GPU-seconds (recorded duration x GPUs)")
+    return lines

@@ -1,0 +1,140 @@
+"""A small adapter over the ``git`` command line: changed files and file contents.
+
+Change analysis needs three things from git: which files differ between two
+revisions (or between a revision and the working tree), what a file looked like
+at a revision, and whether a revision exists. Every failure becomes a
+:class:`~fastci.errors.GitError` so the caller can widen the plan and say why.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from fastci.errors import GitError
+from fastci.types import RelPath
+
+LOG = logging.getLogger(__name__)
+
+#: The revision name meaning "the working tree, including untracked files".
+WORKTREE = ":worktree"
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """One changed path: ``status`` is ``A`` added, ``D`` deleted, ``M`` modified, ``R`` renamed."""
+
+    status: str
+    path: RelPath
+    old_path: RelPath | None = None  # the path at the base revision for renames
+
+    @property
+    def base_path(self) -> RelPath:
+        """The path under which the file existed at the base revision."""
+        return self.old_path or self.path
+
+
+class Git:
+    """Run git in one repository; every method raises :class:`GitError` on failure."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._resolved: dict[str, str] = {}
+
+    def _run(self, args: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+        cmd = ["git", "-C", str(self.root), *args]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, check=False)
+        except OSError as exc:
+            raise GitError(f"cannot run git: {exc.strerror}") from exc
+        if check and proc.returncode != 0:
+            msg = proc.stderr.decode(errors="replace").strip().splitlines()
+            raise GitError(f"git {' '.join(args[:3])}: {msg[0] if msg else 'failed'}")
+        return proc
+
+    def toplevel(self) -> Path:
+        """Return the repository's top-level directory."""
+        return Path(self._run(["rev-parse", "--show-toplevel"]).stdout.decode().strip())
+
+    def resolve(self, rev: str) -> str:
+        """Return the full commit id of ``rev``; :class:`GitError` if it does not exist."""
+        if rev in self._resolved:
+            return self._resolved[rev]
+        proc = self._run(["rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], check=False)
+        if proc.returncode != 0:
+            raise GitError(f"revision {rev!r} does not exist in {self.root}")
+        commit = proc.stdout.decode().strip()
+        if rev == commit:  # only immutable names are cached (branches move)
+            self._resolved[rev] = commit
+        return commit
+
+    def has_revision(self, rev: str) -> bool:
+        """Whether ``rev`` names a commit."""
+        try:
+            self.resolve(rev)
+        except GitError:
+            return False
+        return True
+
+    def changed_files(self, base: str, head: str = WORKTREE) -> list[FileChange]:
+        """Files that differ between ``base`` and ``head`` (a revision or :data:`WORKTREE`).
+
+        Renames are detected (``-M``); in worktree mode untracked files that are not
+        ignored count as added.
+        """
+        base_id = self.resolve(base)
+        args = ["diff", "--name-status", "-z", "-M", "--no-ext-diff", base_id]
+        if head != WORKTREE:
+            args.append(self.resolve(head))
+        changes = parse_name_status(self._run([*args, "--"]).stdout)
+        if head == WORKTREE:
+            seen = {c.path for c in changes}
+            out = self._run(["ls-files", "-z", "--others", "--exclude-standard"]).stdout
+            for p in out.decode().split("\0"):
+                if p and p not in seen:
+                    changes.append(FileChange("A", p))
+        return sorted(changes, key=lambda c: c.path)
+
+    def read(self, rev: str, path: RelPath) -> bytes | None:
+        """The bytes of ``path`` at ``rev`` (``WORKTREE`` reads the disk); None if absent."""
+        if rev == WORKTREE:
+            try:
+                return (self.root / path).read_bytes()
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                return None
+            except OSError as exc:
+                raise GitError(f"cannot read {path}: {exc.strerror}") from exc
+        proc = self._run(["cat-file", "blob", f"{self.resolve(rev)}:{path}"], check=False)
+        if proc.returncode != 0:
+            return None
+        return proc.stdout
+
+    def head(self) -> str | None:
+        """The commit id of HEAD, or None in a repository without commits."""
+        try:
+            return self.resolve("HEAD")
+        except GitError:
+            return None
+
+
+def parse_name_status(raw: bytes) -> list[FileChange]:
+    """Parse ``git diff --name-status -z`` output into :class:`FileChange` values."""
+    fields = raw.decode(errors="surrogateescape").split("\0")
+    out: list[FileChange] = []
+    i = 0
+    while i < len(fields) and fields[i]:
+        status = fields[i]
+        code = status[0]
+        if code in "RC":
+            old, new = fields[i + 1], fields[i + 2]
+            out.append(FileChange("R", new, old) if code == "R" else FileChange("A", new))
+            i += 3
+            continue
+        path = fields[i + 1]
+        # T (type change), U (unmerged), X: treat as a modification; never drop a path.
+        out.append(FileChange(code if code in "ADM" else "M", path))
+        i += 2
+    return out

@@ -1,0 +1,131 @@
+"""``fastci run``: execute a plan through Bazel and record what happened.
+
+Runs ``bazel test <planned targets> --config=fastci --build_event_json_file=...``
+(``//...`` when the plan says ``all``), reads the build event file, records each
+test's outcome and duration in the store's history (``record_result``), and ends
+with the line CI reads: ``N passed, N failed``. An empty selective plan runs
+nothing and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from fastci.bazel.bep import BuildReport, parse_bep
+from fastci.bazel.runner import Bazel
+from fastci.config import Config
+from fastci.git import Git
+from fastci.plan import Plan
+
+LOG = logging.getLogger(__name__)
+
+RUNS_DIR = Path(".fastci/runs")
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """What ``fastci run`` did."""
+
+    targets: tuple[str, ...]
+    report: BuildReport | None
+    not_run: tuple[str, ...] = ()  # planned tests Bazel reported nothing for
+    not_bazel: tuple[str, ...] = ()  # planned ids that are not Bazel labels (pytest)
+    recorded: int = 0
+    lines: tuple[str, ...] = field(default=())
+
+    @property
+    def passed(self) -> int:
+        """Tests that passed."""
+        return self.report.passed if self.report else 0
+
+    @property
+    def failed(self) -> int:
+        """Tests that failed, plus planned tests that did not run at all."""
+        return (self.report.failed if self.report else 0) + len(self.not_run)
+
+    def summary_line(self) -> str:
+        """``N passed, N failed``."""
+        return f"{self.passed} passed, {self.failed} failed"
+
+
+def planned_targets(plan: Plan, config: Config) -> tuple[list[str], list[str]]:
+    """(Bazel targets to test, planned ids that are not Bazel labels)."""
+    if plan.mode != "selective":
+        return [config.targets], []
+    labels = [t.id for t in plan.tests if t.id.startswith(("//", "@"))]
+    others = [t.id for t in plan.tests if not t.id.startswith(("//", "@"))]
+    return labels, others
+
+
+def _workload(bazel: Bazel, label: str, testlogs: Path | None) -> dict[str, Any] | None:
+    if testlogs is None:
+        return None
+    from fastci.bazel.testlogs import read_output
+
+    try:
+        raw = read_output(testlogs, label, "fastci_workload.json")
+        return json.loads(raw) if raw else None
+    except (OSError, ValueError) as exc:
+        LOG.debug("%s: no workload file: %s", label, exc)
+        return None
+
+
+def execute(root: Path, plan: Plan, config: Config, *, store: Any = None,
+            bazel: Bazel | None = None, flags: tuple[str, ...] = (),
+            echo: Callable[[str], None] = print) -> RunReport:
+    """Run ``plan`` under Bazel in the workspace ``root``; record results in ``store``."""
+    targets, others = planned_targets(plan, config)
+    for other in others:
+        echo(f"fastci run: {other} is not a Bazel target; run it with pytest --fastci-plan")
+    if not targets:
+        echo("fastci run: the plan selects no tests: nothing to run")
+        echo("0 passed, 0 failed")
+        return RunReport((), None, (), tuple(others))
+    bazel = bazel or Bazel(root, config.bazel)
+    bep = root / RUNS_DIR / f"bep-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6}.json"
+    bep.parent.mkdir(parents=True, exist_ok=True)
+    echo(f"fastci run: bazel test {len(targets)} target(s) --config={config.bazel_config}"
+         + (f" (plan mode {plan.mode}: {plan.reason})" if plan.mode != "selective" else ""))
+    res = bazel.test(targets, flags=(f"--config={config.bazel_config}", *flags), bep_path=bep)
+    report = parse_bep(bep)
+    seen = set(report.outcomes)
+    not_run = tuple(t for t in targets if plan.mode == "selective" and t not in seen)
+    if res.no_tests and plan.mode == "selective":
+        not_run = ()  # Bazel found nothing to test: every planned test was filtered
+    recorded = _record(root, report, store, bazel, echo) if store is not None else 0
+    rr = RunReport(tuple(targets), report, not_run, tuple(others), recorded)
+    for label, outcome in sorted(report.outcomes.items()):
+        cached = " (cached)" if outcome.cached else ""
+        echo(f"  {outcome.status:<10} {label} {outcome.duration_s:.1f}s{cached}")
+    for label in not_run:
+        echo(f"  NOT RUN    {label} (planned, but Bazel reported no result)")
+    echo(rr.summary_line())
+    return rr
+
+
+def _record(root: Path, report: BuildReport, store: Any, bazel: Bazel,
+            echo: Callable[[str], None]) -> int:
+    try:
+        testlogs: Path | None = Path(bazel.info("bazel-testlogs"))
+    except Exception as exc:  # noqa: BLE001 - workloads are optional detail
+        LOG.debug("no bazel-testlogs: %s", exc)
+        testlogs = None
+    commit = Git(root).head()
+    runs = store.latest_runs()
+    n = 0
+    for label, outcome in sorted(report.outcomes.items()):
+        if outcome.cached:
+            continue  # a cached result is the earlier run, already in the history
+        info = _workload(bazel, label, testlogs) or {}
+        last = runs.get(label)
+        gpus = int(info.get("gpus", last.gpus if last else 0))
+        store.record_result(label, outcome="passed" if outcome.passed else "failed",
+                            duration_s=outcome.duration_s, commit=commit, gpus=gpus,
+                            workload=info.get("workload", {}), source="bazel")
+        n += 1
+    return n

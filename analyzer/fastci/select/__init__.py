@@ -1,0 +1,120 @@
+"""Safe test selection: which tests a change reaches, each with its reasons.
+
+:func:`select_tests` is pure over its inputs (a :class:`~fastci.change_scan.ChangeSet`,
+the evidence store's read side, the config, the declared tests, the environment
+fingerprint): it applies every rule in :mod:`fastci.select.rules`, keeps the
+union, and never drops a test without a reason. Gathering the inputs (git, SQLite,
+``bazel query``) happens in :mod:`fastci.analyze`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Mapping
+
+from fastci.change_scan import ChangeSet
+from fastci.config import Config
+from fastci.select.decisions import (SKIP_KINDS, WIDEN_KINDS, Decision, DecisionKind, Reason,
+                                     Selection)
+from fastci.select.rules import (DeclaredTest, EvidenceReader, RunLike, path_rules, test_rules,
+                                 unit_rules)
+from fastci.types import TestId
+
+LOG = logging.getLogger(__name__)
+
+__all__ = ["select_tests", "widen_everything", "Selection", "Decision", "DecisionKind", "Reason",
+           "DeclaredTest", "EvidenceReader"]
+
+# Run order before prioritization exists: likely failures first, then cheap tests.
+_ORDER = [DecisionKind.FAILED_LAST, DecisionKind.MODIFIED_TEST, DecisionKind.NEW_TEST,
+          DecisionKind.CHANGED_UNIT, DecisionKind.UNPARSABLE_FILE]
+
+
+def estimate_gpu_s(run: RunLike | None, decl: DeclaredTest | None) -> float | None:
+    """Recorded duration x GPUs (declared GPUs win), None when never run."""
+    if run is None:
+        return None
+    gpus = decl.gpus if decl is not None else run.gpus
+    return round(float(run.duration_s) * max(int(gpus), 0), 3)
+
+
+def _rank(d: Decision) -> tuple[int, float, str]:
+    kinds = {r.kind for r in d.reasons}
+    first = min((_ORDER.index(k) for k in kinds if k in _ORDER), default=len(_ORDER))
+    cost = d.est_gpu_s if d.est_gpu_s is not None else float("inf")
+    return first, cost, d.test
+
+
+def _finish(decisions: list[Decision]) -> list[Decision]:
+    selected = sorted((d for d in decisions if d.selected), key=_rank)
+    n = len(selected)
+    out = [Decision(d.test, d.reasons, d.est_gpu_s, round(1.0 - i / max(n, 1), 4))
+           for i, d in enumerate(selected)]
+    out += sorted((d for d in decisions if not d.selected), key=lambda d: d.test)
+    return out
+
+
+def select_tests(changes: ChangeSet, store: EvidenceReader, config: Config, *,
+                 declared: Mapping[TestId, DeclaredTest] | None,
+                 env_fingerprint: str | None) -> Selection:
+    """Decide every test of the universe (declared ∪ recorded) for ``changes``.
+
+    Args:
+        changes: what changed (see :func:`fastci.change_scan.scan`).
+        store: the evidence store's read side.
+        config: the effective configuration.
+        declared: the declared tests (``bazel query``), or None when unknown.
+        env_fingerprint: the current environment fingerprint, None if unknown.
+    """
+    evidence_tests = set(store.test_ids())
+    runs = store.latest_runs()
+    universe = set(evidence_tests) | set(declared or ())
+    removed: set[TestId] = set()
+    if declared is not None:
+        # A recorded Bazel target that the build no longer declares cannot run.
+        removed = {t for t in evidence_tests if t.startswith("//") and t not in declared}
+        universe -= removed
+    hits: dict[TestId, list[Reason]] = {}
+    for rule_hits in (test_rules(universe, runs, declared, env_fingerprint, changes,
+                                 evidence_tests),
+                      unit_rules(changes, store)):
+        for test, reasons in rule_hits.items():
+            hits.setdefault(test, []).extend(reasons)
+    path_hits, widen, notes = path_rules(changes, store, config, universe)
+    for test, reasons in path_hits.items():
+        hits.setdefault(test, []).extend(reasons)
+    notes = list(changes.notes) + notes
+    decisions = []
+    quiet = "no changed unit, file or rule reaches it" + (
+        f" ({changes.summary()})" if changes.files or changes.others else " (nothing changed)")
+    unaffected = Reason(DecisionKind.NOT_AFFECTED, quiet,
+                        via="evidence: none of its recorded units or files changed")
+    for test in sorted(universe):
+        decl = (declared or {}).get(test)
+        reasons = hits.get(test, [])
+        if widen:
+            reasons = reasons + [r for r in widen]
+        if not reasons:
+            reasons = [unaffected]
+        decisions.append(Decision(test, tuple(reasons), estimate_gpu_s(runs.get(test), decl)))
+    for test in sorted(removed):
+        decisions.append(Decision(test, (Reason(
+            DecisionKind.NOT_DECLARED, f"{test} is in the evidence but no longer declared in "
+            "the build", via="bazel query"),)))
+    return Selection(tuple(_finish(decisions)), tuple(widen), tuple(notes), changes.summary())
+
+
+def widen_everything(reason: Reason, store: EvidenceReader | None,
+                     declared: Mapping[TestId, DeclaredTest] | None) -> Selection:
+    """The plan for "something went wrong": every known test, with the reason."""
+    tests: set[TestId] = set(declared or ())
+    if store is not None:
+        try:
+            tests |= set(store.test_ids())
+        except Exception as exc:  # noqa: BLE001 - widening must not fail
+            LOG.warning("cannot list recorded tests while widening: %s", exc)
+    decisions = [Decision(t, (reason,)) for t in sorted(tests)]
+    return Selection(tuple(_finish(decisions)), (reason,), (), reason.sentence)
+
+
+assert not (SKIP_KINDS & WIDEN_KINDS)

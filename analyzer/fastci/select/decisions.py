@@ -1,0 +1,129 @@
+"""Selection decisions as values: a kind (readable enum value) plus a sentence.
+
+Every test in the universe gets exactly one :class:`Decision`: selected with one
+or more :class:`Reason` s, or skipped with the reason it is not affected. A
+plan-wide widening (run everything) is a :class:`Reason` too.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from fastci.types import RelPath, TestId, UnitId
+
+
+class DecisionKind(enum.Enum):
+    """Why a test runs or not; the value is what a person reads."""
+
+    # A test runs because the change reaches it ...
+    CHANGED_UNIT = "executes a changed unit"
+    IMPORTS_CHANGED_MODULE = "imports a module whose import-time code changed"
+    UNPARSABLE_FILE = "touches a file that does not parse"
+    READ_CHANGED_FILE = "read a changed file"
+    PATH_RULE = "mapped to a changed path by fastci.yaml"
+    # ... or because its evidence cannot be trusted ...
+    NO_EVIDENCE = "has no evidence"
+    INCOMPLETE_EVIDENCE = "its recording did not complete"
+    ENVIRONMENT_CHANGED = "its evidence was recorded in another environment"
+    FAILED_LAST = "failed in its last run"
+    NEW_TEST = "is a new test"
+    MODIFIED_TEST = "the test itself changed"
+    # ... or because the whole plan widened.
+    RUN_ALL_PATH = "a path configured to run everything changed"
+    UNKNOWN_PATH = "a changed path is unknown to FastCI"
+    ERROR = "change analysis failed"
+    # Not run.
+    NOT_AFFECTED = "not affected by the change"
+    NOT_DECLARED = "no longer declared"
+
+
+#: Kinds that skip a test; every other kind selects it.
+SKIP_KINDS = frozenset({DecisionKind.NOT_AFFECTED, DecisionKind.NOT_DECLARED})
+
+#: Kinds that widen the whole plan to every test.
+WIDEN_KINDS = frozenset({DecisionKind.RUN_ALL_PATH, DecisionKind.UNKNOWN_PATH,
+                         DecisionKind.ERROR})
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One reason for a decision, with the chain that led to it.
+
+    Attributes:
+        kind: the decision kind.
+        sentence: a complete sentence for a person.
+        unit: the changed unit, when a unit led here.
+        change: what happened to it (``function body changed``) or to the path.
+        path: the changed path, when a path led here.
+        via: the evidence row or static rule that connects the change to the test.
+    """
+
+    kind: DecisionKind
+    sentence: str
+    unit: UnitId | None = None
+    change: str | None = None
+    path: RelPath | None = None
+    via: str | None = None
+
+    def to_json(self) -> dict[str, str]:
+        """A JSON-ready dict without empty fields."""
+        out = {"kind": self.kind.name.lower(), "sentence": self.sentence}
+        for key in ("unit", "change", "path", "via"):
+            value = getattr(self, key)
+            if value:
+                out[key] = value
+        return out
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The decision for one test."""
+
+    test: TestId
+    reasons: tuple[Reason, ...]
+    est_gpu_s: float | None = None
+    priority: float = 0.0
+
+    @property
+    def selected(self) -> bool:
+        """Whether the test runs."""
+        return not all(r.kind in SKIP_KINDS for r in self.reasons)
+
+    @property
+    def why(self) -> str:
+        """The plan's one-line ``why``: the first reason, plus how many more."""
+        primary = [r for r in self.reasons if r.kind not in SKIP_KINDS] or list(self.reasons)
+        text = primary[0].sentence
+        if len(primary) > 1:
+            text += f" (+{len(primary) - 1} more reason{'s' * (len(primary) > 2)})"
+        return text
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The outcome of selection: one decision per test, plan-wide widenings, notes."""
+
+    decisions: tuple[Decision, ...]
+    widen: tuple[Reason, ...] = ()
+    notes: tuple[str, ...] = ()
+    summary: str = ""
+    by_test: dict[TestId, Decision] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.by_test.update({d.test: d for d in self.decisions})
+
+    @property
+    def selected(self) -> list[Decision]:
+        """Selected tests in run order."""
+        return [d for d in self.decisions if d.selected]
+
+    @property
+    def skipped(self) -> list[Decision]:
+        """Skipped tests."""
+        return [d for d in self.decisions if not d.selected]
+
+    @property
+    def mode(self) -> str:
+        """``all`` when the plan widened to everything, else ``selective``."""
+        return "all" if self.widen else "selective"

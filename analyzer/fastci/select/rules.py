@@ -1,0 +1,220 @@
+"""The selection rules: each maps a change (and the evidence) to reasons per test.
+
+Rules are small functions over the evidence store's read side; each returns
+``{test: [Reason, ...]}`` (and, for path rules, plan-wide widenings). They never
+remove a test: the selector takes the union of what they return.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Protocol
+
+from fastci.change_scan import ChangeSet, is_python
+from fastci.changes import ChangeKind, UnitChange
+from fastci.config import Config, first_match, glob_match
+from fastci.select.decisions import DecisionKind, Reason
+from fastci.types import RelPath, TestId, UnitId
+
+LOG = logging.getLogger(__name__)
+
+Hits = dict[TestId, list[Reason]]
+
+
+class RunLike(Protocol):
+    """What selection reads from a recorded run (``fastci.evidence.store.RunRecord``)."""
+
+    commit: str | None
+    env_fingerprint: str
+    workload: Mapping[str, Any]
+    duration_s: float
+    gpus: int
+    outcome: str
+    complete: bool
+
+
+class EvidenceReader(Protocol):
+    """The read side of the evidence store that selection uses (CONTRACTS.md)."""
+
+    def test_ids(self) -> list[TestId]: ...
+    def latest_runs(self) -> Mapping[TestId, RunLike]: ...
+    def tests_for_units(self, units: Iterable[UnitId]) -> Mapping[UnitId, set[TestId]]: ...
+    def tests_for_files(self, paths: Iterable[RelPath]) -> Mapping[RelPath, set[TestId]]: ...
+    def tests_for_modules(self, paths: Iterable[RelPath]) -> Mapping[RelPath, set[TestId]]: ...
+
+
+@dataclass(frozen=True)
+class DeclaredTest:
+    """A test as its build declares it (from ``bazel query``)."""
+
+    id: TestId
+    gpus: int = 0
+    workload: Mapping[str, Any] | None = None
+    srcs: tuple[RelPath, ...] = ()
+
+
+def _add(hits: Hits, test: TestId, reason: Reason) -> None:
+    hits.setdefault(test, []).append(reason)
+
+
+def unit_rules(changes: ChangeSet, store: EvidenceReader) -> Hits:
+    """Changed units -> tests whose evidence executed them; import-time changes -> importers."""
+    hits: Hits = {}
+    direct = [u for u in changes.unit_changes if ChangeKind.ADDED not in u.kinds]
+    recorded = store.tests_for_units(sorted({u.unit for u in direct}))
+    for u in direct:
+        for test in sorted(recorded.get(u.unit, ())):
+            _add(hits, test, Reason(
+                DecisionKind.CHANGED_UNIT, f"executes {u.unit}, whose {_kinds(u)}",
+                unit=u.unit, change=_kinds(u), path=u.path,
+                via=f"evidence: the test's recording executed {u.unit}"))
+    by_module: dict[RelPath, UnitChange] = {}
+    for u in direct:
+        if u.import_time:
+            by_module.setdefault(u.path, u)
+    importers = store.tests_for_modules(sorted(by_module))
+    for path, u in sorted(by_module.items()):
+        for test in sorted(importers.get(path, ())):
+            if any(r.unit == u.unit for r in hits.get(test, ())):
+                continue
+            _add(hits, test, Reason(
+                DecisionKind.IMPORTS_CHANGED_MODULE,
+                f"its evidence touches {path}, where {u.qualname} {_kinds(u)} "
+                "(acts at import time)",
+                unit=u.unit, change=_kinds(u), path=path,
+                via="static rule: an import-time change reaches every test whose evidence "
+                    "touches the module"))
+    broken = sorted(f.path for f in changes.failures)
+    if broken:
+        touching = _merge(store.tests_for_modules(broken), store.tests_for_files(broken))
+        for f in changes.failures:
+            for test in sorted(touching.get(f.path, ())):
+                _add(hits, test, Reason(
+                    DecisionKind.UNPARSABLE_FILE, f"touches {f.path}, which does not parse",
+                    change=f.failure, path=f.path,
+                    via="static rule: a file that does not parse widens to every test touching it"))
+    return hits
+
+
+def _kinds(u: UnitChange) -> str:
+    return u.describe().split(": ", 1)[1]
+
+
+def _merge(*maps: Mapping[RelPath, set[TestId]]) -> dict[RelPath, set[TestId]]:
+    out: dict[RelPath, set[TestId]] = defaultdict(set)
+    for m in maps:
+        for k, v in m.items():
+            out[k] |= set(v)
+    return out
+
+
+def path_rules(changes: ChangeSet, store: EvidenceReader, config: Config,
+               universe: Iterable[TestId]) -> tuple[Hits, list[Reason], list[str]]:
+    """Changed paths -> tests (recorded reads, ``path_tests``) or plan-wide widening."""
+    hits: Hits = {}
+    widen: list[Reason] = []
+    notes: list[str] = []
+    tests = sorted(universe)
+    paths = sorted({p for o in changes.others for p in (o.path, o.old_path) if p}
+                   | {p for f in changes.files for p in (f.path, f.old_path) if p})
+    readers = store.tests_for_files([p for p in paths if not is_python(p)])
+    for path in paths:
+        if own_output(path, config):
+            continue
+        rule = first_match(path, config.run_all)
+        if rule is not None:
+            widen.append(Reason(DecisionKind.RUN_ALL_PATH,
+                                f"{path} changed and matches run_all {rule!r}: everything runs",
+                                path=path, via=f"fastci.yaml run_all: {rule}"))
+            continue
+        matched = is_python(path)  # Python is analysed unit by unit
+        for glob, test_globs in config.path_tests:
+            if glob_match(path, glob):
+                matched = True
+                for test in tests:
+                    if any(fnmatch.fnmatchcase(test, g) for g in test_globs):
+                        _add(hits, test, Reason(
+                            DecisionKind.PATH_RULE, f"{path} changed and fastci.yaml maps {glob!r} "
+                            "to it", path=path, via=f"fastci.yaml path_tests: {glob}"))
+        for test in sorted(readers.get(path, ())):
+            matched = True
+            _add(hits, test, Reason(DecisionKind.READ_CHANGED_FILE, f"read {path}, which changed",
+                                    path=path, via="evidence: the test's recording read the file"))
+        if matched:
+            continue
+        rule = first_match(path, config.ignore)
+        if rule is not None:
+            notes.append(f"{path}: ignored (fastci.yaml ignore {rule!r})")
+            continue
+        widen.append(Reason(DecisionKind.UNKNOWN_PATH,
+                            f"{path} changed: no test recorded reading it and no rule in "
+                            "fastci.yaml maps it, so everything runs", path=path,
+                            via="safety rule: an unknown path widens to every test"))
+    return hits, widen, notes
+
+
+def own_output(path: RelPath, config: Config) -> bool:
+    """FastCI's own outputs (store, plan, caches, run logs) are never a change to the code.
+
+    Everything under ``.fastci/`` is FastCI's, except its BUILD file (Bazel's view of the plan).
+    """
+    if path.startswith(".fastci/"):
+        return not path.rsplit("/", 1)[-1].startswith("BUILD")
+    return path in (config.store, config.plan) or path.startswith(f"{config.store}-")
+
+
+def test_rules(universe: Iterable[TestId], runs: Mapping[TestId, RunLike],
+               declared: Mapping[TestId, DeclaredTest] | None, env_fingerprint: str | None,
+               changes: ChangeSet, evidence_tests: set[TestId]) -> Hits:
+    """Always-select rules: no/incomplete evidence, failed last, new/modified test, environment."""
+    hits: Hits = {}
+    changed_paths = {f.path for f in changes.files if f.units or f.failure} | \
+        {f.old_path for f in changes.files if f.old_path}
+    for test in sorted(universe):
+        run = runs.get(test)
+        decl = declared.get(test) if declared is not None else None
+        if run is None or test not in evidence_tests:
+            kind = DecisionKind.NEW_TEST if decl is not None else DecisionKind.NO_EVIDENCE
+            _add(hits, test, Reason(kind, f"{test} has no recorded evidence"
+                                    + (" (declared, never recorded)" if decl else ""),
+                                    via="safety rule: a test without evidence is selected"))
+            continue
+        if not run.complete:
+            _add(hits, test, Reason(DecisionKind.INCOMPLETE_EVIDENCE,
+                                    "its last recording did not complete",
+                                    via="safety rule: incomplete evidence is selected"))
+        if run.outcome != "passed":
+            _add(hits, test, Reason(DecisionKind.FAILED_LAST,
+                                    f"its last run ended {run.outcome!r}",
+                                    via="safety rule: a test that failed last time is selected"))
+        if env_fingerprint is None or run.env_fingerprint != env_fingerprint:
+            now = env_fingerprint or "unknown"
+            _add(hits, test, Reason(
+                DecisionKind.ENVIRONMENT_CHANGED,
+                f"recorded in environment {run.env_fingerprint or 'unknown'}, now {now} "
+                "(Python, packages incl. torch/CUDA, or GPU differ)",
+                via="safety rule: a changed environment invalidates evidence"))
+        if decl is not None:
+            _declaration_reasons(hits, test, decl, run, changed_paths)
+    return hits
+
+
+def _declaration_reasons(hits: Hits, test: TestId, decl: DeclaredTest, run: RunLike,
+                         changed_paths: set[RelPath]) -> None:
+    if decl.workload is not None and dict(decl.workload) != dict(run.workload or {}):
+        diff = sorted(k for k in set(decl.workload) | set(run.workload or {})
+                      if decl.workload.get(k) != (run.workload or {}).get(k))
+        _add(hits, test, Reason(DecisionKind.MODIFIED_TEST,
+                                f"its declared workload differs from the recorded one ({', '.join(diff)})",
+                                via="safety rule: a modified gpu_test declaration is selected"))
+    if decl.gpus != run.gpus:
+        _add(hits, test, Reason(DecisionKind.MODIFIED_TEST,
+                                f"it now declares {decl.gpus} GPUs, recorded with {run.gpus}",
+                                via="safety rule: a modified gpu_test declaration is selected"))
+    for src in decl.srcs:
+        if src in changed_paths:
+            _add(hits, test, Reason(DecisionKind.MODIFIED_TEST, f"its source {src} changed",
+                                    path=src, via="safety rule: a modified test is selected"))

@@ -1,0 +1,187 @@
+"""Tests of fastci.changes (pure semantic diff) and fastci.change_scan (git + evidence)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fastci.change_scan import scan
+from fastci.changes import ChangeKind, diff_sources
+from fastci.git import WORKTREE, Git
+from selection_support import Repo, units_of
+
+BASE = '''"""Module doc."""
+import os
+
+MAX_LEN = 8
+REGISTRY = {"gelu": 1, "relu": 2}
+
+
+def scale(x, factor=2):
+    """Scale x."""
+    return x * factor
+
+
+@cache
+def lookup(name):
+    return REGISTRY[name]
+
+
+class Model:
+    hidden = 4
+
+    def forward(self, x):
+        return scale(x) + self.hidden
+
+
+def helper():
+    return 1
+'''
+
+
+def kinds(old: str, new: str) -> dict[str, set[ChangeKind]]:
+    d = diff_sources("m.py", old.encode(), new.encode())
+    assert d.failure is None
+    return {u.qualname: set(u.kinds) for u in d.units}
+
+
+def test_comment_docstring_format_only_changes_nothing() -> None:
+    new = BASE.replace('"""Scale x."""', '"""Scale x by a factor."""') \
+        .replace("return x * factor", "return (x *   factor)  # why") \
+        .replace('"""Module doc."""', '"""Another doc."""\n# a comment')
+    assert kinds(BASE, new) == {}
+
+
+def test_body_change_is_body() -> None:
+    assert kinds(BASE, BASE.replace("x * factor", "x * factor + 1")) == {"scale": {ChangeKind.BODY}}
+
+
+def test_default_change_is_signature() -> None:
+    assert kinds(BASE, BASE.replace("factor=2", "factor=3")) == {"scale": {ChangeKind.SIGNATURE}}
+
+
+def test_decorator_change_reaches_function_and_module() -> None:
+    got = kinds(BASE, BASE.replace("@cache", "@cache(maxsize=2)"))
+    assert got["lookup"] == {ChangeKind.DECORATOR}
+    assert got["<module>"] == {ChangeKind.MODULE_DEFINITIONS}
+
+
+def test_module_constant_registry_import() -> None:
+    assert kinds(BASE, BASE.replace("MAX_LEN = 8", "MAX_LEN = 9")) == \
+        {"<module>": {ChangeKind.MODULE_ASSIGNMENT}}
+    assert kinds(BASE, BASE.replace('"relu": 2', '"relu": 3')) == \
+        {"<module>": {ChangeKind.CONFIG_LITERAL}}
+    assert kinds(BASE, BASE.replace("import os", "import os, sys")) == \
+        {"<module>": {ChangeKind.MODULE_IMPORT}}
+
+
+def test_class_attribute() -> None:
+    assert kinds(BASE, BASE.replace("hidden = 4", "hidden = 5")) == \
+        {"Model": {ChangeKind.CLASS_ATTRIBUTE}}
+
+
+def test_dataclass_field_default_is_config_literal() -> None:
+    old = "@dataclass\nclass Cfg:\n    lr: float = 0.1\n"
+    assert kinds(old, old.replace("0.1", "0.2")) == {"Cfg": {ChangeKind.CONFIG_LITERAL}}
+
+
+def test_new_deleted_renamed_units() -> None:
+    new = BASE.replace("def helper():", "def helper2():") + "\n\ndef extra():\n    return 2\n"
+    d = diff_sources("m.py", BASE.encode(), new.encode())
+    by = {u.qualname: u for u in d.units}
+    assert by["helper"].kinds == (ChangeKind.RENAMED,) and by["helper"].renamed_to == "m.py::helper2"
+    assert by["extra"].kinds == (ChangeKind.ADDED,)
+    assert by["<module>"].kinds == (ChangeKind.MODULE_DEFINITIONS,)  # helper removed
+    gone = BASE.replace("def helper():\n    return 1\n", "")
+    assert {u.qualname: u.kinds for u in diff_sources("m.py", BASE.encode(), gone.encode()).units}[
+        "helper"] == (ChangeKind.DELETED,)
+
+
+def test_plain_new_function_does_not_change_the_module_kind() -> None:
+    got = kinds(BASE, BASE + "\n\ndef extra():\n    return 2\n")
+    assert got == {"extra": {ChangeKind.ADDED}}
+
+
+def test_new_definitions_that_can_change_behaviour_count() -> None:
+    # Shadowing a builtin or an imported name changes what existing code calls.
+    got = kinds(BASE, BASE + "\n\ndef print(*a):\n    return None\n")
+    assert got["<module>"] == {ChangeKind.MODULE_DEFINITIONS}
+    got = kinds(BASE, BASE + "\n\ndef os():\n    return None\n")
+    assert got["<module>"] == {ChangeKind.MODULE_DEFINITIONS}
+    # A new method may override a base class's.
+    got = kinds(BASE, BASE.replace("    hidden = 4\n", "    hidden = 4\n\n    def extra(self):\n        return 0\n"))
+    assert got["Model"] == {ChangeKind.CLASS_METHODS}
+
+
+def test_unparsable_file_is_reported() -> None:
+    d = diff_sources("m.py", BASE.encode(), b"def broken(:\n")
+    assert d.failure and "does not parse" in d.failure and d.units == ()
+
+
+def test_scan_worktree_and_revisions(tmp_path: Path) -> None:
+    repo = Repo(tmp_path)
+    base = repo.commit({"pkg/m.py": BASE, "data/cfg.json": "{}"})
+    repo.write({"pkg/m.py": BASE.replace("x * factor", "x - factor"), "data/cfg.json": "{ }",
+                "pkg/new.py": "X = 1\n"})
+    cs = scan(Git(tmp_path), base, WORKTREE)
+    assert [u.unit for u in cs.unit_changes] == ["pkg/m.py::scale", "pkg/new.py::<module>"]
+    assert [o.path for o in cs.others] == ["data/cfg.json"]
+    head = repo.commit()
+    cs2 = scan(Git(tmp_path), base, head)
+    assert cs2.head == head and [u.unit for u in cs2.unit_changes] == [u.unit for u in cs.unit_changes]
+
+
+def test_scan_robust_to_stale_evidence(tmp_path: Path) -> None:
+    """Evidence recorded at an older commit: changes since then count, not just base..head."""
+    repo = Repo(tmp_path)
+    recorded_at = repo.commit({"pkg/m.py": BASE})
+    recorded = units_of(tmp_path, ["pkg/m.py"])
+    base = repo.commit({"pkg/m.py": BASE.replace("return 1", "return 11")})  # main moved on
+    cs = scan(Git(tmp_path), base, WORKTREE, recorded=recorded, evidence_commits=[recorded_at])
+    assert [(u.unit, u.kinds) for u in cs.unit_changes] == [("pkg/m.py::helper", (ChangeKind.BODY,))]
+    # Unknown evidence commit: every recorded file is compared with its recorded checksums.
+    cs = scan(Git(tmp_path), base, WORKTREE, recorded=recorded, evidence_commits=["f" * 40])
+    assert [(u.unit, u.kinds) for u in cs.unit_changes] == [("pkg/m.py::helper", (ChangeKind.STALE,))]
+    assert cs.notes and "not in this repository" in cs.notes[0]
+
+
+def test_scan_renamed_file_marks_recorded_units(tmp_path: Path) -> None:
+    repo = Repo(tmp_path)
+    base = repo.commit({"pkg/m.py": BASE})
+    recorded = units_of(tmp_path, ["pkg/m.py"])
+    repo.git("mv", "pkg/m.py", "pkg/n.py")
+    cs = scan(Git(tmp_path), base, WORKTREE, recorded=recorded, evidence_commits=[base])
+    changed = {u.unit: u.kinds for u in cs.unit_changes}
+    assert changed["pkg/m.py::scale"] == (ChangeKind.RENAMED,)
+    assert all(uid.startswith("pkg/m.py::") for uid in changed)
+
+
+EDITS = [
+    ("return x * factor", "return x * factor + 1"),
+    ("factor=2", "factor=3"),
+    ("@cache", "@cache(1)"),
+    ("MAX_LEN = 8", "MAX_LEN = 9"),
+    ('"relu": 2', '"relu": 3'),
+    ("hidden = 4", "hidden = 5"),
+    ("return scale(x) + self.hidden", "return scale(x) - self.hidden"),
+    ("return 1", "return 1  # comment only"),
+    ('"""Scale x."""', '"""Scale x, documented."""'),
+    ("def helper():", "def helper2():"),
+    ("import os", "import os\nimport sys"),
+    ("    def forward(self, x):", "    def extra(self):\n        return 0\n\n    def forward(self, x):"),
+    ("return REGISTRY[name]", "return REGISTRY.get(name)"),
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(range(len(EDITS))), unique=True, max_size=5))
+def test_quick_diff_agrees_with_the_full_diff(picks: list[int]) -> None:
+    new = BASE
+    for i in picks:
+        new = new.replace(*EDITS[i])
+    quick = diff_sources("m.py", BASE.encode(), new.encode(), quick=True)
+    full = diff_sources("m.py", BASE.encode(), new.encode(), quick=False)
+    assert {(u.unit, u.kinds, u.after) for u in quick.units} == \
+        {(u.unit, u.kinds, u.after) for u in full.units}

@@ -1,0 +1,57 @@
+"""Tests of the git adapter against real temporary repositories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fastci.errors import GitError
+from fastci.git import WORKTREE, FileChange, Git, parse_name_status
+from selection_support import Repo
+
+
+def test_changed_files_between_revisions_and_worktree(tmp_path: Path) -> None:
+    repo = Repo(tmp_path)
+    base = repo.commit({"a.py": "A = 1\n", "b.txt": "b\n", "gone.py": "G = 1\n" * 20})
+    repo.git("mv", "gone.py", "moved.py")
+    head = repo.commit({"a.py": "A = 2\n", "b.txt": None, "c.md": "c\n"})
+    git = Git(tmp_path)
+    assert git.changed_files(base, head) == [
+        FileChange("M", "a.py"), FileChange("D", "b.txt"), FileChange("A", "c.md"),
+        FileChange("R", "moved.py", "gone.py")]
+    repo.write({"a.py": "A = 3\n", "untracked.py": "U = 1\n"})
+    assert git.changed_files(head, WORKTREE) == [FileChange("M", "a.py"),
+                                                 FileChange("A", "untracked.py")]
+
+
+def test_read_at_revision_and_worktree(tmp_path: Path) -> None:
+    repo = Repo(tmp_path)
+    base = repo.commit({"a.py": "A = 1\n"})
+    repo.write({"a.py": "A = 2\n"})
+    git = Git(tmp_path)
+    assert git.read(base, "a.py") == b"A = 1\n"
+    assert git.read(WORKTREE, "a.py") == b"A = 2\n"
+    assert git.read(base, "missing.py") is None and git.read(WORKTREE, "missing.py") is None
+    assert git.head() == base
+
+
+def test_missing_revision_is_a_git_error(tmp_path: Path) -> None:
+    repo = Repo(tmp_path)
+    repo.commit({"a.py": "A = 1\n"})
+    git = Git(tmp_path)
+    with pytest.raises(GitError, match="does not exist"):
+        git.changed_files("no-such-branch")
+    assert not git.has_revision("deadbeef" * 5)
+
+
+def test_not_a_repository(tmp_path: Path) -> None:
+    with pytest.raises(GitError):
+        Git(tmp_path).toplevel()
+    assert Git(tmp_path).head() is None
+
+
+def test_parse_name_status_keeps_every_path() -> None:
+    raw = b"M\0a.py\0R087\0old.py\0new.py\0T\0link\0C100\0src.py\0copy.py\0"
+    assert parse_name_status(raw) == [FileChange("M", "a.py"), FileChange("R", "new.py", "old.py"),
+                                      FileChange("M", "link"), FileChange("A", "copy.py")]

@@ -1,0 +1,136 @@
+"""Tests of selection over a real evidence store and a temporary git repository."""
+
+from __future__ import annotations
+
+from fastci.analyze import analyze
+from fastci.config import Config
+from fastci.select import DeclaredTest, DecisionKind, Selection
+from selection_support import MODEL, OTHER, World, env_now, ingest, units_of, world  # noqa: F401 (fixture)
+
+
+def chosen(sel: Selection) -> dict[str, set[DecisionKind]]:
+    return {d.test: {r.kind for r in d.reasons} for d in sel.selected}
+
+
+def test_nothing_changed_selects_nothing(world: World) -> None:
+    sel = world.plan()
+    assert chosen(sel) == {} and sel.mode == "selective"
+    assert {d.reasons[0].kind for d in sel.skipped} == {DecisionKind.NOT_AFFECTED}
+
+
+def test_fastci_own_files_are_not_changes(world: World) -> None:
+    world.repo.write({".fastci/units.cache": "x", ".fastci/runs/bep.json": "{}"})
+    assert chosen(world.plan()) == {} and world.plan().mode == "selective"
+
+
+def test_body_change_selects_only_tests_executing_the_unit(world: World) -> None:
+    world.repo.write({"pkg/model.py": MODEL.replace("x * 2", "x * 3")})
+    assert chosen(world.plan()) == {"//t:a": {DecisionKind.CHANGED_UNIT}}
+
+
+def test_unexecuted_function_change_selects_nothing(world: World) -> None:
+    world.repo.write({"pkg/model.py": MODEL.replace("x + HIDDEN", "x - HIDDEN")})
+    assert chosen(world.plan()) == {}
+
+
+def test_comment_only_change_selects_nothing(world: World) -> None:
+    world.repo.write({"pkg/model.py": MODEL.replace("return x * 2", "return x * 2  # twice")})
+    assert chosen(world.plan()) == {}
+
+
+def test_module_constant_reaches_every_importer(world: World) -> None:
+    world.repo.write({"pkg/model.py": MODEL.replace("HIDDEN = 4", "HIDDEN = 5")})
+    sel = world.plan()
+    assert chosen(sel) == {"//t:a": {DecisionKind.CHANGED_UNIT}}  # via the <module> row
+    world.repo.write({"pkg/model.py": MODEL.replace("def shift(x):", "def shift(x=HIDDEN):")})
+    assert chosen(world.plan()) == {"//t:a": {DecisionKind.IMPORTS_CHANGED_MODULE}}
+
+
+def test_recorded_read_maps_data_file(world: World) -> None:
+    world.repo.write({"data/cfg.json": '{"a": 1}\n'})
+    assert chosen(world.plan()) == {"//t:b": {DecisionKind.READ_CHANGED_FILE}}
+
+
+def test_unknown_path_widens_with_its_name(world: World) -> None:
+    world.repo.write({"data/new.bin": "x"})
+    sel = world.plan()
+    assert sel.mode == "all" and len(sel.selected) == 3
+    assert "data/new.bin" in sel.widen[0].sentence and sel.widen[0].kind is DecisionKind.UNKNOWN_PATH
+
+
+def test_run_all_and_ignore_and_path_tests(world: World) -> None:
+    world.repo.write({"csrc/k.cu": "k"})
+    sel = world.plan()
+    assert sel.mode == "all" and sel.widen[0].kind is DecisionKind.RUN_ALL_PATH
+    world.repo.write({"csrc/k.cu": None, "docs/x.md": "changed\n", "README.md": "changed\n"})
+    sel = world.plan()
+    assert chosen(sel) == {} and any("ignored" in n for n in sel.notes)
+    world.repo.write({"assets/vocab.txt": "v"})
+    cfg = Config(path_tests=(("assets/**", ("//t:c",)),))
+    assert chosen(world.plan(cfg)) == {"//t:c": {DecisionKind.PATH_RULE}}
+
+
+def test_always_select_rules(world: World) -> None:
+    units = units_of(world.root, ["pkg/other.py"])
+    ingest(world.store, "//t:c", units, commit=world.base, outcome="failed")
+    ingest(world.store, "//t:b", {}, commit=world.base, complete=False)
+    declared = dict(world.declared)
+    declared["//t:new"] = DeclaredTest("//t:new", 2, {"steps": 4})
+    declared["//t:a"] = DeclaredTest("//t:a", 1, {"steps": 8})
+    sel = world.plan(declared=declared)
+    assert chosen(sel) == {"//t:a": {DecisionKind.MODIFIED_TEST},
+                           "//t:b": {DecisionKind.INCOMPLETE_EVIDENCE},
+                           "//t:c": {DecisionKind.FAILED_LAST},
+                           "//t:new": {DecisionKind.NEW_TEST}}
+    assert sel.selected[0].test == "//t:c"  # likely failures run first
+
+
+def test_test_source_change_is_modified_test(world: World) -> None:
+    world.declared["//t:c"] = DeclaredTest("//t:c", 1, {}, ("pkg/other.py",))
+    world.repo.write({"pkg/other.py": OTHER.replace("3", "4")})
+    assert DecisionKind.MODIFIED_TEST in chosen(world.plan())["//t:c"]
+
+
+def test_environment_change_selects_everything(world: World) -> None:
+    sel = world.plan(env="env2")
+    assert set(chosen(sel)) == {"//t:a", "//t:b", "//t:c"}
+    assert all(DecisionKind.ENVIRONMENT_CHANGED in k for k in chosen(sel).values())
+
+
+def test_unparsable_file_selects_tests_touching_it(world: World) -> None:
+    world.repo.write({"pkg/data.py": "def load(:\n"})
+    assert chosen(world.plan()) == {"//t:b": {DecisionKind.UNPARSABLE_FILE}}
+
+
+def test_undeclared_recorded_test_is_skipped_with_reason(world: World) -> None:
+    declared = {t: d for t, d in world.declared.items() if t != "//t:c"}
+    sel = world.plan(declared=declared)
+    assert sel.by_test["//t:c"].reasons[0].kind is DecisionKind.NOT_DECLARED
+    assert not sel.by_test["//t:c"].selected
+
+
+def test_missing_revision_widens(world: World) -> None:
+    a = analyze(world.root, Config(), base="no-such-rev", declared=world.declared,
+                env_fingerprint=env_now(), store=world.store)
+    assert a.plan.mode == "all" and "no-such-rev" in a.plan.reason
+    assert len(a.selection.selected) == 3
+
+
+def test_plan_model_round_trip(world: World) -> None:
+    world.repo.write({"pkg/model.py": MODEL.replace("x * 2", "x * 3")})
+    a = analyze(world.root, Config(), base=world.base, declared=world.declared,
+                env_fingerprint=env_now(), store=world.store)
+    d = a.plan.to_dict()
+    assert d["mode"] == "selective" and [t["id"] for t in d["tests"]] == ["//t:a"]
+    assert d["tests"][0]["est_gpu_s"] == 10.0 and d["tests"][0]["overrides"] == {}
+    assert {s["id"] for s in d["skipped"]} == {"//t:b", "//t:c"}
+    assert "scale" in d["tests"][0]["why"]
+
+
+def test_label_to_path() -> None:
+    from fastci.analyze import label_to_path
+
+    assert label_to_path("//examples/microllm/tests:tp_parity_test.py") == \
+        "examples/microllm/tests/tp_parity_test.py"
+    assert label_to_path("@//pkg:sub/x.py") == "pkg/sub/x.py"
+    assert label_to_path("//:top.py") == "top.py"
