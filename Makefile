@@ -21,8 +21,11 @@ demo: setup
 PYTEST_ARGS ?=
 PYTEST_RC_FILE ?=
 
+# FastCI's tests, microllm's unit tests, and microllm's GPU suite at its floors
+# (the full-workload suite is `bazel test //examples/...`, not part of `make test`).
 test: setup
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q tests examples/microllm/unit_tests $(PYTEST_ARGS); \
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q tests examples/microllm/unit_tests \
+		examples/microllm/tests --at-floors $(PYTEST_ARGS); \
 	rc=$$?; if [ -n "$(PYTEST_RC_FILE)" ]; then echo $$rc > "$(PYTEST_RC_FILE)"; fi; exit $$rc
 
 bench: setup

@@ -115,7 +115,11 @@ PLAN_B = _plan(
 def test_targets_lists_every_gpu_test_via_bazel_query(ws: Workspace, capsys: pytest.CaptureFixture[str]) -> None:
     ws.write_plan(PLAN_A)
     start = time.monotonic()
-    assert cli.main(["targets", "--workspace", str(ws.root), "--json"]) == 0
+    try:
+        assert cli.main(["targets", "--workspace", str(ws.root), "--json"]) == 0
+    finally:
+        # The CLI uses the workspace's default output base: stop that server too.
+        Bazel(ws.root, python=sys.executable).shutdown()
     ws.timings["cold query"] = time.monotonic() - start
     decls = {d["id"]: d for d in json.loads(capsys.readouterr().out)}
     assert sorted(decls) == list(TESTS)
