@@ -174,38 +174,31 @@ class EvidenceStore:
         """Unit id -> checksum at (the newest) record time."""
         return dict(self.conn.execute("SELECT uid, checksum FROM unit"))
 
+    def _tests_by_key(self, keys: Iterable[str], query: str) -> dict[str, set[TestId]]:
+        """Run ``query`` (one ``IN (%s)`` over ``keys``, yielding (key, test)) in chunks."""
+        wanted = sorted(set(keys))
+        out: dict[str, set[TestId]] = {k: set() for k in wanted}
+        for chunk in _chunks(wanted):
+            for key, name in self.conn.execute(query % ",".join("?" * len(chunk)), chunk):
+                out[key].add(name)
+        return out
+
     def tests_for_units(self, units: Iterable[UnitId]) -> dict[UnitId, set[TestId]]:
         """Unit id -> tests whose evidence executed it (every asked id is a key)."""
-        wanted = sorted(set(units))
-        out: dict[UnitId, set[TestId]] = {u: set() for u in wanted}
-        for chunk in _chunks(wanted):
-            q = ("SELECT u.uid, t.name FROM unit u JOIN evidence e ON e.unit_id = u.id"
-                 " JOIN test t ON t.id = e.test_id WHERE u.uid IN (%s)" % ",".join("?" * len(chunk)))
-            for uid, name in self.conn.execute(q, chunk):
-                out[uid].add(name)
-        return out
+        return self._tests_by_key(units, "SELECT u.uid, t.name FROM unit u JOIN evidence e"
+                                  " ON e.unit_id = u.id JOIN test t ON t.id = e.test_id"
+                                  " WHERE u.uid IN (%s)")
 
     def tests_for_files(self, paths: Iterable[RelPath]) -> dict[RelPath, set[TestId]]:
         """Path -> tests that opened that (non-Python) file for reading."""
-        wanted = sorted(set(paths))
-        out: dict[RelPath, set[TestId]] = {p: set() for p in wanted}
-        for chunk in _chunks(wanted):
-            q = ("SELECT f.path, t.name FROM file_read f JOIN test t ON t.id = f.test_id"
-                 " WHERE f.path IN (%s)" % ",".join("?" * len(chunk)))
-            for path, name in self.conn.execute(q, chunk):
-                out[path].add(name)
-        return out
+        return self._tests_by_key(paths, "SELECT f.path, t.name FROM file_read f JOIN test t"
+                                  " ON t.id = f.test_id WHERE f.path IN (%s)")
 
     def tests_for_modules(self, paths: Iterable[RelPath]) -> dict[RelPath, set[TestId]]:
         """Path -> tests that executed any unit of that Python file."""
-        wanted = sorted(set(paths))
-        out: dict[RelPath, set[TestId]] = {p: set() for p in wanted}
-        for chunk in _chunks(wanted):
-            q = ("SELECT DISTINCT u.path, t.name FROM unit u JOIN evidence e ON e.unit_id = u.id"
-                 " JOIN test t ON t.id = e.test_id WHERE u.path IN (%s)" % ",".join("?" * len(chunk)))
-            for path, name in self.conn.execute(q, chunk):
-                out[path].add(name)
-        return out
+        return self._tests_by_key(paths, "SELECT DISTINCT u.path, t.name FROM unit u JOIN evidence e"
+                                  " ON e.unit_id = u.id JOIN test t ON t.id = e.test_id"
+                                  " WHERE u.path IN (%s)")
 
     def units_of_test(self, test: TestId) -> dict[UnitId, list[ContextSig]]:
         """Unit id -> the test's context signatures there (sorted)."""
