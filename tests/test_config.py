@@ -68,3 +68,11 @@ def test_glob_match(path: str, pattern: str, hit: bool) -> None:
 def test_project_config_loads() -> None:
     cfg = config.load(ROOT, env={})
     assert "csrc/**" in cfg.run_all and ".ci/**" in cfg.run_all
+
+
+@pytest.mark.parametrize("root", [None, ROOT])
+def test_a_conftest_anywhere_runs_everything(tmp_path: Path, root: Path | None) -> None:
+    # Collection-time code (fixtures, hooks) is not recorded, so a conftest change must widen.
+    cfg = config.load(root or tmp_path, env={})
+    assert config.first_match("examples/microllm/tests/conftest.py", cfg.run_all) == "conftest.py"
+    assert config.first_match("examples/microllm/tests/harness.py", cfg.run_all) is None

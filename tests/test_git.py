@@ -55,3 +55,14 @@ def test_parse_name_status_keeps_every_path() -> None:
     raw = b"M\0a.py\0R087\0old.py\0new.py\0T\0link\0C100\0src.py\0copy.py\0"
     assert parse_name_status(raw) == [FileChange("M", "a.py"), FileChange("R", "new.py", "old.py"),
                                       FileChange("M", "link"), FileChange("A", "copy.py")]
+
+
+def test_repo_root_is_the_top_level_or_the_start(tmp_path: Path) -> None:
+    from fastci.git import repo_root
+
+    outside = tmp_path / "plain"
+    outside.mkdir()
+    assert repo_root(outside) == outside.resolve()
+    repo = Repo(tmp_path / "r")
+    repo.commit({"pkg/a.py": "A = 1\n"})
+    assert repo_root(tmp_path / "r" / "pkg") == (tmp_path / "r").resolve()

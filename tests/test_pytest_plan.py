@@ -93,3 +93,23 @@ def test_fastci_plan_option_end_to_end(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
     assert re.findall(r"RAN (\w+)", res.stdout) == ["b", "unplanned"]
     assert "2 deselected" in res.stdout
+
+
+def test_repo_relative_plan_ids_match_from_a_sub_rootdir(tmp_path: Path) -> None:
+    # Evidence names pytest tests relative to the repo root; pytest's node ids are
+    # relative to its rootdir (here the `suite/` folder with its own pytest.ini).
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "pytest.ini").write_text("[pytest]\n")
+    (suite / "test_suite.py").write_text(SUITE)
+    plan = Plan(mode="selective", tests=(PlannedTest("suite/test_suite.py::test_c"),),
+                skipped=(SkippedTest("suite/test_suite.py::test_b", "not affected by the change"),))
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(plan.to_json())
+    res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "fastci.pytest_plugin",
+                          "-s", "-v", "--fastci-plan", str(plan_file), "test_suite.py"],
+                         cwd=suite, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert re.findall(r"RAN (\w+)", res.stdout) == ["c", "a", "unplanned"]
+    assert "suite/test_suite.py::test_b: not affected by the change" in res.stdout

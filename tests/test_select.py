@@ -23,6 +23,12 @@ def test_fastci_own_files_are_not_changes(world: World) -> None:
     assert chosen(world.plan()) == {} and world.plan().mode == "selective"
 
 
+def test_a_read_file_moved_into_fastci_dir_still_selects_its_readers(world: World) -> None:
+    world.repo.git("mv", "data/cfg.json", ".fastci/cfg.json")
+    head = world.repo.commit()
+    assert chosen(world.plan(head=head)) == {"//t:b": {DecisionKind.READ_CHANGED_FILE}}
+
+
 def test_body_change_selects_only_tests_executing_the_unit(world: World) -> None:
     world.repo.write({"pkg/model.py": MODEL.replace("x * 2", "x * 3")})
     assert chosen(world.plan()) == {"//t:a": {DecisionKind.CHANGED_UNIT}}

@@ -140,3 +140,11 @@ def test_newest_wins_in_any_ingest_order(tmp_path_factory: pytest.TempPathFactor
             s.ingest(run("//t:a", at, {f"m.py::v{int(at)}": set()}))
         assert set(s.units_of_test("//t:a")) == {"m.py::v4"}
         assert len(s.runs_of_test("//t:a")) == 4
+
+
+def test_evidence_commits_are_those_of_the_evidence_runs(store: EvidenceStore) -> None:
+    assert store.evidence_commits() == set()
+    store.ingest(run("//t:a", 1.0, {"m.py::f": set()}))  # recorded at commit "abc"
+    store.record_result("//t:a", outcome="failed", duration_s=9.0, commit="d", gpus=2,
+                        workload={}, source="result", recorded_at=20.0)
+    assert store.evidence_commits() == {"abc"}  # a result-only run moves no evidence

@@ -59,16 +59,13 @@ def bazel_declared(root: Path, config: Config, *, bazel: Any = None) -> dict[Tes
 
 
 def evidence_commits(store: Any) -> set[str | None]:
-    """The commits the held evidence was recorded at (None = unknown, forces a full compare)."""
+    """The commits the held evidence was recorded at (None = unknown, forces a full compare).
+
+    A store without :meth:`~fastci.evidence.store.EvidenceStore.evidence_commits` (a
+    test double) answers ``{None}``: every recorded file is compared, the safe side.
+    """
     method = getattr(store, "evidence_commits", None)
-    if method is not None:
-        return set(method())
-    conn = getattr(store, "conn", None)
-    if conn is not None:
-        rows = conn.execute("SELECT DISTINCT r.commit_sha FROM test t JOIN run r"
-                            " ON r.id = t.evidence_run").fetchall()
-        return {r[0] for r in rows}
-    return {None}
+    return set(method()) if method is not None else {None}
 
 
 def to_plan(selection: Selection, *, base: str | None, head: str | None) -> Plan:
@@ -114,8 +111,11 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
         fingerprint = _fingerprint(env_fingerprint)
         changes = scan(Git(root), base, head, recorded=store.unit_checksums(),
                        evidence_commits=evidence_commits(store))
-        changes = replace(changes, others=tuple(o for o in changes.others
-                                                if not own_output(o.path, config)))
+        # FastCI's own outputs are no change; a rename keeps its old path (a file moved
+        # into .fastci/ is a deletion for the tests that read it).
+        changes = replace(changes, others=tuple(
+            o for o in changes.others
+            if not all(own_output(p, config) for p in (o.path, o.old_path) if p)))
         selection = select_tests(changes, store, config, declared=decl,
                                  env_fingerprint=fingerprint)
     except Exception as exc:  # noqa: BLE001 - any failure must widen, never narrow

@@ -117,7 +117,7 @@ def scan(git: Git, base: str, head: str = WORKTREE, *,
             others.append(ch)
     # When all evidence was recorded at ``base``, its checksums are the base side of the
     # diff above: comparing them again would find nothing new.
-    if recorded and (full_check or set(c for c in evidence_commits) != {base_id}):
+    if recorded and (full_check or set(evidence_commits) != {base_id}):
         _add_stale(git, head_id, recorded, files, full_check)
     return ChangeSet(base_id, head_id, tuple(files[p] for p in sorted(files)), tuple(others),
                      tuple(notes))

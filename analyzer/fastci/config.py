@@ -36,6 +36,7 @@ DEFAULT_RUN_ALL: tuple[str, ...] = (
     "requirements*.txt", "pyproject.toml", "setup.py", "setup.cfg", "third_party/**",
     ".ci/**",  # the CI configuration itself
     "fastci.yaml",  # FastCI's own rules changed
+    "conftest.py",  # pytest fixtures and hooks run at collection, which is not recorded
     "rules/**", "tools/**",  # the gpu_test rules, the launcher and the setup scripts
 )
 #: Paths that never affect a test's outcome.

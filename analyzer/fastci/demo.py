@@ -28,12 +28,13 @@ from typing import Callable, Sequence
 
 from fastci.analyze import analyze, bazel_declared, summarize
 from fastci.bazel.runner import Bazel
-from fastci.config import Config, first_match, load as load_config
+from fastci.config import DEFAULTS, Config, first_match, load as load_config
 from fastci.errors import FastCIError
 from fastci.evidence.store import EvidenceStore
 from fastci.explain import explain
 from fastci.plan import dump_plan
 from fastci.run import execute
+from fastci.select.rules import own_output
 from fastci.units import FileUnits, index_source
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,7 +67,7 @@ def source_files(repo: Path) -> list[str]:
     """Tracked and untracked, not ignored files of ``repo`` (read-only git calls)."""
     out = _git(repo, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
     return sorted(p for p in set(out.split("\0")) if p and (repo / p).is_file()
-                  and not (p.startswith(".fastci/") and not p.startswith(".fastci/BUILD")))
+                  and not own_output(p, DEFAULTS))
 
 
 #: What recorded evidence depends on: the example, the rules and launcher, the unit indexer

@@ -120,6 +120,14 @@ class Git:
             return None
 
 
+def repo_root(start: Path) -> Path:
+    """The git top level containing ``start`` (resolved), else ``start`` itself, resolved."""
+    try:
+        return Git(start).toplevel().resolve()
+    except GitError:
+        return Path(start).resolve()
+
+
 def parse_name_status(raw: bytes) -> list[FileChange]:
     """Parse ``git diff --name-status -z`` output into :class:`FileChange` values."""
     fields = raw.decode(errors="surrogateescape").split("\0")

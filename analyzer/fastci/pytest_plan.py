@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from pathlib import Path
 from typing import Any, Generator
 
 import pytest
@@ -26,8 +27,11 @@ WORKLOAD_ENV = "FASTCI_WORKLOAD"
 class PlanPlugin:
     """Apply a :class:`~fastci.plan.Plan` to a pytest session."""
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan, root: Path | None = None) -> None:
         self.plan = plan
+        # Evidence (and so plans) name tests relative to the repo root; pytest's
+        # node ids are relative to its rootdir. Match either.
+        self.root = root
         self.order = {t.id: i for i, t in enumerate(plan.tests)}
         self.skip_why = {s.id: s.why for s in plan.skipped} if plan.mode == "selective" else {}
         self.overrides = {t.id: dict(t.overrides) for t in plan.tests if t.overrides}
@@ -40,15 +44,16 @@ class PlanPlugin:
         keep: list[pytest.Item] = []
         dropped: list[pytest.Item] = []
         for item in items:
-            why = self.skip_why.get(item.nodeid)
+            tid = self._plan_id(item)
+            why = self.skip_why.get(tid)
             if why is None:
                 keep.append(item)
             else:
                 dropped.append(item)
-                self.deselected.append((item.nodeid, why or "skipped by the plan"))
+                self.deselected.append((tid, why or "skipped by the plan"))
         unplanned = len(self.order)
         position = {id(item): i for i, item in enumerate(keep)}
-        keep.sort(key=lambda it: (self.order.get(it.nodeid, unplanned), position[id(it)]))
+        keep.sort(key=lambda it: (self.order.get(self._plan_id(it), unplanned), position[id(it)]))
         if dropped:
             config.hook.pytest_deselected(items=dropped)
         items[:] = keep
@@ -57,7 +62,7 @@ class PlanPlugin:
     def pytest_runtest_protocol(self, item: pytest.Item,
                                 nextitem: pytest.Item | None) -> Generator[None, Any, None]:
         """Run a test with its plan overrides in ``FASTCI_WORKLOAD``."""
-        overrides = self.overrides.get(item.nodeid)
+        overrides = self.overrides.get(self._plan_id(item))
         if not overrides:
             yield
             return
@@ -70,6 +75,14 @@ class PlanPlugin:
                 os.environ.pop(WORKLOAD_ENV, None)
             else:
                 os.environ[WORKLOAD_ENV] = old
+
+    def _plan_id(self, item: pytest.Item) -> str:
+        """The id the plan uses for ``item``: its node id, or its repo-relative id."""
+        if self.root is None or item.nodeid in self.order or item.nodeid in self.skip_why:
+            return item.nodeid
+        from fastci.pytest_plugin import test_id_for
+
+        return test_id_for(item, self.root)
 
     def pytest_report_header(self, config: pytest.Config) -> str:
         """Say which plan is in effect."""

@@ -49,22 +49,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run only what this FastCI plan selects, in its order")
 
 
-def _repo_root(start: Path) -> Path:
-    from fastci.errors import FastCIError
-    from fastci.git import Git
-
-    try:
-        return Git(start).toplevel().resolve()
-    except FastCIError:
-        return start.resolve()
-
-
 def pytest_configure(config: pytest.Config) -> None:
     """Register the record and plan plugins when their options are given."""
     # The recorder registers first so the plan plugin's wrapper (later = outer) has
     # set the test's FASTCI_WORKLOAD before the recorder reads it.
     if config.getoption("--fastci-record"):
-        root = _repo_root(Path(str(config.rootpath)))
+        from fastci.git import repo_root
+
+        root = repo_root(Path(str(config.rootpath)))
         out = config.getoption("--fastci-trace-dir")
         out_dir = Path(out).resolve() if out else root / DEFAULT_TRACE_DIR
         config.pluginmanager.register(RecordPlugin(root, out_dir), "fastci-record")
@@ -81,8 +73,10 @@ def pytest_configure(config: pytest.Config) -> None:
             config.issue_config_time_warning(pytest.PytestWarning(msg), stacklevel=2)
         else:
             from fastci import pytest_plan  # lazily: owned by the selection area
+            from fastci.git import repo_root
 
-            config.pluginmanager.register(pytest_plan.PlanPlugin(plan), "fastci-plan")
+            root = repo_root(Path(str(config.rootpath)))
+            config.pluginmanager.register(pytest_plan.PlanPlugin(plan, root), "fastci-plan")
 
 
 def test_id_for(item: pytest.Item, root: Path) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -36,7 +36,6 @@ class RunReport:
     not_run: tuple[str, ...] = ()  # planned tests Bazel reported nothing for
     not_bazel: tuple[str, ...] = ()  # planned ids that are not Bazel labels (pytest)
     recorded: int = 0
-    lines: tuple[str, ...] = field(default=())
 
     @property
     def passed(self) -> int:
@@ -62,7 +61,7 @@ def planned_targets(plan: Plan, config: Config) -> tuple[list[str], list[str]]:
     return labels, others
 
 
-def _workload(bazel: Bazel, label: str, testlogs: Path | None) -> dict[str, Any] | None:
+def _workload(label: str, testlogs: Path | None) -> dict[str, Any] | None:
     if testlogs is None:
         return None
     from fastci.bazel.testlogs import read_output
@@ -83,7 +82,8 @@ def execute(root: Path, plan: Plan, config: Config, *, store: Any = None,
     for other in others:
         echo(f"fastci run: {other} is not a Bazel target; run it with pytest --fastci-plan")
     if not targets:
-        echo("fastci run: the plan selects no tests: nothing to run")
+        echo("fastci run: the plan selects no tests: nothing to run"
+             + (f" ({plan.reason})" if plan.reason else ""))
         echo("0 passed, 0 failed")
         return RunReport((), None, (), tuple(others))
     bazel = bazel or Bazel(root, config.bazel)
@@ -95,9 +95,13 @@ def execute(root: Path, plan: Plan, config: Config, *, store: Any = None,
     report = parse_bep(bep)
     seen = set(report.outcomes)
     not_run = tuple(t for t in targets if plan.mode == "selective" and t not in seen)
-    if res.no_tests and plan.mode == "selective":
-        not_run = ()  # Bazel found nothing to test: every planned test was filtered
-    recorded = _record(root, report, store, bazel, echo) if store is not None else 0
+    if res.no_tests and plan.mode == "selective" and not_run:
+        # Bazel found nothing to test: every planned test was filtered (e.g. by the
+        # user's --test_tag_filters); say so instead of dropping them silently.
+        echo(f"fastci run: bazel found no tests to run (exit 4): {len(not_run)} planned "
+             "test(s) were filtered out by Bazel and did not run")
+        not_run = ()
+    recorded = _record(root, report, store, bazel) if store is not None else 0
     rr = RunReport(tuple(targets), report, not_run, tuple(others), recorded)
     for label, outcome in sorted(report.outcomes.items()):
         cached = " (cached)" if outcome.cached else ""
@@ -108,8 +112,7 @@ def execute(root: Path, plan: Plan, config: Config, *, store: Any = None,
     return rr
 
 
-def _record(root: Path, report: BuildReport, store: Any, bazel: Bazel,
-            echo: Callable[[str], None]) -> int:
+def _record(root: Path, report: BuildReport, store: Any, bazel: Bazel) -> int:
     try:
         testlogs: Path | None = Path(bazel.info("bazel-testlogs"))
     except Exception as exc:  # noqa: BLE001 - workloads are optional detail
@@ -121,7 +124,7 @@ def _record(root: Path, report: BuildReport, store: Any, bazel: Bazel,
     for label, outcome in sorted(report.outcomes.items()):
         if outcome.cached:
             continue  # a cached result is the earlier run, already in the history
-        info = _workload(bazel, label, testlogs) or {}
+        info = _workload(label, testlogs) or {}
         last = runs.get(label)
         gpus = int(info.get("gpus", last.gpus if last else 0))
         store.record_result(label, outcome="passed" if outcome.passed else "failed",

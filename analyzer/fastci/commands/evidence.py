@@ -9,9 +9,9 @@ from pathlib import Path
 
 from fastci import config
 from fastci.commands import Command
-from fastci.commands.ingest import repo_root
 from fastci.errors import FastCIError
 from fastci.evidence.store import EvidenceStore
+from fastci.git import repo_root
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -11,25 +11,9 @@ from fastci.commands import Command
 from fastci.errors import FastCIError
 from fastci.evidence.ingest import IngestReport, find_traces, ingest, results_from_bep
 from fastci.evidence.store import EvidenceStore
-from fastci.git import Git
+from fastci.git import Git, repo_root
 
 LOG = logging.getLogger(__name__)
-
-
-def repo_root(start: Path) -> Path:
-    """The git top level containing ``start``, else ``start`` itself."""
-    try:
-        return Git(start).toplevel()
-    except FastCIError:
-        return start.resolve()
-
-
-def head_commit(root: Path) -> str | None:
-    """HEAD's commit id, or None outside git."""
-    try:
-        return Git(root).head()
-    except FastCIError:
-        return None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     store = EvidenceStore.open(store_path, create=True)
     try:
         report = ingest(store, find_traces(paths), source=source,
-                        commit=args.commit or head_commit(root), results=results,
+                        commit=args.commit or Git(root).head(), results=results,
                         root=(args.source_root or root).resolve(),
                         only=set(results) if results is not None else None)
     finally:

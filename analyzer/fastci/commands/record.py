@@ -10,10 +10,11 @@ from typing import Sequence
 from fastci import config
 from fastci.bazel.runner import Bazel
 from fastci.commands import Command
-from fastci.commands.ingest import head_commit, repo_root, summary
+from fastci.commands.ingest import summary
 from fastci.errors import BazelError
 from fastci.evidence.ingest import find_traces, ingest, results_from_bep
 from fastci.evidence.store import EvidenceStore
+from fastci.git import Git, repo_root
 
 LOG = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ def record(workspace: Path, targets: list[str], store_path: Path, *,
     store = EvidenceStore.open(store_path, create=True)
     try:
         report = ingest(store, find_traces([testlogs]) if testlogs.exists() else iter(()),
-                        source="bazel", commit=head_commit(workspace), results=results,
+                        source="bazel", commit=Git(workspace).head(), results=results,
                         root=workspace, only=set(results))
         stats = store.stats()
     finally:

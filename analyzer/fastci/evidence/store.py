@@ -174,6 +174,11 @@ class EvidenceStore:
         """Unit id -> checksum at (the newest) record time."""
         return dict(self.conn.execute("SELECT uid, checksum FROM unit"))
 
+    def evidence_commits(self) -> set[str | None]:
+        """The commits the tests' current evidence was recorded at (None: not known)."""
+        return {r[0] for r in self.conn.execute(
+            "SELECT DISTINCT r.commit_sha FROM test t JOIN run r ON r.id = t.evidence_run")}
+
     def _tests_by_key(self, keys: Iterable[str], query: str) -> dict[str, set[TestId]]:
         """Run ``query`` (one ``IN (%s)`` over ``keys``, yielding (key, test)) in chunks."""
         wanted = sorted(set(keys))

@@ -92,8 +92,7 @@ def select_tests(changes: ChangeSet, store: EvidenceReader, config: Config, *,
     for test in sorted(universe):
         decl = (declared or {}).get(test)
         reasons = hits.get(test, [])
-        if widen:
-            reasons = reasons + [r for r in widen]
+        reasons = reasons + widen
         if not reasons:
             reasons = [unaffected]
         decisions.append(Decision(test, tuple(reasons), estimate_gpu_s(runs.get(test), decl)))

@@ -8,7 +8,8 @@ plan-wide widening (run everything) is a :class:`Reason` too.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+import functools
+from dataclasses import dataclass
 
 from fastci.types import RelPath, TestId, UnitId
 
@@ -108,10 +109,11 @@ class Selection:
     widen: tuple[Reason, ...] = ()
     notes: tuple[str, ...] = ()
     summary: str = ""
-    by_test: dict[TestId, Decision] = field(default_factory=dict, compare=False, repr=False)
 
-    def __post_init__(self) -> None:
-        self.by_test.update({d.test: d for d in self.decisions})
+    @functools.cached_property
+    def by_test(self) -> dict[TestId, Decision]:
+        """Test id -> its decision (derived from ``decisions``)."""
+        return {d.test: d for d in self.decisions}
 
     @property
     def selected(self) -> list[Decision]:

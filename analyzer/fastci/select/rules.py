@@ -118,8 +118,7 @@ def path_rules(changes: ChangeSet, store: EvidenceReader, config: Config,
     widen: list[Reason] = []
     notes: list[str] = []
     tests = sorted(universe)
-    paths = sorted({p for o in changes.others for p in (o.path, o.old_path) if p}
-                   | {p for f in changes.files for p in (f.path, f.old_path) if p})
+    paths = changes.paths
     readers = store.tests_for_files([p for p in paths if not is_python(p)])
     for path in paths:
         if own_output(path, config):
