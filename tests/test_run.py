@@ -138,3 +138,17 @@ def test_run_cli_with_malformed_plan_runs_everything_loudly(
     assert "not valid JSON" in captured.out and "running every test at full workload" in captured.out
     assert "bazel test 1 target(s)" in captured.out
     assert rc == 2 and "not found" in captured.err
+
+
+def test_run_cli_with_unreadable_store_runs_without_recording_and_keeps_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / ".fastci").mkdir()
+    store = tmp_path / ".fastci/evidence.db"
+    store.write_bytes(b"not a database at all")
+    monkeypatch.setenv("FASTCI_BAZEL", str(tmp_path / "no-bazel"))
+    rc = cli.main(["run", "--root", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert "running the plan without recording results" in captured.out
+    assert "bazel test 1 target(s)" in captured.out  # no plan file: everything runs
+    assert rc == 2 and "not found" in captured.err
+    assert store.read_bytes() == b"not a database at all"
