@@ -53,3 +53,17 @@ def test_plan_cli_writes_plan_and_summary(world: World, capsys: pytest.CaptureFi
     assert "estimated GPU-seconds: 10.0 of 30.0" in out
     plan = Path(world.root / ".fastci/plan.json").read_text()
     assert '"//t:a"' in plan and '"version": 1' in plan
+
+
+def test_plan_cli_shadow_keeps_the_decisions_but_runs_everything(
+        world: World, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastci.plan import load_plan
+
+    world.repo.write({"pkg/model.py": MODEL.replace("x * 2", "x * 3")})
+    monkeypatch.delenv("FASTCI_STORE", raising=False)
+    rc = cli.main(["plan", "--root", str(world.root), "--base", world.base, "--no-bazel", "--shadow"])
+    out = capsys.readouterr().out
+    plan = load_plan(world.root / ".fastci/plan.json")
+    assert rc == 0 and plan.mode == "shadow" and plan.reason.startswith("shadow (everything runs): ")
+    assert [t.id for t in plan.tests] == ["//t:a"] and {s.id for s in plan.skipped} == {"//t:b", "//t:c"}
+    assert "shadow mode: every test runs" in out

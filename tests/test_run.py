@@ -152,3 +152,24 @@ def test_run_cli_with_unreadable_store_runs_without_recording_and_keeps_it(
     assert "bazel test 1 target(s)" in captured.out  # no plan file: everything runs
     assert rc == 2 and "not found" in captured.err
     assert store.read_bytes() == b"not a database at all"
+
+
+def test_shadow_runs_everything_and_reports_what_the_plan_would_have_missed(ws: Ws) -> None:
+    from fastci.plan import PlannedTest, SkippedTest
+
+    ws.repo.write({"pkg/alpha.py": "def step(x):\n    return x + 2\n"})  # alpha_test now fails
+    try:
+        # A deliberately wrong plan: it would skip the failing test.
+        plan = Plan(mode="shadow", reason="shadow check", tests=(PlannedTest(BETA),),
+                    skipped=(SkippedTest(ALPHA, "pretend: not affected"),))
+        lines, report = ws.run(plan)
+        assert set(report.report.outcomes) == {ALPHA, BETA}  # type: ignore[attr-defined]
+        assert report.misses == ((ALPHA, "pretend: not affected"),)  # type: ignore[attr-defined]
+        assert any(line.startswith("fastci shadow: MISSES: 1 of the 1") for line in lines)
+        assert f"  MISSED     {ALPHA} (the plan said: pretend: not affected)" in lines
+        assert lines[-1] == "1 passed, 1 failed"
+        reports = sorted((ws.root / ".fastci/runs").glob("miss-report-*.json"))
+        assert reports and '"id": "//pkg:alpha_test"' in reports[-1].read_text()
+    finally:
+        ws.repo.write({"pkg/alpha.py": (REPO / "tests/selection_fixture/pkg/alpha.py").read_text()})
+

@@ -5,6 +5,11 @@ Runs ``bazel test <planned targets> --config=fastci --build_event_json_file=...`
 test's outcome and duration in the store's history (``record_result``), and ends
 with the line CI reads: ``N passed, N failed``. An empty selective plan runs
 nothing and says so.
+
+A plan in mode ``shadow`` runs everything at full workload (safety invariant 7)
+and ends with a *miss report*: the failures among the tests the plan would have
+skipped, each with the reason the plan gave, also written as JSON to
+``.fastci/runs/miss-report-*.json``.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ class RunReport:
     not_run: tuple[str, ...] = ()  # planned tests Bazel reported nothing for
     not_bazel: tuple[str, ...] = ()  # planned ids that are not Bazel labels (pytest)
     recorded: int = 0
+    misses: tuple[tuple[str, str], ...] = ()  # shadow mode: (test, why it would have been skipped)
 
     @property
     def passed(self) -> int:
@@ -59,6 +65,26 @@ def planned_targets(plan: Plan, config: Config) -> tuple[list[str], list[str]]:
     labels = [t.id for t in plan.tests if t.id.startswith(("//", "@"))]
     others = [t.id for t in plan.tests if not t.id.startswith(("//", "@"))]
     return labels, others
+
+
+def miss_report(plan: Plan, report: BuildReport) -> tuple[tuple[str, str], ...]:
+    """Failures among the tests ``plan`` would have skipped, with the plan's reason."""
+    return tuple((s.id, s.why) for s in plan.skipped
+                 if s.id in report.outcomes and not report.outcomes[s.id].passed)
+
+
+def _echo_misses(plan: Plan, misses: tuple[tuple[str, str], ...], path: Path,
+                 echo: Callable[[str], None]) -> None:
+    path.write_text(json.dumps({"plan_reason": plan.reason, "would_skip": len(plan.skipped),
+                                "misses": [{"id": t, "why": w} for t, w in misses]}, indent=2) + "\n")
+    if not misses:
+        echo(f"fastci shadow: no failure among the {len(plan.skipped)} test(s) the plan "
+             f"would have skipped ({path})")
+        return
+    echo(f"fastci shadow: MISSES: {len(misses)} of the {len(plan.skipped)} test(s) the plan "
+         f"would have skipped failed ({path}):")
+    for test, why in misses:
+        echo(f"  MISSED     {test} (the plan said: {why})")
 
 
 def _workload(label: str, testlogs: Path | None) -> dict[str, Any] | None:
@@ -102,12 +128,15 @@ def execute(root: Path, plan: Plan, config: Config, *, store: Any = None,
              "test(s) were filtered out by Bazel and did not run")
         not_run = ()
     recorded = _record(root, report, store, bazel) if store is not None else 0
-    rr = RunReport(tuple(targets), report, not_run, tuple(others), recorded)
+    misses = miss_report(plan, report) if plan.mode == "shadow" else ()
+    rr = RunReport(tuple(targets), report, not_run, tuple(others), recorded, misses)
     for label, outcome in sorted(report.outcomes.items()):
         cached = " (cached)" if outcome.cached else ""
         echo(f"  {outcome.status:<10} {label} {outcome.duration_s:.1f}s{cached}")
     for label in not_run:
         echo(f"  NOT RUN    {label} (planned, but Bazel reported no result)")
+    if plan.mode == "shadow":
+        _echo_misses(plan, misses, bep.with_name(bep.name.replace("bep-", "miss-report-")), echo)
     echo(rr.summary_line())
     return rr
 

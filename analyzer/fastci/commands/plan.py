@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from fastci import config as config_mod
@@ -28,6 +29,9 @@ def add_change_arguments(p: argparse.ArgumentParser) -> None:
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     add_change_arguments(p)
     p.add_argument("--out", help="plan file to write (default: config `plan`)")
+    p.add_argument("--shadow", action="store_true",
+                   help="shadow mode: run everything, and have `fastci run` report failures "
+                        "the plan would have skipped")
 
 
 def load_config(args: argparse.Namespace) -> config_mod.Config:
@@ -48,9 +52,15 @@ def run_analysis(args: argparse.Namespace) -> tuple[config_mod.Config, Analysis]
 def _run(args: argparse.Namespace) -> int:
     cfg, analysis = run_analysis(args)
     out = cfg.path(args.root.resolve(), "plan")
-    dump_plan(analysis.plan, out)
+    plan = analysis.plan
+    if args.shadow and plan.mode == "selective":
+        plan = dataclasses.replace(plan, mode="shadow",
+                                   reason=f"shadow (everything runs): {plan.reason}")
+    dump_plan(plan, out)
     for line in summarize(analysis):
         print(line)
+    if plan.mode == "shadow":
+        print("  shadow mode: every test runs; `fastci run` reports what the plan would have missed")
     print(f"  wrote {out}")
     return 0
 
