@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import logging
-from typing import Any
+from typing import Any, Mapping
 
 from fastci.select import Decision, Selection
 from fastci.select.decisions import Reason
@@ -21,18 +21,20 @@ _MAX_CONTEXTS = 3
 _MAX_CONTEXT_CHARS = 100
 
 
-def _contexts(store: Any, test: TestId, unit: str | None) -> list[str]:
-    if store is None or unit is None:
-        return []
+def _contexts_of(store: Any, test: TestId) -> Mapping[str, list[str]]:
+    """Unit -> contexts the test exercised it in (read once per explained test)."""
+    if store is None:
+        return {}
     try:
-        return list(store.units_of_test(test).get(unit, []))
+        units: Mapping[str, list[str]] = store.units_of_test(test)
+        return units
     except Exception as exc:  # noqa: BLE001 - explanation is best effort, the decision stands
         LOG.debug("cannot read contexts of %s: %s", test, exc)
-        return []
+        return {}
 
 
-def chain(reason: Reason, test: TestId, store: Any = None) -> list[str]:
-    """The chain of one reason, one step per line."""
+def chain(reason: Reason, test: TestId, contexts: Mapping[str, list[str]] | None = None) -> list[str]:
+    """The chain of one reason, one step per line; ``contexts`` as from ``units_of_test``."""
     steps: list[str] = []
     if reason.unit:
         steps.append(f"changed unit  {reason.unit}")
@@ -42,7 +44,7 @@ def chain(reason: Reason, test: TestId, store: Any = None) -> list[str]:
         steps.append(f"change        {reason.change}")
     if reason.via:
         steps.append(f"link          {reason.via}")
-    ctx = _contexts(store, test, reason.unit)
+    ctx = list((contexts or {}).get(reason.unit, [])) if reason.unit else []
     if ctx:
         shown = ", ".join(c if len(c) <= _MAX_CONTEXT_CHARS else c[:_MAX_CONTEXT_CHARS] + "..."
                           for c in ctx[:_MAX_CONTEXTS])
@@ -63,9 +65,10 @@ def explain(selection: Selection, test: TestId, store: Any = None) -> list[str]:
     lines = [f"{test}: {verdict}"]
     if selection.widen:
         lines.append(f"  plan widened to every test ({len(selection.widen)} reason(s))")
+    contexts = _contexts_of(store, test) if any(r.unit for r in decision.reasons) else {}
     for i, reason in enumerate(decision.reasons, 1):
         lines.append(f"  {i}. {reason.kind.value}: {reason.sentence}")
-        lines.extend(f"       {step}" for step in chain(reason, test, store))
+        lines.extend(f"       {step}" for step in chain(reason, test, contexts))
     if decision.est_gpu_s is not None:
         lines.append(f"  estimated cost: {decision.est_gpu_s:.1f} GPU-seconds (recorded duration x GPUs)")
     return lines

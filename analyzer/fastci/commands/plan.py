@@ -44,7 +44,7 @@ def load_config(args: argparse.Namespace) -> config_mod.Config:
 def run_analysis(args: argparse.Namespace) -> tuple[config_mod.Config, Analysis]:
     """Run the analysis described by the common arguments."""
     cfg = load_config(args)
-    head = args.head if args.head and not args.worktree else WORKTREE
+    head = args.head or WORKTREE  # --head and --worktree are mutually exclusive
     return cfg, analyze(args.root.resolve(), cfg, base=cfg.base, head=head,
                         declared=None if args.no_bazel else bazel_declared)
 

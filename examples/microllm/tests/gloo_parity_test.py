@@ -18,9 +18,7 @@ NAME = "gloo_parity_test"
 def check(w: harness.Workload) -> None:
     sim = train(harness.config(w, backend="sim"), return_state=True)
     real = train(harness.config(w, backend="gloo"), return_state=True)
-    assert real.losses == sim.losses, f"losses differ: {real.losses} vs {sim.losses}"
-    assert real.grad_norms == sim.grad_norms, f"grad norms differ: {real.grad_norms} vs {sim.grad_norms}"
-    harness.assert_states_equal(real.state, sim.state)
+    harness.assert_runs_identical(real, sim)
 
 
 def test_gloo_parity(workload: harness.Workload) -> None:

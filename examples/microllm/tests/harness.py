@@ -141,6 +141,17 @@ def assert_states_equal(got: Mapping[str, torch.Tensor], want: Mapping[str, torc
         assert torch.equal(got[key], want[key]), f"{key} differs bitwise"
 
 
+def assert_runs_identical(got: Any, want: Any) -> None:
+    """Two training runs agree bitwise: losses, gradient norms and final state.
+
+    Gradient norms are compared as well as losses because Adam's first step hides
+    a uniform gradient scale (a "summed instead of averaged" bug) from the losses.
+    """
+    assert got.losses == want.losses, f"losses differ: {got.losses} vs {want.losses}"
+    assert got.grad_norms == want.grad_norms, f"grad norms differ: {got.grad_norms} vs {want.grad_norms}"
+    assert_states_equal(got.state, want.state)
+
+
 def main(name: str, check: Callable[[Workload], Any], argv: Sequence[str] | None = None) -> int:
     """Bazel entry point: resolve the workload from flags/env, run the check, return 0/1."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
