@@ -1,0 +1,45 @@
+"""The tree digest a plan and a recording carry (fastci.tree), on real git repositories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fastci.errors import GitError
+from fastci.tree import DIRTY_PREFIX, evidence_commit, head_tree, tree_state, worktree_tree
+from selection_support import Repo
+
+
+def test_clean_tree_is_head_tree_and_edits_change_it(tmp_path: Path) -> None:
+    repo = Repo(tmp_path)
+    head = repo.commit({"a.py": "A = 1\n", ".gitignore": "ignored/\n"})
+    clean = tree_state(tmp_path)
+    assert clean.tree == head_tree(tmp_path) and clean.head == head and not clean.dirty
+    assert evidence_commit(tmp_path) == head
+    # Ignored files are not part of the tree.
+    repo.write({"ignored/big.bin": "x"})
+    assert worktree_tree(tmp_path) == clean.tree
+    # A tracked edit, an untracked file and a deletion each give another tree.
+    seen = {clean.tree}
+    for files in ({"a.py": "A = 2\n"}, {"new.py": "N = 1\n"}, {"a.py": None}):
+        repo.write(files)
+        state = tree_state(tmp_path)
+        assert state.dirty and state.tree not in seen
+        assert evidence_commit(tmp_path) == DIRTY_PREFIX + state.tree
+        seen.add(state.tree)
+
+
+def test_the_users_index_is_untouched(tmp_path: Path) -> None:
+    repo = Repo(tmp_path)
+    repo.commit({"a.py": "A = 1\n"})
+    repo.write({"b.py": "B = 1\n"})
+    before = repo.git("status", "--porcelain")
+    worktree_tree(tmp_path)
+    assert repo.git("status", "--porcelain") == before == "?? b.py"
+
+
+def test_not_a_repository(tmp_path: Path) -> None:
+    with pytest.raises(GitError):
+        worktree_tree(tmp_path)
+    assert evidence_commit(tmp_path) is None
