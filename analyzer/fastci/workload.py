@@ -1,0 +1,503 @@
+"""Workload overrides and constraints, checked by FastCI itself (never ``eval``).
+
+A test declares a full workload (dimension -> value), floors for the
+dimensions a plan may reduce, and constraints between dimensions such as
+``num_layers % pp == 0``. :func:`override_problems` says why a plan's
+overrides cannot apply (empty list: they can); the Bazel rules run the same
+checks in Starlark (``rules/private/constraints.bzl``,
+``rules/private/plan_model.bzl``), and one shared corpus of cases
+(``rules/tests/constraint_cases.json``) keeps the two in step.
+
+Constraint language (a safe subset of Python expressions):
+
+- literals: ints, floats, ``'strings'`` / ``"strings"`` (no escapes),
+  ``True``, ``False``; names are workload dimensions;
+- ``+ - * / // %`` on numbers (``/`` is true division; ``//`` and ``%`` floor
+  like Python), unary ``-`` and ``+``;
+- ``== != < <= > >=`` between two numbers, two strings (or, for ``==`` and
+  ``!=``, two bools); a chained comparison (``a < b < c``) is an error;
+- ``not``, ``and``, ``or`` on bools, short-circuit (an error in the right
+  operand is ignored when the left one decides);
+- ``min(a, b, ...)``, ``max(a, b, ...)``, ``abs(x)`` on numbers; parentheses.
+
+Anything else (unknown names, ``**``, attribute access, other calls) is an
+error, and a constraint must evaluate to a bool. The expression is compiled to
+reverse Polish notation by a shunting-yard pass, then run on a value stack:
+no recursion, so the Starlark twin is the same algorithm line for line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence, Union
+
+from fastci.errors import FastCIError
+from fastci.types import WorkloadValue
+
+__all__ = [
+    "ConstraintError",
+    "Constraint",
+    "parse_constraint",
+    "evaluate",
+    "constraint_problems",
+    "override_problems",
+    "apply_overrides",
+    "type_name",
+]
+
+
+class ConstraintError(FastCIError):
+    """A constraint cannot be parsed or evaluated."""
+
+
+_COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
+_ARITHMETIC = ("+", "-", "*", "/", "//", "%")
+# Binding strength of binary operators (higher binds tighter), as in Python.
+_BINARY_PREC = {"or": 1, "and": 2, "==": 4, "!=": 4, "<": 4, "<=": 4, ">": 4, ">=": 4,
+                "+": 5, "-": 5, "*": 6, "/": 6, "//": 6, "%": 6}
+_UNARY_PREC = {"not": 3, "-": 7, "+": 7}
+# Function name -> (minimum, maximum) number of arguments.
+_FUNCTIONS = {"min": (2, 64), "max": (2, 64), "abs": (1, 1)}
+_KEYWORDS = {"and", "or", "not"}
+_UNSUPPORTED_WORDS = {"None", "in", "is", "if", "else", "lambda", "for", "true", "false", "null"}
+_TWO_CHAR_OPS = ("//", "==", "!=", "<=", ">=", "**")
+_ONE_CHAR_OPS = "+-*/%<>(),"
+_DIGITS = "0123456789"
+_IDENT_START = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_"
+_IDENT_REST = _IDENT_START + _DIGITS
+
+Scalar = Union[int, float, str, bool]
+# An RPN item: (kind, payload, argc); kind is const, name, unary, binary or call.
+_Item = tuple[str, Scalar, int]
+_Token = tuple[str, Scalar]
+
+
+def type_name(value: object) -> str:
+    """The language-neutral type name used in messages (int, float, string, bool)."""
+    if type(value) is bool:
+        return "bool"
+    if type(value) is int:
+        return "int"
+    if type(value) is float:
+        return "float"
+    if type(value) is str:
+        return "string"
+    return type(value).__name__
+
+
+def _is_number(value: object) -> bool:
+    return type(value) in (int, float)
+
+
+def _scan_number(expr: str, i: int) -> tuple[_Token, int]:
+    j = i
+    while j < len(expr) and expr[j] in _DIGITS:
+        j += 1
+    is_float = False
+    if j < len(expr) and expr[j] == ".":
+        is_float = True
+        j += 1
+        while j < len(expr) and expr[j] in _DIGITS:
+            j += 1
+    if j < len(expr) and expr[j] in "eE":
+        k = j + 1
+        if k < len(expr) and expr[k] in "+-":
+            k += 1
+        if k >= len(expr) or expr[k] not in _DIGITS:
+            raise ConstraintError(f"malformed number at column {i + 1}")
+        is_float = True
+        j = k
+        while j < len(expr) and expr[j] in _DIGITS:
+            j += 1
+    if j < len(expr) and expr[j] in _IDENT_REST + ".":
+        raise ConstraintError(f"malformed number at column {i + 1}")
+    text = expr[i:j]
+    if is_float:
+        return ("num", float(text)), j
+    if len(text) > 1 and text[0] == "0":
+        raise ConstraintError(f"number {text} has a leading zero (column {i + 1})")
+    return ("num", int(text)), j
+
+
+def tokenize(expr: str) -> list[_Token]:
+    """Split ``expr`` into tokens: (kind, value) with kind num, str, name, op or end.
+
+    Raises:
+        ConstraintError: an unexpected character, bad number or unclosed string.
+    """
+    tokens: list[_Token] = []
+    i = 0
+    while i < len(expr):
+        c = expr[i]
+        if c in " \t\r\n":
+            i += 1
+        elif c in _DIGITS or (c == "." and i + 1 < len(expr) and expr[i + 1] in _DIGITS):
+            token, i = _scan_number(expr, i)
+            tokens.append(token)
+        elif c in _IDENT_START:
+            j = i
+            while j < len(expr) and expr[j] in _IDENT_REST:
+                j += 1
+            word = expr[i:j]
+            if word in ("True", "False"):
+                tokens.append(("bool", word == "True"))
+            elif word in _KEYWORDS:
+                tokens.append(("op", word))
+            elif word in _UNSUPPORTED_WORDS:
+                raise ConstraintError(f"unsupported word {word!r} (column {i + 1})")
+            else:
+                tokens.append(("name", word))
+            i = j
+        elif c in "'\"":
+            end = expr.find(c, i + 1)
+            if end < 0:
+                raise ConstraintError(f"unclosed string starting at column {i + 1}")
+            text = expr[i + 1 : end]
+            if "\\" in text:
+                raise ConstraintError(f"escape sequences are not supported in strings (column {i + 1})")
+            tokens.append(("str", text))
+            i = end + 1
+        elif expr[i : i + 2] in _TWO_CHAR_OPS:
+            if expr[i : i + 2] == "**":
+                raise ConstraintError(f"unsupported operator ** (column {i + 1})")
+            tokens.append(("op", expr[i : i + 2]))
+            i += 2
+        elif c in _ONE_CHAR_OPS:
+            tokens.append(("op", c))
+            i += 1
+        else:
+            raise ConstraintError(f"unexpected character {c!r} (column {i + 1})")
+    return tokens
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A compiled constraint: its text, RPN program and the names it reads."""
+
+    text: str
+    program: tuple[_Item, ...]
+    names: tuple[str, ...]
+
+
+def _pop_until_paren(ops: list[tuple[str, Scalar, int]], out: list[_Item]) -> None:
+    while ops and ops[-1][0] not in ("(", "call("):
+        kind, op, _ = ops.pop()
+        out.append((kind, op, 0))
+
+
+def parse_constraint(expr: str) -> Constraint:
+    """Compile ``expr`` to reverse Polish notation (shunting-yard).
+
+    Raises:
+        ConstraintError: the expression is not in the constraint language.
+    """
+    if type(expr) is not str:
+        raise ConstraintError(f"a constraint must be a string, got {type_name(expr)}")
+    tokens = tokenize(expr)
+    out: list[_Item] = []
+    # Operator stack entries: (kind, op, precedence); kind is unary, binary,
+    # "(" or "call(" (a call's parenthesis; op is the function's name).
+    ops: list[tuple[str, Scalar, int]] = []
+    argc: list[int] = []
+    names: list[str] = []
+    expect_operand = True
+    call_paren = False  # the next token is the "(" of a call
+    for k, (kind, value) in enumerate(tokens):
+        nxt = tokens[k + 1] if k + 1 < len(tokens) else ("end", "")
+        if kind in ("num", "str", "bool", "name"):
+            if not expect_operand:
+                raise ConstraintError(f"expected an operator before {value!r}")
+            if kind == "name" and nxt == ("op", "("):
+                if value not in _FUNCTIONS:
+                    raise ConstraintError(f"unknown function {value}() (allowed: abs, max, min)")
+                ops.append(("call(", value, 0))
+                argc.append(1)
+                call_paren = True
+                continue
+            if kind == "name":
+                out.append(("name", value, 0))
+                if value not in names:
+                    names.append(str(value))
+            else:
+                out.append(("const", value, 0))
+            expect_operand = False
+        elif value == "(":
+            if call_paren:
+                call_paren = False  # already on the stack as the call's "call(" entry
+                continue
+            if not expect_operand:
+                raise ConstraintError("unexpected '(' after a value (only abs, max and min can be called)")
+            ops.append(("(", "(", 0))
+        elif value == ")":
+            if expect_operand:
+                raise ConstraintError("unexpected ')'")
+            _pop_until_paren(ops, out)
+            if not ops:
+                raise ConstraintError("unbalanced ')'")
+            open_kind, fname, _ = ops.pop()
+            if open_kind == "call(":
+                n = argc.pop()
+                low, high = _FUNCTIONS[str(fname)]
+                if n < low or n > high:
+                    raise ConstraintError(f"{fname}() takes {low}{'' if low == high else ' or more'} arguments, got {n}")
+                out.append(("call", fname, n))
+        elif value == ",":
+            if expect_operand:
+                raise ConstraintError("unexpected ','")
+            _pop_until_paren(ops, out)
+            if not ops or ops[-1][0] != "call(":
+                raise ConstraintError("',' outside a function call")
+            argc[-1] += 1
+            expect_operand = True
+        elif expect_operand:
+            if value not in _UNARY_PREC:
+                raise ConstraintError(f"expected a value, got {value!r}")
+            ops.append(("unary", value, _UNARY_PREC[str(value)]))
+        else:
+            if value not in _BINARY_PREC:
+                raise ConstraintError(f"unexpected {value!r} after a value")
+            prec = _BINARY_PREC[str(value)]
+            while ops and ops[-1][0] in ("unary", "binary") and ops[-1][2] >= prec:
+                if prec == 4 and ops[-1][2] == 4:
+                    raise ConstraintError("chained comparison: write 'a < b and b < c'")
+                top_kind, op, _ = ops.pop()
+                out.append((top_kind, op, 0))
+            ops.append(("binary", value, prec))
+            expect_operand = True
+    if expect_operand:
+        raise ConstraintError("unexpected end of expression" if tokens else "empty expression")
+    while ops:
+        kind, op, _ = ops.pop()
+        if kind in ("(", "call("):
+            raise ConstraintError("unclosed '('")
+        out.append((kind, op, 0))
+    return Constraint(expr, tuple(out), tuple(names))
+
+
+class _Err:
+    """An evaluation error carried on the stack (dropped by a short-circuit)."""
+
+    __slots__ = ("msg",)
+
+    def __init__(self, msg: str) -> None:
+        self.msg = msg
+
+
+_Value = Union[Scalar, _Err]
+
+
+def _num(value: Scalar) -> int | float:
+    assert not isinstance(value, str)  # callers check _is_number first
+    return value
+
+
+def _arith(op: str, a: Scalar, b: Scalar) -> _Value:
+    if not _is_number(a) or not _is_number(b):
+        return _Err(f"unsupported operand types for {op}: {type_name(a)} and {type_name(b)}")
+    x, y = _num(a), _num(b)
+    if op == "+":
+        return x + y
+    if op == "-":
+        return x - y
+    if op == "*":
+        return x * y
+    if y == 0:
+        return _Err(f"division by zero in {op}")
+    if op == "/":
+        return float(x) / float(y)
+    if op == "//":
+        return x // y
+    return x % y
+
+
+def _compare(op: str, a: Scalar, b: Scalar) -> _Value:
+    same = (_is_number(a) and _is_number(b)) or (type(a) is str and type(b) is str)
+    if op in ("==", "!="):
+        if not same and not (type(a) is bool and type(b) is bool):
+            return _Err(f"cannot compare {type_name(a)} and {type_name(b)} with {op}")
+        return (a == b) == (op == "==")
+    if not same:
+        return _Err(f"cannot order {type_name(a)} and {type_name(b)} with {op}")
+    if op == "<":
+        return a < b  # type: ignore[operator]
+    if op == "<=":
+        return a <= b  # type: ignore[operator]
+    if op == ">":
+        return a > b  # type: ignore[operator]
+    return a >= b  # type: ignore[operator]
+
+
+def _binary(op: str, a: _Value, b: _Value) -> _Value:
+    if op in ("and", "or"):
+        if isinstance(a, _Err):
+            return a
+        if type(a) is not bool:
+            return _Err(f"{op} needs booleans, got {type_name(a)}")
+        if a == (op == "or"):
+            return a  # decided by the left operand: the right one is not evaluated
+        if isinstance(b, _Err):
+            return b
+        if type(b) is not bool:
+            return _Err(f"{op} needs booleans, got {type_name(b)}")
+        return b
+    if isinstance(a, _Err):
+        return a
+    if isinstance(b, _Err):
+        return b
+    if op in _ARITHMETIC:
+        return _arith(op, a, b)
+    return _compare(op, a, b)
+
+
+def _unary(op: str, a: _Value) -> _Value:
+    if isinstance(a, _Err):
+        return a
+    if op == "not":
+        return (not a) if type(a) is bool else _Err(f"not needs a boolean, got {type_name(a)}")
+    if not _is_number(a):
+        return _Err(f"unary {op} needs a number, got {type_name(a)}")
+    return -_num(a) if op == "-" else a
+
+
+def _call(name: str, args: Sequence[_Value]) -> _Value:
+    for arg in args:
+        if isinstance(arg, _Err):
+            return arg
+        if not _is_number(arg):
+            return _Err(f"{name}() needs numbers, got {type_name(arg)}")
+    nums = [a for a in args if not isinstance(a, _Err)]
+    if name == "abs":
+        return abs(nums[0])  # type: ignore[arg-type]
+    best = nums[0]
+    for n in nums[1:]:
+        if (n < best) if name == "min" else (n > best):  # type: ignore[operator]
+            best = n
+    return best
+
+
+def run_program(constraint: Constraint, workload: Mapping[str, WorkloadValue]) -> bool:
+    """Evaluate a compiled constraint on ``workload``.
+
+    Raises:
+        ConstraintError: an unknown name, a type error, a division by zero, or
+            a result that is not a bool.
+    """
+    for name in constraint.names:
+        if name not in workload:
+            known = ", ".join(sorted(workload)) or "none"
+            raise ConstraintError(f"unknown name {name!r} (workload dimensions: {known})")
+    stack: list[_Value] = []
+    for kind, payload, n in constraint.program:
+        if kind == "const":
+            stack.append(payload)
+        elif kind == "name":
+            stack.append(workload[str(payload)])
+        elif kind == "unary":
+            stack.append(_unary(str(payload), stack.pop()))
+        elif kind == "binary":
+            b = stack.pop()
+            a = stack.pop()
+            stack.append(_binary(str(payload), a, b))
+        else:
+            args = stack[len(stack) - n :]
+            del stack[len(stack) - n :]
+            stack.append(_call(str(payload), args))
+    result = stack[0]
+    if isinstance(result, _Err):
+        raise ConstraintError(result.msg)
+    if type(result) is not bool:
+        raise ConstraintError(f"evaluates to {type_name(result)}, not a bool")
+    return result
+
+
+def evaluate(expr: str, workload: Mapping[str, WorkloadValue]) -> bool:
+    """Parse and evaluate one constraint on ``workload``.
+
+    Raises:
+        ConstraintError: the constraint cannot be parsed or evaluated.
+    """
+    return run_program(parse_constraint(expr), workload)
+
+
+def _render(value: WorkloadValue) -> str:
+    if type(value) is bool:
+        return "True" if value else "False"
+    return str(value)
+
+
+def constraint_problems(constraints: Sequence[str], workload: Mapping[str, WorkloadValue]) -> list[str]:
+    """One line per constraint that fails or cannot be evaluated on ``workload``."""
+    problems = []
+    for text in constraints:
+        try:
+            ok = evaluate(text, workload)
+        except ConstraintError as exc:
+            problems.append(f'constraint "{text}" cannot be evaluated: {exc}')
+            continue
+        if not ok:
+            problems.append(f'constraint "{text}" does not hold')
+    return problems
+
+
+def override_problems(
+    workload: Mapping[str, WorkloadValue],
+    floors: Mapping[str, int | float],
+    constraints: Sequence[str],
+    overrides: Mapping[str, WorkloadValue],
+) -> list[str]:
+    """Why ``overrides`` cannot apply to a test's workload (empty list: they can).
+
+    Only a dimension with a floor is reducible (no floor = frozen: it is what
+    the test validates); its override must have the full value's type (an int
+    is accepted for a float dimension) and lie in ``floor <= value <= full``.
+    When every override is acceptable, each constraint must hold on the
+    reduced workload.
+    """
+    problems = []
+    for dim in sorted(overrides):
+        value = overrides[dim]
+        if dim not in workload:
+            problems.append(f"{dim}: not a declared dimension")
+            continue
+        full = workload[dim]
+        if dim not in floors:
+            problems.append(f"{dim}: frozen (no floor declared), stays {_render(full)}")
+            continue
+        if type(full) is float and type(value) is int:
+            value = float(value)
+        if type(value) is not type(full):
+            problems.append(f"{dim}: expected {type_name(full)} like the full value, got {type_name(value)}")
+        elif value < floors[dim]:  # type: ignore[operator]
+            problems.append(f"{dim}: {_render(value)} is below its floor {_render(floors[dim])}")
+        elif value > full:  # type: ignore[operator]
+            problems.append(f"{dim}: {_render(value)} is above the full value {_render(full)}")
+    if problems or not overrides:
+        return problems
+    reduced = _merged(workload, overrides)
+    at = ", ".join(f"{d}={_render(reduced[d])}" for d in sorted(overrides))
+    return [f"{p} at {at}" for p in constraint_problems(constraints, reduced)]
+
+
+def _merged(workload: Mapping[str, WorkloadValue], overrides: Mapping[str, WorkloadValue]) -> dict[str, WorkloadValue]:
+    out = dict(workload)
+    for dim, value in overrides.items():
+        out[dim] = float(value) if type(workload[dim]) is float else value
+    return out
+
+
+def apply_overrides(
+    workload: Mapping[str, WorkloadValue],
+    floors: Mapping[str, int | float],
+    constraints: Sequence[str],
+    overrides: Mapping[str, WorkloadValue],
+) -> tuple[dict[str, WorkloadValue], list[str]]:
+    """The workload a test runs with, and why the overrides were ignored.
+
+    All or nothing, on the safe side: when any override is unacceptable
+    (:func:`override_problems`), the test runs its full workload and the
+    problems say why; otherwise returns the reduced workload and ``[]``.
+    """
+    problems = override_problems(workload, floors, constraints, overrides)
+    if problems:
+        return dict(workload), problems
+    return _merged(workload, overrides), []
