@@ -1,7 +1,9 @@
-"""Run the benchmark modules: ``python -m bench [name ...]`` (default: all of them).
+"""Run the benchmark modules: ``python -m bench [name ...] [-- option ...]`` (default: all).
 
 The registry is a plain list: to add a benchmark, append its module name to ``MODULES``. Each
-module defines ``main(argv: list[str]) -> int``.
+module defines ``main(argv: list[str]) -> int``; options after ``--`` go to every chosen module
+(``python -m bench selection -- --mutants 3 --seed 7``). The exit code is the worst module's:
+the selection benchmark exits 1 when a test failing under run-all was not in the plan.
 """
 
 from __future__ import annotations
@@ -17,11 +19,19 @@ MODULES = [
 
 
 def main(argv: list[str]) -> int:
-    chosen = [m for m in MODULES if not argv or m.rsplit(".", 1)[-1] in argv or m in argv]
+    names, options = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv \
+        else (argv, [])
+    chosen = [m for m in MODULES if not names or m.rsplit(".", 1)[-1] in names or m in names]
     worst = 0
+    failed = []
     for name in chosen:
         print(f"== {name}", flush=True)
-        worst = max(worst, importlib.import_module(name).main([]))
+        code = importlib.import_module(name).main(list(options))
+        if code:
+            failed.append(f"{name} (exit {code})")
+        worst = max(worst, code)
+    if failed:
+        print(f"bench FAILED: {', '.join(failed)}", file=sys.stderr)
     return worst
 
 

@@ -13,8 +13,17 @@ checkpoint RNG restore...), in the scratch workspace of ``make demo``:
 Run-all executes at the tests' declared *floors* by default (a plan that
 overrides every test to its floors): the full workloads take too long on a
 CPU-only CI machine. ``--full`` runs the full workloads. Either way the plan's
-GPU-seconds are measured in the same execution as run-all's. The second part,
-:mod:`bench.selection_synthetic`, times planning at 10,000 tests x 50,000 units.
+GPU-seconds are measured in the same execution as run-all's.
+
+The mutation round (:mod:`bench.mutations`) does the same for seeded single-site
+mutants (slice bounds, comparison flips, off-by-one constants, dropped statements,
+swapped arguments) of the units the patches change: each is planned, then the whole
+suite really runs. A mutant no test detects under run-all is reported as such (it
+may be equivalent), not as a miss. Any test failing under run-all but missing from
+the plan, for a patch or a mutant, is a MISS and makes the benchmark exit 1.
+
+The last part, :mod:`bench.selection_synthetic`, times planning at 10,000 tests x
+50,000 units.
 """
 
 from __future__ import annotations
@@ -28,15 +37,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from bench.mutations import OPERATORS, Mutant, changed_units, generate, read_sources, sample_units
 from fastci.analyze import analyze
 from fastci.bazel.bep import parse_bep
 from fastci.bazel.query import list_gpu_tests
+from fastci.errors import FastCIError
 from fastci.evidence.store import EvidenceStore
 from fastci.plan import Plan, PlannedTest, dump_plan
 from fastci.select import DeclaredTest
 
 HERE = Path(__file__).resolve().parent
 CHANGES = HERE / "changes"
+
+
+#: Mutants in ``make bench``'s round: one per operator. A run-all at floors takes 1.5-2.5 min
+#: on the 2-core CI machine, so five keep the round near 10 minutes.
+DEFAULT_MUTANTS = len(OPERATORS)
 
 
 @dataclass(frozen=True)
@@ -53,6 +69,24 @@ class Outcome:
     missed: tuple[str, ...]  # failing under run-all but not in the plan
     plan_s: float
     note: str = ""
+
+
+@dataclass(frozen=True)
+class MutantOutcome:
+    """One mutant's row: the mutant and what planning and run-all did with it."""
+
+    mutant: Mutant
+    outcome: Outcome
+
+    @property
+    def detected(self) -> bool:
+        """Whether any test failed under run-all (undetected mutants may be equivalent)."""
+        return bool(self.outcome.failing)
+
+    @property
+    def caught(self) -> bool:
+        """Detected, and the plan holds every test that detected it."""
+        return self.detected and not self.outcome.missed
 
 
 def patch_header(path: Path) -> tuple[str, str]:
@@ -95,13 +129,30 @@ def bench_change(sc, patch: Path, decls, declared, *, full: bool) -> Outcome:  #
     if applied.returncode != 0:
         return Outcome(patch.stem, kind, 0, len(decls), 0.0, 0.0, (), (), 0.0,
                        note="patch does not apply: " + applied.stderr.strip().splitlines()[0])
+    return _measure(sc, patch.stem, kind, decls, declared, full=full)
+
+
+def bench_mutant(sc, mutant: Mutant, decls, declared, *, full: bool) -> MutantOutcome:  # type: ignore[no-untyped-def]
+    """Apply one mutant in the scratch workspace, plan it, run everything, compare."""
+    try:
+        mutant.apply(sc.ws)
+    except (OSError, FastCIError) as exc:
+        _git(sc.ws, "checkout", "-q", "--", ".")
+        return MutantOutcome(mutant, Outcome(mutant.name, mutant.operator, 0, len(decls), 0.0, 0.0,
+                                             (), (), 0.0, note=f"not applied: {exc}"))
+    return MutantOutcome(mutant, _measure(sc, mutant.name, mutant.operator, decls, declared,
+                                          full=full))
+
+
+def _measure(sc, name: str, kind: str, decls, declared, *, full: bool) -> Outcome:  # type: ignore[no-untyped-def]
+    """Plan the edit applied in ``sc.ws``, run every test, compare; then undo the edit."""
     try:
         with EvidenceStore.open(sc.store_path) as store:
             t0 = time.perf_counter()
             analysis = analyze(sc.ws, sc.config, base=sc.commit, declared=declared, store=store)
             plan_s = time.perf_counter() - t0
         planned = {t.id for t in analysis.plan.tests}
-        results, note = run_all(sc, decls, full=full, tag=patch.stem)
+        results, note = run_all(sc, decls, full=full, tag=name)
     finally:
         _git(sc.ws, "checkout", "-q", "--", ".")
     gpus = {d.id: d.gpus for d in decls}
@@ -109,7 +160,7 @@ def bench_change(sc, patch: Path, decls, declared, *, full: bool) -> Outcome:  #
     failing = tuple(sorted(t for t, (ok, _) in results.items() if not ok))
     missed = tuple(t for t in failing if t not in planned)
     mode = analysis.plan.mode
-    return Outcome(patch.stem, kind, len(planned), len(decls),
+    return Outcome(name, kind, len(planned), len(decls),
                    sum(gpu_s.get(t, 0.0) for t in planned), sum(gpu_s.values()), failing, missed,
                    plan_s, note=("plan widened: " + analysis.plan.reason) if mode == "all" else note)
 
@@ -140,40 +191,135 @@ def report(rows: Sequence[Outcome], *, full: bool) -> list[str]:
     return lines
 
 
+def mutation_report(rows: Sequence[MutantOutcome], *, seed: int, full: bool) -> list[str]:
+    """The mutation round's table and totals."""
+    lines = [f"== mutation round: {len(rows)} seeded mutants (seed {seed}) of the units the changes "
+             f"touch (run-all at {'full workloads' if full else 'floors'})",
+             f"  {'mutant':<48} {'op':<8} {'selected':>9} {'fail':>5} {'missed':>6}"]
+    for r in rows:
+        o = r.outcome
+        lines.append(f"  {o.name:<48} {o.kind:<8} {o.selected:>4}/{o.total:<4} "
+                     f"{len(o.failing):>5} {len(o.missed):>6}")
+        lines.append(f"    {r.mutant.unit} line {r.mutant.line}: {r.mutant.description}")
+        if o.missed:
+            lines.append(f"    MISSED: {', '.join(o.missed)}")
+        elif o.failing and not o.note.startswith("not applied"):
+            lines.append(f"    caught: {', '.join(o.failing)}")
+        elif not o.note.startswith("not applied"):
+            lines.append("    not detected by run-all (no test fails: equivalent or untested)")
+        if o.note and not o.note.startswith("bazel exit"):
+            lines.append(f"    note: {o.note}")
+    detected = [r for r in rows if r.detected]
+    missed = [r for r in rows if r.outcome.missed]
+    lines.append(f"  total: {len(rows)} mutants, {len(detected)} detected by run-all, "
+                 f"{sum(r.caught for r in rows)} caught by the plan, {len(missed)} misses "
+                 f"({sum(len(r.outcome.missed) for r in rows)} failing tests not planned)")
+    return lines
+
+
+def miss_lines(patch_rows: Sequence[Outcome], mutant_rows: Sequence[MutantOutcome]) -> list[str]:
+    """One ``MISSED`` line per change or mutant with a failing test the plan left out."""
+    rows = list(patch_rows) + [m.outcome for m in mutant_rows]
+    return [f"MISSED {r.name}: {', '.join(r.missed)}" for r in rows if r.missed]
+
+
+def exit_code(patch_rows: Sequence[Outcome], mutant_rows: Sequence[MutantOutcome]) -> int:
+    """1 when any test failing under run-all was not in the plan (for a change or a mutant), else 0."""
+    return 1 if miss_lines(patch_rows, mutant_rows) else 0
+
+
+@dataclass(frozen=True)
+class Result:
+    """What :func:`run` measured: the report lines and the rows behind them."""
+
+    lines: list[str]
+    patch_rows: list[Outcome]
+    mutant_rows: list[MutantOutcome]
+
+
+def make_mutants(root: Path, config, *, count: int, seed: int, extra_units: int = 0,  # type: ignore[no-untyped-def]
+                 store_path: Path | None = None,
+                 echo: Callable[[str], None] = print) -> list[Mutant]:
+    """The round's mutants of the units the changes in ``bench/changes/`` touch in ``root``.
+
+    With ``extra_units``, a seeded sample of that many other units executed by the recorded
+    tests (read from ``store_path``) in the same package joins them.
+    """
+    problems: list[str] = []
+    units = changed_units(root, sorted(CHANGES.glob("*.patch")), ignore=config.ignore,
+                          problems=problems)
+    for p in problems:
+        echo(f"   mutation round: skipping a change: {p}")
+    extra: list[str] = []
+    if extra_units and store_path is not None:
+        with EvidenceStore.open(store_path) as store:
+            extra = sample_units(store.unit_checksums(), units, count=extra_units, seed=seed)
+    echo(f"   mutating {len(units)} changed units" + (f" + {len(extra)} sampled" if extra else "")
+         + f": {', '.join(u.rsplit('/', 1)[-1] for u in units + extra)}")
+    return generate(read_sources(root, units + extra), units + extra, count=count, seed=seed)
+
+
 def run(workdir: Path, *, full: bool = False, only: Sequence[str] = (), fresh: bool = False,
-        synthetic: bool = True, echo: Callable[[str], None] = print) -> list[str]:
-    """Run the benchmark and return its report lines."""
+        synthetic: bool = True, patches: bool = True, mutants: int = DEFAULT_MUTANTS,
+        seed: int = 0, extra_units: int = 0, echo: Callable[[str], None] = print) -> Result:
+    """Run the benchmark: the changes, the mutation round, the scale part."""
     from fastci.demo import prepare
 
     lines: list[str] = []
-    patches = sorted(p for p in CHANGES.glob("*.patch") if not only or any(o in p.stem for o in only))
-    if patches:
+    changes = sorted(p for p in CHANGES.glob("*.patch") if not only or any(o in p.stem for o in only))
+    if not patches:
+        changes = []
+    rows: list[Outcome] = []
+    mrows: list[MutantOutcome] = []
+    if changes or mutants > 0:
         sc = prepare(echo, reuse=not fresh)
         try:
             decls = list_gpu_tests(sc.bazel, sc.config.targets)
             declared = {d.id: DeclaredTest(d.id, d.gpus, dict(d.workload)) for d in decls}
-            rows = []
-            for patch in patches:
+            for patch in changes:
                 echo(f"-- {patch.stem}")
                 rows.append(bench_change(sc, patch, decls, declared, full=full))
                 r = rows[-1]
                 echo(f"   selected {r.selected}/{r.total}, failing {list(r.failing)}, missed "
                      f"{list(r.missed)} {r.note}")
-            lines += report(rows, full=full)
+            if rows:
+                lines += report(rows, full=full)
+            if mutants > 0:
+                echo(f"-- mutation round: {mutants} mutants, seed {seed}")
+                for m in make_mutants(sc.ws, sc.config, count=mutants, seed=seed,
+                                      extra_units=extra_units, store_path=sc.store_path, echo=echo):
+                    echo(f"-- {m.name}: {m.unit} line {m.line}: {m.description}")
+                    t0 = time.perf_counter()
+                    mrows.append(bench_mutant(sc, m, decls, declared, full=full))
+                    o = mrows[-1].outcome
+                    echo(f"   selected {o.selected}/{o.total}, failing {list(o.failing)}, missed "
+                         f"{list(o.missed)} {o.note} ({time.perf_counter() - t0:.0f} s)")
+                lines += mutation_report(mrows, seed=seed, full=full)
         finally:
             sc.bazel.shutdown()
     if synthetic:
         from bench.selection_synthetic import run as run_synthetic
 
         lines += run_synthetic(workdir)
-    return lines
+    return Result(lines, rows, mrows)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m bench.selection [--full] [--only NAME...] [--no-synthetic]``."""
+    """``python -m bench.selection [--full] [--only NAME...] [--mutants N] [--seed S] ...``.
+
+    Exits 1 when any test failing under run-all was not in the plan.
+    """
     parser = argparse.ArgumentParser(prog="python -m bench.selection")
     parser.add_argument("--full", action="store_true", help="run-all at full workloads")
     parser.add_argument("--only", nargs="*", default=(), help="changes whose name contains these")
+    parser.add_argument("--no-patches", action="store_true", help="skip the changes in bench/changes")
+    parser.add_argument("--mutants", type=int, default=DEFAULT_MUTANTS, metavar="N",
+                        help=f"mutants in the mutation round (default {DEFAULT_MUTANTS}: one per "
+                             "operator; each runs the whole suite)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the mutation round")
+    parser.add_argument("--extra-units", type=int, default=0, metavar="K",
+                        help="also mutate K other executed units of the package (seeded sample)")
+    parser.add_argument("--no-mutations", action="store_true", help="skip the mutation round")
     parser.add_argument("--no-synthetic", action="store_true", help="skip the scale benchmark")
     parser.add_argument("--fresh", action="store_true",
                         help="re-copy the checkout (and re-record if it changed) instead of "
@@ -181,10 +327,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path,
                         default=Path(tempfile.gettempdir()) / "fastci-bench")
     args = parser.parse_args(argv)
-    lines = run(args.workdir, full=args.full, only=args.only, fresh=args.fresh,
-                synthetic=not args.no_synthetic)
-    print("\n".join(lines))
-    return 0
+    result = run(args.workdir, full=args.full, only=args.only, fresh=args.fresh,
+                 synthetic=not args.no_synthetic, patches=not args.no_patches,
+                 mutants=0 if args.no_mutations else args.mutants, seed=args.seed,
+                 extra_units=args.extra_units)
+    misses = miss_lines(result.patch_rows, result.mutant_rows)
+    print("\n".join(result.lines + misses))
+    if misses:
+        print(f"selection benchmark FAILED: {len(misses)} change(s) or mutant(s) with a failing "
+              "test the plan left out", file=sys.stderr)
+    return exit_code(result.patch_rows, result.mutant_rows)
 
 
 if __name__ == "__main__":
