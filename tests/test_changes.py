@@ -115,6 +115,19 @@ def test_new_definitions_that_can_change_behaviour_count() -> None:
     assert got["Model"] == {ChangeKind.CLASS_METHODS}
 
 
+def test_new_names_that_act_without_a_call() -> None:
+    star = "from base import *\n\n\ndef use():\n    return 1\n"
+    got = diff_sources("m.py", star.encode(), (star + "\n\ndef helper():\n    return 2\n").encode())
+    module = {u.qualname: u for u in got.units}["<module>"]
+    assert module.kinds == (ChangeKind.NEW_NAME_DYNAMIC,) and module.import_time
+    assert module.detail and "star-imports" in module.detail
+    got = diff_sources("m.py", BASE.encode(), (BASE + "\n\nclass Sub(Model):\n    pass\n").encode())
+    module = {u.qualname: u for u in got.units}["<module>"]
+    assert module.kinds == (ChangeKind.NEW_SUBCLASS,) and module.import_time
+    # A new class with no base registers nowhere.
+    assert kinds(BASE, BASE + "\n\nclass Plain:\n    pass\n") == {"Plain": {ChangeKind.ADDED}}
+
+
 def test_unparsable_file_is_reported() -> None:
     d = diff_sources("m.py", BASE.encode(), b"def broken(:\n")
     assert d.failure and "does not parse" in d.failure and d.units == ()

@@ -39,6 +39,12 @@ def test_unexecuted_function_change_selects_nothing(world: World) -> None:
     assert chosen(world.plan()) == {}
 
 
+def test_ordinary_new_helper_selects_nothing_extra(world: World) -> None:
+    world.repo.write({"pkg/model.py": MODEL + "\n\ndef helper(x):\n    return x - 1\n",
+                      "pkg/extra.py": "def new_helper():\n    return 5\n"})
+    assert chosen(world.plan()) == {}
+
+
 def test_comment_only_change_selects_nothing(world: World) -> None:
     world.repo.write({"pkg/model.py": MODEL.replace("return x * 2", "return x * 2  # twice")})
     assert chosen(world.plan()) == {}

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 
 from fastci.changes import FileDiff, UnitChange, diff_sources, stale_changes
 from fastci.git import WORKTREE, FileChange, Git
+from fastci.static_reach import HeadTree, Reach, static_reach
 from fastci.types import Checksum, RelPath, UnitId
 from fastci.units import FileUnits, ParseFailure, index_source, split_unit_id
 
@@ -27,13 +28,20 @@ LOG = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ChangeSet:
-    """Everything that changed, as values: Python files diffed, other paths listed."""
+    """Everything that changed, as values: Python files diffed, other paths listed.
+
+    ``reach`` holds the static connections (:mod:`fastci.static_reach`) from changes
+    that evidence cannot see to the modules and units they affect; ``tree`` reads the
+    head side (for rules that compare files on disk), None when not scanned from git.
+    """
 
     base: str
     head: str
     files: tuple[FileDiff, ...] = ()
     others: tuple[FileChange, ...] = ()
     notes: tuple[str, ...] = ()
+    reach: tuple[Reach, ...] = ()
+    tree: HeadTree | None = field(default=None, compare=False, repr=False)
 
     @property
     def unit_changes(self) -> list[UnitChange]:
@@ -119,8 +127,10 @@ def scan(git: Git, base: str, head: str = WORKTREE, *,
     # diff above: comparing them again would find nothing new.
     if recorded and (full_check or set(evidence_commits) != {base_id}):
         _add_stale(git, head_id, recorded, files, full_check)
-    return ChangeSet(base_id, head_id, tuple(files[p] for p in sorted(files)), tuple(others),
-                     tuple(notes))
+    diffs = tuple(files[p] for p in sorted(files))
+    tree = HeadTree(git, head_id)
+    return ChangeSet(base_id, head_id, diffs, tuple(others), tuple(notes),
+                     tuple(static_reach(tree, diffs)), tree)
 
 
 def _add_stale(git: Git, head: str, recorded: Mapping[UnitId, Checksum],

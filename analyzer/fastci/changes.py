@@ -16,10 +16,11 @@ from __future__ import annotations
 import ast
 import builtins
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from fastci.types import Checksum, RelPath, UnitId
 from fastci.quickdiff import quick_diff
+from fastci.static_facts import compiled_functions, open_namespace, registrable_classes
 from fastci.units import MODULE_QUALNAME, FileUnits, ParseFailure, Unit, index_source, unit_id
 
 
@@ -41,6 +42,10 @@ class ChangeKind(enum.Enum):
     DELETED = "unit deleted"
     RENAMED = "unit renamed or moved"
     STALE = "differs from the checksum recorded in the evidence"
+    COMPILED = ("compiled or traced code changed (it never produces Python line events, so "
+                "no evidence records which tests run it)")
+    NEW_NAME_DYNAMIC = "new module-level name in a module whose namespace is read dynamically"
+    NEW_SUBCLASS = "new class whose base or metaclass may register it when it is defined"
 
 
 #: Kinds whose effect happens when the module is imported or the class is defined,
@@ -50,6 +55,7 @@ IMPORT_TIME_KINDS = frozenset({
     ChangeKind.CLASS_ATTRIBUTE, ChangeKind.CLASS_METHODS, ChangeKind.MODULE_ASSIGNMENT,
     ChangeKind.MODULE_IMPORT, ChangeKind.MODULE_STATEMENT, ChangeKind.MODULE_DEFINITIONS,
     ChangeKind.CONFIG_LITERAL, ChangeKind.DELETED, ChangeKind.RENAMED, ChangeKind.STALE,
+    ChangeKind.NEW_NAME_DYNAMIC, ChangeKind.NEW_SUBCLASS,
 })
 
 
@@ -65,6 +71,7 @@ class UnitChange:
     before: Checksum | None = None
     after: Checksum | None = None
     renamed_to: UnitId | None = None
+    detail: str | None = None  # why a COMPILED / NEW_* kind applies (``@triton.jit``)
 
     @property
     def import_time(self) -> bool:
@@ -79,6 +86,8 @@ class UnitChange:
             text += f" ({', '.join(names)})"
         if self.renamed_to:
             text += f" -> {self.renamed_to}"
+        if self.detail:
+            text += f" [{self.detail}]"
         return f"{self.unit}: {text}"
 
 
@@ -117,6 +126,8 @@ class ScopeFacts:
 
     literals: frozenset[str] = frozenset()  # names bound to config literals
     decorated: frozenset[str] = frozenset()  # names of decorated nested defs/classes
+    open: str | None = None  # why any new name in this module matters (star import...)
+    registrable: tuple[tuple[str, str], ...] = ()  # (class name, why it may register itself)
 
 
 def scope_facts(source: bytes | None) -> dict[str, ScopeFacts]:
@@ -154,13 +165,20 @@ def scope_facts(source: bytes | None) -> dict[str, ScopeFacts]:
         out[scope] = ScopeFacts(frozenset(literals), frozenset(decorated))
 
     scan(tree.body, MODULE_QUALNAME, False)
+    # New names that act without being called (static_facts): module scope only, since in
+    # a class every new method already counts.
+    module = out[MODULE_QUALNAME]
+    out[MODULE_QUALNAME] = ScopeFacts(module.literals, module.decorated, open_namespace(tree),
+                                      tuple((q, why) for q, why in registrable_classes(tree).items()
+                                            if "." not in q))
     return out
 
 
 def _part_kinds(unit: Unit, old: dict[str, Checksum], new: dict[str, Checksum],
-                facts: ScopeFacts) -> tuple[list[ChangeKind], list[str]]:
+                facts: ScopeFacts) -> tuple[list[ChangeKind], list[str], str | None]:
     kinds: list[ChangeKind] = []
     keys: list[str] = []
+    detail: str | None = None
     for key in sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k)):
         prefix, _, names = key.partition(":")
         bound = set(names.split("#")[0].split(","))
@@ -174,7 +192,20 @@ def _part_kinds(unit: Unit, old: dict[str, Checksum], new: dict[str, Checksum],
                     and not bound & (_bound_before(old) | _BUILTINS):
                 # A plain new function or class shadowing nothing: its own unit is ADDED and
                 # whatever calls it changed too. (In a class, a new method may override a
-                # base class's, so it always counts.)
+                # base class's, so it always counts.) Unless the name acts without a call:
+                # a class its base or metaclass registers, or a name that a star import,
+                # module __getattr__ or a globals() lookup makes visible.
+                registers = dict(facts.registrable)
+                hit = sorted(bound & set(registers)) if prefix == "class" else []
+                if hit:
+                    kind, detail = ChangeKind.NEW_SUBCLASS, f"{hit[0]}: {registers[hit[0]]}"
+                elif facts.open:
+                    kind, detail = ChangeKind.NEW_NAME_DYNAMIC, facts.open
+                else:
+                    continue
+                keys.append(key)
+                if kind not in kinds:
+                    kinds.append(kind)
                 continue
             kind = ChangeKind.CLASS_METHODS if unit.kind == "class" else ChangeKind.MODULE_DEFINITIONS
         elif prefix == "assign" and bound & facts.literals:
@@ -188,7 +219,7 @@ def _part_kinds(unit: Unit, old: dict[str, Checksum], new: dict[str, Checksum],
         keys.append(key)
         if kind not in kinds:
             kinds.append(kind)
-    return kinds, keys
+    return kinds, keys, detail
 
 
 _BUILTINS = frozenset(dir(builtins))
@@ -206,7 +237,8 @@ def _bound_before(parts: dict[str, Checksum]) -> set[str]:
 
 def _merge(a: ScopeFacts | None, b: ScopeFacts | None) -> ScopeFacts:
     a, b = a or ScopeFacts(), b or ScopeFacts()
-    return ScopeFacts(a.literals | b.literals, a.decorated | b.decorated)
+    return ScopeFacts(a.literals | b.literals, a.decorated | b.decorated, b.open or a.open,
+                      tuple(sorted(set(a.registrable) | set(b.registrable))))
 
 
 def diff_units(path: RelPath, old: FileUnits | None, new: FileUnits | None,
@@ -229,10 +261,11 @@ def diff_units(path: RelPath, old: FileUnits | None, new: FileUnits | None,
                                       n.checksum, renamed_to=n.id))
             continue
         facts = _merge(facts_old.get(qual), facts_new.get(qual))
-        kinds, keys = _part_kinds(n, o.parts_dict, n.parts_dict, facts)
+        kinds, keys, detail = _part_kinds(n, o.parts_dict, n.parts_dict, facts)
         if not kinds:  # only plain new definitions: their units are reported as ADDED
             continue
-        changes.append(UnitChange(n.id, path, qual, tuple(kinds), tuple(keys), o.checksum, n.checksum))
+        changes.append(UnitChange(n.id, path, qual, tuple(kinds), tuple(keys), o.checksum,
+                                  n.checksum, detail=detail))
         if o.id != n.id:
             changes.append(UnitChange(o.id, o.path, qual, (ChangeKind.RENAMED,), (), o.checksum,
                                       n.checksum, renamed_to=n.id))
@@ -261,7 +294,8 @@ def diff_sources(path: RelPath, old: bytes | None, new: bytes | None, *, status:
     if quick and old is not None and new is not None and not old_path:
         pairs = quick_diff(path, old, new)
         if pairs is not None:
-            return FileDiff(path, status, None, tuple(_pair_changes(path, pairs, old, new)))
+            return FileDiff(path, status, None,
+                            _mark_compiled(_pair_changes(path, pairs, old, new), old, new))
     old_rel = old_path or path
     old_idx = index_source(old_rel, old) if old is not None else None
     new_idx = index_source(path, new) if new is not None else None
@@ -274,7 +308,18 @@ def diff_sources(path: RelPath, old: bytes | None, new: bytes | None, *, status:
                       for u in (new_idx.units if new_idx else ()))
         return FileDiff(path, status, old_path, units, current=new_idx)
     changes = diff_units(path, old_idx, new_idx, old, new)
-    return FileDiff(path, status, old_path, tuple(changes), current=new_idx)
+    return FileDiff(path, status, old_path, _mark_compiled(changes, old, new), current=new_idx)
+
+
+def _mark_compiled(changes: list[UnitChange], old: bytes | None,
+                   new: bytes | None) -> tuple[UnitChange, ...]:
+    """Add COMPILED to changed functions that a compiler traces (either side of the diff)."""
+    kept = {ChangeKind.ADDED, ChangeKind.DELETED, ChangeKind.RENAMED}
+    if not any(u.qualname != MODULE_QUALNAME and not kept & set(u.kinds) for u in changes):
+        return tuple(changes)
+    compiled = {**compiled_functions(old), **compiled_functions(new)}
+    return tuple(replace(u, kinds=u.kinds + (ChangeKind.COMPILED,), detail=compiled[u.qualname])
+                 if u.qualname in compiled and not kept & set(u.kinds) else u for u in changes)
 
 
 def _pair_changes(path: RelPath, pairs: list[tuple[Unit, Unit]], old: bytes,
@@ -286,10 +331,10 @@ def _pair_changes(path: RelPath, pairs: list[tuple[Unit, Unit]], old: bytes,
     out = []
     for o, n in pairs:
         facts = _merge(facts_old.get(n.qualname), facts_new.get(n.qualname))
-        kinds, keys = _part_kinds(n, o.parts_dict, n.parts_dict, facts)
+        kinds, keys, detail = _part_kinds(n, o.parts_dict, n.parts_dict, facts)
         if kinds:
             out.append(UnitChange(n.id, path, n.qualname, tuple(kinds), tuple(keys), o.checksum,
-                                  n.checksum))
+                                  n.checksum, detail=detail))
     return out
 
 

@@ -112,6 +112,48 @@ class Git:
             return None
         return proc.stdout
 
+    def list_files(self, rev: str, under: str = "") -> list[RelPath]:
+        """Files at ``rev`` (``WORKTREE``: tracked and untracked-not-ignored, on disk) under a folder."""
+        spec = [f":(literal){under.rstrip('/')}"] if under.strip("/") else []
+        if rev == WORKTREE:
+            out = self._run(["ls-files", "-z", "--cached", "--others", "--exclude-standard",
+                             "--", *spec]).stdout
+            names = sorted({p for p in out.decode(errors="surrogateescape").split("\0") if p})
+            return [p for p in names if (self.root / p).is_file()]
+        out = self._run(["ls-tree", "-r", "-z", "--name-only", self.resolve(rev), "--",
+                         *spec]).stdout
+        return sorted(p for p in out.decode(errors="surrogateescape").split("\0") if p)
+
+    def tracked_files(self, rev: str) -> set[RelPath]:
+        """Paths git tracks at ``rev`` (``WORKTREE``: the index), untracked and ignored not."""
+        if rev == WORKTREE:
+            out = self._run(["ls-files", "-z", "--cached"]).stdout
+        else:
+            out = self._run(["ls-tree", "-r", "-z", "--name-only", self.resolve(rev)]).stdout
+        return {p for p in out.decode(errors="surrogateescape").split("\0") if p}
+
+    def grep_files(self, rev: str, words: Sequence[str], glob: str = "*.py") -> list[RelPath]:
+        """Files at ``rev`` matching ``glob`` whose text contains any of ``words`` (fixed strings).
+
+        ``WORKTREE`` searches the working tree, untracked (not ignored) files included.
+        """
+        if not words:
+            return []
+        args = ["grep", "-l", "-z", "-F", "-I"]
+        for w in words:
+            args += ["-e", w]
+        if rev == WORKTREE:
+            args += ["--untracked", "--", glob]
+        else:
+            args += [self.resolve(rev), "--", glob]
+        proc = self._run(args, check=False)
+        if proc.returncode not in (0, 1):  # 1: nothing matched
+            msg = proc.stderr.decode(errors="replace").strip().splitlines()
+            raise GitError(f"git grep: {msg[0] if msg else 'failed'}")
+        prefix = "" if rev == WORKTREE else f"{self.resolve(rev)}:"
+        return sorted(p[len(prefix):] if prefix and p.startswith(prefix) else p
+                      for p in proc.stdout.decode(errors="surrogateescape").split("\0") if p)
+
     def head(self) -> str | None:
         """The commit id of HEAD, or None in a repository without commits."""
         try:

@@ -16,8 +16,8 @@ from fastci.change_scan import ChangeSet
 from fastci.config import Config
 from fastci.select.decisions import (SKIP_KINDS, WIDEN_KINDS, Decision, DecisionKind, Reason,
                                      Selection)
-from fastci.select.rules import (DeclaredTest, EvidenceReader, RunLike, path_rules, test_rules,
-                                 unit_rules)
+from fastci.select.rules import (DeclaredTest, EvidenceReader, RunLike, ignored_read_rules,
+                                 path_rules, static_rules, test_rules, unit_rules)
 from fastci.types import TestId
 
 LOG = logging.getLogger(__name__)
@@ -77,7 +77,8 @@ def select_tests(changes: ChangeSet, store: EvidenceReader, config: Config, *,
     hits: dict[TestId, list[Reason]] = {}
     for rule_hits in (test_rules(universe, runs, declared, env_fingerprint, changes,
                                  evidence_tests),
-                      unit_rules(changes, store)):
+                      unit_rules(changes, store), static_rules(changes, store),
+                      ignored_read_rules(changes, store)):
         for test, reasons in rule_hits.items():
             hits.setdefault(test, []).extend(reasons)
     path_hits, widen, notes = path_rules(changes, store, config, universe)

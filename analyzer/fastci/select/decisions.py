@@ -23,6 +23,8 @@ class DecisionKind(enum.Enum):
     UNPARSABLE_FILE = "touches a file that does not parse"
     READ_CHANGED_FILE = "read a changed file"
     PATH_RULE = "mapped to a changed path by fastci.yaml"
+    COMPILED_CODE = "runs compiled or traced code that changed"
+    STATIC_REACH = "imports or discovers a new, deleted or newly named module"
     # ... or because its evidence cannot be trusted ...
     NO_EVIDENCE = "has no evidence"
     INCOMPLETE_EVIDENCE = "its recording did not complete"

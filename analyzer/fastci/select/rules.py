@@ -16,7 +16,9 @@ from typing import Any, Iterable, Mapping, Protocol
 from fastci.change_scan import ChangeSet, is_python
 from fastci.changes import ChangeKind, UnitChange
 from fastci.config import Config, first_match, glob_match
+from fastci.evidence.files import sha256_file
 from fastci.select.decisions import DecisionKind, Reason
+from fastci.static_reach import ReachKind
 from fastci.types import RelPath, TestId, UnitId
 
 LOG = logging.getLogger(__name__)
@@ -25,7 +27,12 @@ Hits = dict[TestId, list[Reason]]
 
 
 class RunLike(Protocol):
-    """What selection reads from a recorded run (``fastci.evidence.store.RunRecord``)."""
+    """What selection reads from a recorded run (``fastci.evidence.store.RunRecord``).
+
+    ``workload`` is the declared (full) workload the run knew; ``overrides`` what
+    the run changed of it (``{}``: full workload, ``None``: not known);
+    ``last_full`` the test's newest run known to be at full workload.
+    """
 
     commit: str | None
     env_fingerprint: str
@@ -34,6 +41,12 @@ class RunLike(Protocol):
     gpus: int
     outcome: str
     complete: bool
+
+    @property
+    def overrides(self) -> Mapping[str, Any] | None: ...
+
+    @property
+    def last_full(self) -> RunLike | None: ...
 
 
 class EvidenceReader(Protocol):
@@ -44,6 +57,8 @@ class EvidenceReader(Protocol):
     def tests_for_units(self, units: Iterable[UnitId]) -> Mapping[UnitId, set[TestId]]: ...
     def tests_for_files(self, paths: Iterable[RelPath]) -> Mapping[RelPath, set[TestId]]: ...
     def tests_for_modules(self, paths: Iterable[RelPath]) -> Mapping[RelPath, set[TestId]]: ...
+    def file_digests(self, paths: Iterable[RelPath] | None = None) -> \
+        Iterable[tuple[RelPath, TestId, str]]: ...
 
 
 @dataclass(frozen=True)
@@ -96,6 +111,78 @@ def unit_rules(changes: ChangeSet, store: EvidenceReader) -> Hits:
                     DecisionKind.UNPARSABLE_FILE, f"touches {f.path}, which does not parse",
                     change=f.failure, path=f.path,
                     via="static rule: a file that does not parse widens to every test touching it"))
+    return hits
+
+
+def static_rules(changes: ChangeSet, store: EvidenceReader) -> Hits:
+    """Changes evidence cannot see: compiled code, new/deleted files and names (static_reach)."""
+    hits: Hits = {}
+    compiled = {u.path: u for u in changes.unit_changes if ChangeKind.COMPILED in u.kinds}
+    touching = store.tests_for_modules(sorted(compiled))
+    for path, u in sorted(compiled.items()):
+        for test in sorted(touching.get(path, ())):
+            _add(hits, test, Reason(
+                DecisionKind.COMPILED_CODE,
+                f"its evidence touches {path}, where {u.qualname} changed and is compiled or "
+                f"traced ({u.detail}): compiled code never produces Python line events, so no "
+                "evidence records which tests run it", unit=u.unit, change=_kinds(u), path=path,
+                via="static rule: a change to compiled code reaches every test whose evidence "
+                    "touches its module"))
+    by_unit = store.tests_for_units(sorted({r.unit for r in changes.reach if r.unit}))
+    by_module = store.tests_for_modules(sorted({r.module for r in changes.reach if r.module}))
+    for r in changes.reach:
+        tests = by_unit.get(r.unit, set()) if r.unit else by_module.get(r.module or "", set())
+        for test in sorted(tests):
+            if r.unit and r.kind is ReachKind.COMPILED:
+                reason = Reason(
+                    DecisionKind.COMPILED_CODE,
+                    f"executes {r.unit}, a caller of compiled {r.change}: compiled code never "
+                    "produces Python line events, so evidence cannot see the call",
+                    unit=r.changed_unit, change=r.change, path=r.path,
+                    via=f"static rule: {r.how}")
+            else:
+                reason = Reason(
+                    DecisionKind.STATIC_REACH,
+                    f"its evidence touches {r.module or r.unit}, which {r.kind.value}: "
+                    f"{r.change} ({r.how})", unit=r.changed_unit, change=r.change, path=r.path,
+                    via=f"static rule: {r.how}")
+            if reason not in hits.get(test, ()):
+                _add(hits, test, reason)
+    return hits
+
+
+def ignored_read_rules(changes: ChangeSet, store: EvidenceReader) -> Hits:
+    """Recorded reads of files git does not track, compared with the disk now.
+
+    Git-ignored inputs (downloaded data, tokenizer folders, generated goldens) never
+    show in a diff: a test is selected when the digest it recorded differs from the
+    file's current digest (same function as the recorder), or the file is gone.
+    """
+    hits: Hits = {}
+    if changes.tree is None:
+        return hits
+    rows = list(store.file_digests())
+    if not rows:
+        return hits
+    git = changes.tree.git
+    tracked = git.tracked_files(changes.tree.head)
+    seen = set(changes.paths)  # already a changed path: path_rules says so
+    now: dict[RelPath, str | None] = {}
+    for path, test, digest in sorted(rows):
+        if path in tracked or path in seen:
+            continue
+        if path not in now:
+            local = git.root / path
+            now[path] = sha256_file(local) if local.is_file() else None
+        current = now[path]
+        if current is not None and current == digest:
+            continue
+        state = "is gone" if current is None else "whose content differs from when it was recorded"
+        _add(hits, test, Reason(
+            DecisionKind.READ_CHANGED_FILE,
+            f"read {path} (not tracked by git), {'which ' if current is None else ''}{state}",
+            path=path, change="deleted" if current is None else "content changed",
+            via="evidence: the recorded digest of an untracked file differs from the disk"))
     return hits
 
 
@@ -185,10 +272,20 @@ def test_rules(universe: Iterable[TestId], runs: Mapping[TestId, RunLike],
             _add(hits, test, Reason(DecisionKind.INCOMPLETE_EVIDENCE,
                                     "its last recording did not complete",
                                     via="safety rule: incomplete evidence is selected"))
+        # "Failed last" is kept per workload: the newest run failed (at any
+        # workload), or the newest full-workload run did, whatever passed since at a
+        # reduced (or unknown) workload: a reduced pass never clears a full failure.
+        full = getattr(run, "last_full", None)
         if run.outcome != "passed":
             _add(hits, test, Reason(DecisionKind.FAILED_LAST,
-                                    f"its last run ended {run.outcome!r}",
+                                    f"its last run ended {run.outcome!r} {_at_workload(run)}",
                                     via="safety rule: a test that failed last time is selected"))
+        elif full is not None and full is not run and full.outcome != "passed":
+            _add(hits, test, Reason(
+                DecisionKind.FAILED_LAST,
+                f"its last full-workload run ended {full.outcome!r}; the later pass was "
+                f"{_at_workload(run)}, which does not clear it",
+                via="safety rule: a test whose last full-workload run failed is selected"))
         if env_fingerprint is None or run.env_fingerprint != env_fingerprint:
             now = env_fingerprint or "unknown"
             _add(hits, test, Reason(
@@ -203,11 +300,14 @@ def test_rules(universe: Iterable[TestId], runs: Mapping[TestId, RunLike],
 
 def _declaration_reasons(hits: Hits, test: TestId, decl: DeclaredTest, run: RunLike,
                          changed_paths: set[RelPath]) -> None:
+    # run.workload is the workload the run was *declared* with, never the reduced
+    # one it ran at (run.overrides): a reduced run is not a modified test.
     if decl.workload is not None and dict(decl.workload) != dict(run.workload or {}):
         diff = sorted(k for k in set(decl.workload) | set(run.workload or {})
                       if decl.workload.get(k) != (run.workload or {}).get(k))
         _add(hits, test, Reason(DecisionKind.MODIFIED_TEST,
-                                f"its declared workload differs from the recorded one ({', '.join(diff)})",
+                                "its declared workload differs from the one declared at its last "
+                                f"run ({', '.join(diff)})",
                                 via="safety rule: a modified gpu_test declaration is selected"))
     if decl.gpus != run.gpus:
         _add(hits, test, Reason(DecisionKind.MODIFIED_TEST,
@@ -217,3 +317,13 @@ def _declaration_reasons(hits: Hits, test: TestId, decl: DeclaredTest, run: RunL
         if src in changed_paths:
             _add(hits, test, Reason(DecisionKind.MODIFIED_TEST, f"its source {src} changed",
                                     path=src, via="safety rule: a modified test is selected"))
+
+
+def _at_workload(run: RunLike) -> str:
+    """Where a run stood: ``at full workload``, ``at reduced workload a=1``, or unknown."""
+    overrides = getattr(run, "overrides", None)
+    if overrides is None:
+        return "at a workload it did not record (not known to be the full one)"
+    if not overrides:
+        return "at full workload"
+    return "at reduced workload " + ", ".join(f"{k}={v!r}" for k, v in sorted(overrides.items()))
