@@ -205,6 +205,18 @@ class EvidenceStore:
                                   " ON e.unit_id = u.id JOIN test t ON t.id = e.test_id"
                                   " WHERE u.path IN (%s)")
 
+    def file_digests(self, paths: Iterable[RelPath] | None = None) -> \
+            list[tuple[RelPath, TestId, str]]:
+        """(path, test, recorded digest) of every file read held as evidence (or of ``paths``)."""
+        query = "SELECT f.path, t.name, f.digest FROM file_read f JOIN test t ON t.id = f.test_id"
+        if paths is None:
+            return [(p, t, d) for p, t, d in self.conn.execute(query + " ORDER BY f.path, t.name")]
+        out: list[tuple[RelPath, TestId, str]] = []
+        for chunk in _chunks(sorted(set(paths))):
+            q = query + " WHERE f.path IN (%s)" % ",".join("?" * len(chunk))
+            out += [(p, t, d) for p, t, d in self.conn.execute(q, chunk)]
+        return sorted(out)
+
     def units_of_test(self, test: TestId) -> dict[UnitId, list[ContextSig]]:
         """Unit id -> the test's context signatures there (sorted)."""
         rows = self.conn.execute(
