@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,6 +18,7 @@ from fastci.pytest_plan import PlanPlugin
 
 SUITE = '''
 import json, os
+import pytest
 
 def test_a():
     print("RAN a", os.environ.get("FASTCI_WORKLOAD"))
@@ -22,6 +26,7 @@ def test_a():
 def test_b():
     print("RAN b", os.environ.get("FASTCI_WORKLOAD"))
 
+@pytest.mark.fastci_workload(workload={"train_iters": 8}, floors={"train_iters": 2})
 def test_c():
     print("RAN c", os.environ.get("FASTCI_WORKLOAD"))
 
@@ -30,15 +35,15 @@ def test_unplanned():
 '''
 
 
-def run_with(tmp_path: Path, plan: Plan) -> str:
-    (tmp_path / "test_suite.py").write_text(SUITE)
+def run_with(tmp_path: Path, plan: Plan, suite: str = SUITE) -> str:
+    (tmp_path / "test_suite.py").write_text(suite)
     conftest = ("import json\nfrom fastci.plan import Plan\nfrom fastci.pytest_plan import PlanPlugin\n"
                 "def pytest_configure(config):\n"
                 f"    config.pluginmanager.register(PlanPlugin(Plan.from_json({plan.to_json()!r})))\n")
     (tmp_path / "conftest.py").write_text(conftest)
     res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p",
-                          "no:fastci", "-s", "-v", "test_suite.py"], cwd=tmp_path,
-                         capture_output=True, text=True)
+                          "no:fastci", "--strict-markers", "-s", "-v", "-rw", "test_suite.py"],
+                         cwd=tmp_path, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
     return res.stdout
 
@@ -70,6 +75,13 @@ def test_plugin_restores_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
     class Item:
         nodeid = "x::t"
+
+        def get_closest_marker(self, name: str) -> object:
+            assert name == "fastci_workload"
+            return SimpleNamespace(args=(), kwargs={"workload": {"n": 4}, "floors": {"n": 1}})
+
+        def warn(self, warning: Warning) -> None:
+            raise AssertionError(f"unexpected warning {warning}")
 
     gen = plugin.pytest_runtest_protocol(Item(), None)  # type: ignore[arg-type]
     next(gen)
@@ -113,3 +125,112 @@ def test_repo_relative_plan_ids_match_from_a_sub_rootdir(tmp_path: Path) -> None
     assert res.returncode == 0, res.stdout + res.stderr
     assert re.findall(r"RAN (\w+)", res.stdout) == ["c", "a", "unplanned"]
     assert "suite/test_suite.py::test_b: not affected by the change" in res.stdout
+
+
+# --- Overrides are checked like the Bazel rules do (issue 9 item 12) -------------------------
+
+DECLARED = '''
+import json, os
+import pytest
+
+DECL = dict(workload={"train_iters": 8, "hidden_size": 64, "num_heads": 4, "tp": 2, "lr": 0.1},
+            floors={"train_iters": 2, "hidden_size": 32, "num_heads": 2, "lr": 0.01},
+            constraints=["hidden_size % num_heads == 0", "num_heads % tp == 0"],
+            scope=["parallel_parity"])
+CASES = ["valid", "below_floor", "negative", "frozen", "above_full", "constraint", "undeclared",
+         "wrong_type"]
+
+@pytest.mark.fastci_workload(**DECL)
+@pytest.mark.parametrize("case", CASES)
+def test_w(case):
+    got = json.loads(os.environ.get("FASTCI_WORKLOAD") or "{}")
+    print("RAN", case, json.dumps(got, sort_keys=True))
+    # What a training test would do with a nonsense workload: fail.
+    assert got.get("train_iters", 8) > 0
+
+def test_no_declaration():
+    print("RAN no_declaration", os.environ.get("FASTCI_WORKLOAD"))
+
+@pytest.mark.fastci_workload(workload="not a dict")
+def test_malformed():
+    print("RAN malformed", os.environ.get("FASTCI_WORKLOAD"))
+'''
+
+OVERRIDES = {
+    "valid": ({"train_iters": 2, "hidden_size": 32, "lr": 0.05}, None),
+    "below_floor": ({"hidden_size": 16}, "hidden_size: 16 is below its floor 32"),
+    "negative": ({"train_iters": -5}, "train_iters: -5 is below its floor 2"),
+    "frozen": ({"tp": 1}, "tp: frozen (no floor declared), stays 2"),
+    "above_full": ({"train_iters": 100}, "train_iters: 100 is above the full value 8"),
+    "constraint": ({"num_heads": 3}, 'constraint "hidden_size % num_heads == 0" does not hold'),
+    "undeclared": ({"seq_length": 16}, "seq_length: not a declared dimension"),
+    "wrong_type": ({"train_iters": "2"}, "train_iters: expected int like the full value, got string"),
+}
+
+
+def test_overrides_apply_only_within_the_declaration(tmp_path: Path) -> None:
+    tests = tuple(PlannedTest(f"test_suite.py::test_w[{case}]", overrides)
+                  for case, (overrides, _) in OVERRIDES.items())
+    tests += (PlannedTest("test_suite.py::test_no_declaration", {"train_iters": 2}),
+              PlannedTest("test_suite.py::test_malformed", {"train_iters": 2}))
+    out = run_with(tmp_path, Plan(mode="selective", tests=tests), DECLARED)
+    ran = dict(re.findall(r"RAN (\w+) (\{.*?\}|None)", out))
+    assert json.loads(ran["valid"]) == OVERRIDES["valid"][0]
+    summary = out.split("fastci: overrides ignored, ran at full workload", 1)[1]
+    for case, (_, why) in OVERRIDES.items():
+        if why is None:
+            continue
+        assert json.loads(ran[case]) == {}, case  # full workload: nothing in FASTCI_WORKLOAD
+        assert f"test_suite.py::test_w[{case}]: {why}" in summary, case
+        assert f"test_suite.py::test_w[{case}]: overrides" in out  # the warning, too
+    assert ran["no_declaration"] == "None" and ran["malformed"] == "None"
+    assert "test_suite.py::test_no_declaration: the test declares no workload " \
+           "(no @pytest.mark.fastci_workload)" in summary
+    assert "test_suite.py::test_malformed: its fastci_workload marker is malformed" in summary
+    assert "test_suite.py::test_w[valid]:" not in summary
+    assert "10 passed" in out
+
+
+def test_full_workload_test_needs_no_declaration(tmp_path: Path) -> None:
+    # No overrides: nothing to check, no warning (a suite need not declare anything).
+    plan = Plan(mode="selective", tests=(PlannedTest("test_suite.py::test_no_declaration"),))
+    out = run_with(tmp_path, plan, DECLARED)
+    assert "overrides ignored" not in out and "RAN no_declaration None" in out
+
+
+SPY = '''
+import json
+import pytest
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item):
+    print("WORKLOAD", item.name, json.dumps(item.funcargs.get("workload"), sort_keys=True))
+'''
+
+
+def test_real_microllm_items_check_overrides_against_suite_bzl(tmp_path: Path) -> None:
+    """The microllm conftest attaches suite.bzl's declarations: the probe of the issue."""
+    mllm = Path(__file__).resolve().parents[1] / "examples" / "microllm"
+    tests = "examples/microllm/tests"
+    floors = {"train_iters": 14, "num_layers": 1, "hidden_size": 32, "num_heads": 2,
+              "seq_length": 8, "vocab_size": 50, "micro_batch_size": 1, "global_batch_size": 1}
+    plan = Plan(mode="selective", tests=(
+        PlannedTest(f"{tests}/config_validation_test.py::test_config_validation",
+                    {"hidden_size": 16}),  # below its floor of 32
+        PlannedTest(f"{tests}/lr_schedule_test.py::test_lr_schedule", floors)))
+    (tmp_path / "plan.json").write_text(plan.to_json())
+    (tmp_path / "fastci_spy.py").write_text(SPY)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    env.pop("FASTCI_WORKLOAD", None)
+    res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "fastci_spy",
+                          "--strict-markers", "-s", "-v", "--fastci-plan", str(tmp_path / "plan.json"),
+                          "tests/config_validation_test.py", "tests/lr_schedule_test.py"],
+                         cwd=mllm, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    ran = {name: json.loads(wl) for name, wl in re.findall(r"WORKLOAD (\w+) (\{.*?\})", res.stdout)}
+    suite = ast.literal_eval(re.search(r"SUITE = (\{.*\})", (mllm / "tests" / "suite.bzl").read_text(),
+                                       re.S).group(1))  # type: ignore[union-attr]
+    assert ran["test_config_validation"] == suite["config_validation_test"]["workload"]
+    assert ran["test_lr_schedule"] == {**suite["lr_schedule_test"]["workload"], **floors}
+    assert (f"{tests}/config_validation_test.py::test_config_validation: hidden_size: 16 is below "
+            "its floor 32") in res.stdout

@@ -148,3 +148,44 @@ def test_evidence_commits_are_those_of_the_evidence_runs(store: EvidenceStore) -
     store.record_result("//t:a", outcome="failed", duration_s=9.0, commit="d", gpus=2,
                         workload={}, source="result", recorded_at=20.0)
     assert store.evidence_commits() == {"abc"}  # a result-only run moves no evidence
+
+
+def test_runs_keep_declared_workload_and_overrides_apart(store: EvidenceStore) -> None:
+    declared = {"train_iters": 8, "hidden_size": 64}
+    store.record_result("//t:a", outcome="passed", duration_s=1.0, commit=None, gpus=1,
+                        workload=declared, overrides={"train_iters": 2, "hidden_size": 64},
+                        source="bazel", recorded_at=1.0)
+    r = store.latest_runs()["//t:a"]
+    # An override equal to the declared value changes nothing: it is dropped.
+    assert (dict(r.workload), r.overrides, r.full) == (declared, {"train_iters": 2}, False)
+    assert r.effective_workload == {"train_iters": 2, "hidden_size": 64}
+    assert r.last_full is None
+    store.ingest(RunEvidence(test="//t:a", run_key="k2", outcome="failed", complete=True,
+                             duration_s=1.0, gpus=1, workload=declared, recorded_at=2.0,
+                             overrides={}))
+    store.record_result("//t:a", outcome="passed", duration_s=1.0, commit=None, gpus=1,
+                        workload=declared, source="bazel", recorded_at=3.0)  # overrides unknown
+    runs = store.runs_of_test("//t:a")
+    assert [(r.overrides, r.full) for r in runs] == [
+        ({"train_iters": 2}, False), ({}, True), (None, False)]
+    latest = store.latest_runs()["//t:a"]
+    assert latest.outcome == "passed" and latest.overrides is None
+    assert latest.last_full is not None and latest.last_full.outcome == "failed" \
+        and latest.last_full.recorded_at == 2.0  # the newest run known to be at full workload
+    store.record_result("//t:a", outcome="passed", duration_s=1.0, commit=None, gpus=1,
+                        workload=declared, overrides={}, source="bazel", recorded_at=4.0)
+    latest = store.latest_runs()["//t:a"]
+    assert latest.last_full is not None and latest.last_full.recorded_at == 4.0 and latest.full
+
+
+def test_old_schema_version_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "evidence.db"
+    EvidenceStore.open(path, create=True).close()
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match=f"schema version 1, this FastCI needs {SCHEMA_VERSION}; "
+                                         "move it aside"):
+        EvidenceStore.open(path)
+    assert SCHEMA_VERSION == 2

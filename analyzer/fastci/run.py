@@ -19,7 +19,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from fastci.bazel.bep import BuildReport, parse_bep
 from fastci.bazel.runner import Bazel
@@ -87,17 +87,49 @@ def _echo_misses(plan: Plan, misses: tuple[tuple[str, str], ...], path: Path,
         echo(f"  MISSED     {test} (the plan said: {why})")
 
 
-def _workload(label: str, testlogs: Path | None) -> dict[str, Any] | None:
-    if testlogs is None:
-        return None
-    from fastci.bazel.testlogs import read_output
+def _workload(label: str, testlogs: Path | None, last: Any = None,
+              planned: Mapping[str, Any] | None = None
+              ) -> tuple[dict[str, Any], dict[str, Any] | None, int | None]:
+    """(declared workload, overrides applied or None if not known, GPUs) of one Bazel run.
 
-    try:
-        raw = read_output(testlogs, label, "fastci_workload.json")
-        return json.loads(raw) if raw else None
-    except (OSError, ValueError) as exc:
-        LOG.debug("%s: no workload file: %s", label, exc)
-        return None
+    Read from the run's ``fastci_workload.json`` (:mod:`fastci.launch`). Its
+    ``declared``/``overrides`` keys say it outright; without them: a plain run
+    (mode ``full``) ran its declared workload; under a plan, ``planned`` (the
+    plan's overrides for the test, None without a plan) says whether Bazel applied
+    any, and the values they replaced come from ``last`` (the test's newest stored
+    run). What stays unclear is recorded as not known, which never counts as a
+    full-workload run.
+    """
+    info: dict[str, Any] = {}
+    if testlogs is not None:
+        from fastci.bazel.testlogs import read_output
+
+        try:
+            raw = read_output(testlogs, label, "fastci_workload.json")
+            info = json.loads(raw) if raw else {}
+        except (OSError, ValueError) as exc:
+            LOG.debug("%s: no workload file: %s", label, exc)
+    info = info if isinstance(info, dict) else {}
+    effective = dict(info.get("workload") or {})
+    gpus = info["gpus"] if isinstance(info.get("gpus"), int) else None
+    declared = info.get("declared")
+    if isinstance(declared, dict):
+        overrides = info.get("overrides")
+        if not isinstance(overrides, dict):
+            overrides = {k: v for k, v in effective.items() if declared.get(k) != v}
+        return dict(declared), dict(overrides), gpus
+    status = str(info.get("plan_status", ""))
+    if info.get("mode") == "full" or (planned is not None and (
+            not planned or status.startswith("fallback") or "overrides ignored" in status
+            or "not in the plan" in status)):
+        return effective, {}, gpus  # Bazel ran the declared workload as it is
+    known = last is not None and last.overrides is not None
+    if planned and known and all(k in last.workload for k in planned):
+        declared = {**effective, **{k: last.workload[k] for k in planned}}
+        return declared, {k: effective.get(k, v) for k, v in planned.items()}, gpus
+    if planned is None and known and effective == dict(last.workload):
+        return effective, {}, gpus  # the workload its last run declared: full
+    return effective, None, gpus
 
 
 def execute(root: Path, plan: Plan, config: Config, *, store: Any = None,
@@ -141,7 +173,13 @@ def execute(root: Path, plan: Plan, config: Config, *, store: Any = None,
     return rr
 
 
-def _record(root: Path, report: BuildReport, store: Any, bazel: Bazel) -> int:
+def _record(root: Path, report: BuildReport, store: Any, bazel: Bazel,
+            plan: Plan | None = None) -> int:
+    """Add each test's result to the store's history, its declared workload and overrides apart.
+
+    ``plan`` is the plan Bazel ran (it tells a reduced run from a full one while
+    ``fastci_workload.json`` does not carry the declared workload).
+    """
     try:
         testlogs: Path | None = Path(bazel.info("bazel-testlogs"))
     except Exception as exc:  # noqa: BLE001 - workloads are optional detail
@@ -149,15 +187,22 @@ def _record(root: Path, report: BuildReport, store: Any, bazel: Bazel) -> int:
         testlogs = None
     commit = Git(root).head()
     runs = store.latest_runs()
+    from fastci.plan import normalize_test_id
+
+    overrides_by_test: dict[str, dict[str, Any]] = {}
+    if plan is not None and plan.mode == "selective":
+        # Bazel matches the plan's labels normalized (@//p:t, //p -> //p:t): so do we.
+        overrides_by_test = {normalize_test_id(t.id): dict(t.overrides) for t in plan.tests}
     n = 0
     for label, outcome in sorted(report.outcomes.items()):
         if outcome.cached:
             continue  # a cached result is the earlier run, already in the history
-        info = _workload(label, testlogs) or {}
         last = runs.get(label)
-        gpus = int(info.get("gpus", last.gpus if last else 0))
+        planned = None if plan is None else overrides_by_test.get(label, {})
+        declared, overrides, gpus = _workload(label, testlogs, last, planned)
         store.record_result(label, outcome="passed" if outcome.passed else "failed",
-                            duration_s=outcome.duration_s, commit=commit, gpus=gpus,
-                            workload=info.get("workload", {}), source="bazel")
+                            duration_s=outcome.duration_s, commit=commit,
+                            gpus=gpus if gpus is not None else (last.gpus if last else 0),
+                            workload=declared, overrides=overrides, source="bazel")
         n += 1
     return n

@@ -4,6 +4,11 @@ Version history:
 
 * 1 — tests, units (integer ids, path index), interned contexts, evidence rows
   (unit x test -> packed context ids), files read, runs.
+* 2 — runs keep the declared workload and the overrides applied apart:
+  ``run.workload`` is the declared (full) workload, the new ``run.overrides``
+  what the run changed (``{}`` = full workload, NULL = not known). A reduced
+  run no longer looks like a changed declaration, and "failed last" can ask
+  for the newest full-workload run.
 
 A store with another version is never migrated or deleted silently:
 :class:`~fastci.evidence.store.EvidenceStore` raises ``StoreError`` saying to
@@ -12,7 +17,7 @@ move it aside and re-record.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 -- Key/value facts about the store itself: schema_version, created_at.
@@ -74,7 +79,9 @@ CREATE TABLE run (
     commit_sha TEXT,
     env_fingerprint TEXT NOT NULL,
     environment TEXT NOT NULL,       -- JSON object
-    workload TEXT NOT NULL,          -- JSON object
+    workload TEXT NOT NULL,          -- JSON object: the declared (full) workload
+    overrides TEXT,                  -- JSON object: what the run changed of it ({} = ran at
+                                     -- full workload); NULL = not known (never counts as full)
     duration_s REAL NOT NULL,
     gpus INTEGER NOT NULL,
     outcome TEXT NOT NULL,

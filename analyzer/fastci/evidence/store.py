@@ -14,7 +14,7 @@ import json
 import logging
 import sqlite3
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
@@ -30,7 +30,14 @@ _CHUNK = 500
 
 @dataclass(frozen=True)
 class RunRecord:
-    """One run of a test as the store knows it."""
+    """One run of a test as the store knows it.
+
+    ``workload`` is the declared (full) workload the run knew; ``overrides`` what
+    the run changed of it: ``{}`` when it ran at full workload, ``None`` when the
+    writer did not say (such a run never counts as a full-workload run).
+    :meth:`EvidenceStore.latest_runs` also fills ``last_full``: the test's newest
+    run known to be at full workload (this record itself when it is one).
+    """
 
     test: TestId
     commit: str | None
@@ -41,11 +48,27 @@ class RunRecord:
     outcome: str
     complete: bool
     recorded_at: float
+    overrides: Mapping[str, Any] | None = None
+    last_full: RunRecord | None = None
+
+    @property
+    def full(self) -> bool:
+        """Whether the run is known to have run at the full declared workload."""
+        return self.overrides is not None and not self.overrides
+
+    @property
+    def effective_workload(self) -> dict[str, Any]:
+        """The workload the run used: the declared one with the overrides applied."""
+        return {**self.workload, **(self.overrides or {})}
 
 
 @dataclass(frozen=True)
 class RunEvidence:
-    """A merged recording of one test run (all its processes), ready to ingest."""
+    """A merged recording of one test run (all its processes), ready to ingest.
+
+    ``workload`` is the declared (full) workload, ``overrides`` what the run
+    changed of it (see :class:`RunRecord`).
+    """
 
     test: TestId
     run_key: str
@@ -56,6 +79,9 @@ class RunEvidence:
     workload: Mapping[str, Any]
     recorded_at: float
     env_fingerprint: str = ""
+    # What the run changed of ``workload`` (the declared one): {} = full
+    # workload, None = the recording did not say (never counts as full).
+    overrides: Mapping[str, Any] | None = None
     environment: Mapping[str, Any] = field(default_factory=dict)
     commit: str | None = None
     source: str = "bazel"
@@ -76,6 +102,18 @@ def unpack_ids(blob: bytes) -> list[int]:
     a = array.array("I")
     a.frombytes(blob)
     return a.tolist()
+
+
+def real_overrides(workload: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The overrides that change something: entries equal to the declared value are dropped.
+
+    So "ran at full workload" is one thing (``{}``), however a writer spelled it.
+    """
+    return {k: v for k, v in overrides.items() if k not in workload or workload[k] != v}
+
+
+def _json(obj: Mapping[str, Any]) -> str:
+    return json.dumps(dict(obj), sort_keys=True, default=str)
 
 
 def _chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
@@ -159,16 +197,14 @@ class EvidenceStore:
         return [r[0] for r in self.conn.execute("SELECT name FROM test ORDER BY name")]
 
     def latest_runs(self) -> dict[TestId, RunRecord]:
-        """The newest run per test (ties: the later ingested)."""
-        rows = self.conn.execute(
-            "SELECT t.name, r.commit_sha, r.env_fingerprint, r.workload, r.duration_s, r.gpus,"
-            " r.outcome, r.complete, r.recorded_at FROM run r JOIN test t ON t.id = r.test_id"
-            " ORDER BY r.recorded_at, r.id")
-        out: dict[TestId, RunRecord] = {}
-        for name, commit, env, wl, dur, gpus, outcome, complete, at in rows:
-            out[name] = RunRecord(name, commit, env, json.loads(wl), dur, gpus, outcome,
-                                  bool(complete), at)
-        return out
+        """The newest run per test (ties: the later ingested), with its ``last_full`` run."""
+        newest: dict[TestId, RunRecord] = {}
+        full: dict[TestId, RunRecord] = {}
+        for rec in self._runs("", ()):
+            newest[rec.test] = rec
+            if rec.full:
+                full[rec.test] = rec
+        return {t: replace(r, last_full=full.get(t)) for t, r in newest.items()}
 
     def unit_checksums(self) -> dict[UnitId, Checksum]:
         """Unit id -> checksum at (the newest) record time."""
@@ -234,12 +270,17 @@ class EvidenceStore:
 
     def runs_of_test(self, test: TestId) -> list[RunRecord]:
         """Every run of ``test``, oldest first."""
+        return list(self._runs(" WHERE t.name = ?", (test,)))
+
+    def _runs(self, where: str, args: tuple[str, ...]) -> Iterator[RunRecord]:
+        """Runs (joined with their test) matching ``where``, oldest first."""
         rows = self.conn.execute(
-            "SELECT r.commit_sha, r.env_fingerprint, r.workload, r.duration_s, r.gpus, r.outcome,"
-            " r.complete, r.recorded_at FROM run r JOIN test t ON t.id = r.test_id"
-            " WHERE t.name = ? ORDER BY r.recorded_at, r.id", (test,))
-        return [RunRecord(test, c, e, json.loads(w), d, g, o, bool(k), a)
-                for c, e, w, d, g, o, k, a in rows]
+            "SELECT t.name, r.commit_sha, r.env_fingerprint, r.workload, r.overrides, r.duration_s,"
+            " r.gpus, r.outcome, r.complete, r.recorded_at FROM run r JOIN test t"
+            f" ON t.id = r.test_id{where} ORDER BY r.recorded_at, r.id", args)
+        for name, commit, env, wl, ov, dur, gpus, outcome, complete, at in rows:
+            yield RunRecord(name, commit, env, json.loads(wl), dur, gpus, outcome, bool(complete),
+                            at, None if ov is None else json.loads(ov))
 
     def stats(self) -> dict[str, int]:
         """Row counts per table and the file size in bytes."""
@@ -273,16 +314,18 @@ class EvidenceStore:
             is not None
 
     def _insert_run(self, test_id: int, key: str, commit: str | None, env_fp: str,
-                    environment: Mapping[str, Any], workload: Mapping[str, Any], duration_s: float,
-                    gpus: int, outcome: str, complete: bool, at: float, source: str,
+                    environment: Mapping[str, Any], workload: Mapping[str, Any],
+                    overrides: Mapping[str, Any] | None, duration_s: float, gpus: int,
+                    outcome: str, complete: bool, at: float, source: str,
                     has_evidence: bool) -> int:
         cur = self.conn.execute(
             "INSERT INTO run (test_id, run_key, commit_sha, env_fingerprint, environment, workload,"
-            " duration_s, gpus, outcome, complete, recorded_at, source, has_evidence)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " overrides, duration_s, gpus, outcome, complete, recorded_at, source, has_evidence)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (test_id, key, commit, env_fp, json.dumps(dict(environment), sort_keys=True),
-             json.dumps(dict(workload), sort_keys=True, default=str), float(duration_s), int(gpus),
-             outcome, int(complete), float(at), source, int(has_evidence)))
+             _json(workload), None if overrides is None else _json(real_overrides(workload, overrides)),
+             float(duration_s), int(gpus), outcome, int(complete), float(at), source,
+             int(has_evidence)))
         return int(cur.lastrowid or 0)
 
     def ingest(self, run: RunEvidence) -> bool:
@@ -295,8 +338,9 @@ class EvidenceStore:
                 return False
             tid = self._id("test", "name", run.test)
             rid = self._insert_run(tid, run.run_key, run.commit, run.env_fingerprint,
-                                   run.environment, run.workload, run.duration_s, run.gpus,
-                                   run.outcome, run.complete, run.recorded_at, run.source, True)
+                                   run.environment, run.workload, run.overrides, run.duration_s,
+                                   run.gpus, run.outcome, run.complete, run.recorded_at,
+                                   run.source, True)
             held = self.conn.execute("SELECT evidence_at FROM test WHERE id = ?", (tid,)).fetchone()
             if held[0] > run.recorded_at:
                 LOG.info("%s: run %s is older than the evidence held; kept as history",
@@ -328,12 +372,16 @@ class EvidenceStore:
     def record_result(self, test: TestId, *, outcome: str, duration_s: float,
                       commit: str | None, gpus: int, workload: Mapping[str, Any],
                       source: str, recorded_at: float | None = None,
-                      run_key: str | None = None) -> None:
+                      run_key: str | None = None,
+                      overrides: Mapping[str, Any] | None = None) -> None:
         """Add a plain result (no evidence) for ``test``.
 
-        The run inherits ``complete`` and the environment fingerprint of the
-        evidence the store holds for the test (``complete`` is false if it holds
-        none), so a result never makes missing evidence look complete.
+        ``workload`` is the test's declared (full) workload, ``overrides`` what
+        this run changed of it (``{}``: full workload; ``None``: not known, so the
+        run never counts as a full-workload run). The run inherits ``complete``
+        and the environment fingerprint of the evidence the store holds for the
+        test (``complete`` is false if it holds none), so a result never makes
+        missing evidence look complete.
         """
         at = time.time() if recorded_at is None else recorded_at
         key = run_key or f"result:{test}:{at!r}:{source}"
@@ -345,8 +393,8 @@ class EvidenceStore:
                 "SELECT r.complete, r.env_fingerprint FROM test t JOIN run r"
                 " ON r.id = t.evidence_run WHERE t.id = ?", (tid,)).fetchone()
             complete, env_fp = (bool(row[0]), row[1]) if row else (False, "")
-            self._insert_run(tid, key, commit, env_fp, {}, workload, duration_s, gpus, outcome,
-                             complete, at, source, False)
+            self._insert_run(tid, key, commit, env_fp, {}, workload, overrides, duration_s, gpus,
+                             outcome, complete, at, source, False)
 
     def bulk_load(self, tests: Sequence[TestId], units: Sequence[tuple[UnitId, Checksum]],
                   contexts: Sequence[ContextSig],
@@ -369,8 +417,9 @@ class EvidenceStore:
             c.executemany("INSERT INTO test (id, name, evidence_run, evidence_at) VALUES (?,?,?,?)",
                           ((i + 1, t, i + 1, at) for i, t in enumerate(tests)))
             c.executemany("INSERT INTO run (id, test_id, run_key, env_fingerprint, environment,"
-                          " workload, duration_s, gpus, outcome, complete, recorded_at, source,"
-                          " has_evidence) VALUES (?,?,?,?,'{}','{}',1.0,1,?,1,?,'bulk',1)",
+                          " workload, overrides, duration_s, gpus, outcome, complete, recorded_at,"
+                          " source, has_evidence) VALUES (?,?,?,?,'{}','{}','{}',1.0,1,?,1,?,"
+                          "'bulk',1)",
                           ((i + 1, i + 1, f"bulk:{t}", env_fingerprint, outcome, at)
                            for i, t in enumerate(tests)))
             c.executemany("INSERT INTO unit (id, uid, path, checksum) VALUES (?,?,?,?)",

@@ -7,6 +7,10 @@
 
 A ``--workload`` dimension that a test does not declare is ignored for that test, as are
 undeclared FASTCI_WORKLOAD keys; the result must still satisfy the test's constraints.
+
+Each collected test carries its suite.bzl declaration as a ``fastci_workload`` marker, so a
+FastCI plan run by pytest (``--fastci-plan``) checks its overrides against the same floors
+and constraints as the Bazel rules, and runs the test at full workload when they fail.
 """
 
 from __future__ import annotations
@@ -21,6 +25,28 @@ with warnings.catch_warnings():
     # torch warns at import when numpy is absent; microllm does not use numpy.
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     import harness
+
+
+MARKER = "fastci_workload"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not any(line.split("(")[0] == MARKER for line in config.getini("markers")):
+        config.addinivalue_line("markers", f"{MARKER}(workload, floors, constraints, scope): "
+                                "the test's declared workload (read by FastCI's plan plugin)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Attach each test's suite.bzl declaration (workload, floors, constraints, scope)."""
+    suite = harness.load_suite()
+    for item in items:
+        module = getattr(item, "module", None)
+        spec = suite.get(getattr(module, "NAME", None) or "")
+        if spec is None:
+            continue
+        item.add_marker(pytest.mark.fastci_workload(
+            workload=dict(spec["workload"]), floors=dict(spec.get("floors", {})),
+            constraints=list(spec.get("constraints", [])), scope=list(spec.get("scope", []))))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
