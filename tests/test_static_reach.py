@@ -17,7 +17,8 @@ from fastci.changes import ChangeKind, diff_sources
 from fastci.config import Config
 from fastci.evidence.store import EvidenceStore
 from fastci.select import DecisionKind, Selection
-from fastci.static_facts import compiled_functions, open_namespace, parse, registrable_classes
+from fastci.static_facts import (compiled_functions, discovers_files, open_namespace, parse,
+                                 registrable_classes)
 from selection_support import Repo, env_now, ingest, units_of
 
 
@@ -366,6 +367,8 @@ def test_static_facts_namespace_and_registration() -> None:
     got = registrable_classes(parse("class A:\n    pass\nclass B(Exception):\n    pass\n"
                                     "class C(A):\n    pass\nclass D(metaclass=M):\n    pass\n"))
     assert set(got) == {"C", "D"}
+    assert discovers_files(parse("import ast\n\nfor n in ast.walk(t):\n    pass\n")) is None
+    assert discovers_files(parse("import os\n\nNAMES = os.listdir(HERE)\n"))
 
 
 # ---------------------------------------------------------------- ignored inputs (item 5)

@@ -413,9 +413,11 @@ def discovers_members(tree: ast.Module, imported: list[Import], full: str) -> st
     return None
 
 
-_FILE_LISTERS = frozenset({"glob", "iglob", "rglob", "listdir", "scandir", "walk", "iterdir",
-                           "iter_modules", "walk_packages", "spec_from_file_location",
-                           "find_spec"})
+#: Calls that list files or modules, whatever object they are called on.
+_FILE_LISTERS = frozenset({"glob", "iglob", "rglob", "iterdir", "iter_modules", "walk_packages",
+                           "spec_from_file_location"})
+#: Calls that list files only as functions of ``os`` (``ast.walk`` lists no files).
+_OS_LISTERS = frozenset({"os.listdir", "os.scandir", "os.walk", "listdir", "scandir"})
 
 
 def discovers_files(tree: ast.Module) -> str | None:
@@ -426,7 +428,7 @@ def discovers_files(tree: ast.Module) -> str | None:
             continue
         func = dotted(n.func) or (n.func.attr if isinstance(n.func, ast.Attribute) else "")
         last = func.rsplit(".", 1)[-1]
-        if last in _FILE_LISTERS:
+        if last in _FILE_LISTERS or func in _OS_LISTERS:
             return f"calls {func}() at line {n.lineno}"
         if _is_dynamic_import(n) and not (n.args and _const_str(n.args[0])):
             return f"imports a computed module name ({func}) at line {n.lineno}"
