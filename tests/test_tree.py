@@ -43,3 +43,15 @@ def test_not_a_repository(tmp_path: Path) -> None:
     with pytest.raises(GitError):
         worktree_tree(tmp_path)
     assert evidence_commit(tmp_path) is None
+
+
+def test_fastcis_own_outputs_are_not_part_of_the_tree(tmp_path: Path) -> None:
+    # No .gitignore: the store and the plan would otherwise be untracked files.
+    repo = Repo(tmp_path)
+    repo.commit({"a.py": "A = 1\n", ".fastci/BUILD.bazel": "# plan package\n"})
+    clean = worktree_tree(tmp_path)
+    repo.write({".fastci/plan.json": "{}", ".fastci/evidence.db": "x", ".fastci/runs/t.bin": "y"})
+    assert worktree_tree(tmp_path) == clean
+    # Its BUILD file is Bazel's view of the plan: an edit is a change.
+    repo.write({".fastci/BUILD.bazel": "# edited\n"})
+    assert worktree_tree(tmp_path) != clean

@@ -9,8 +9,10 @@ run``, the pytest plugin, ``rules/bazelw`` in shell, ``fastci record/ingest``):
   they are on disk plus untracked files that git does not ignore. It is what
   ``git write-tree`` gives after ``git add -A`` into a *private copy* of the
   index, so the user's index is never touched; for a clean checkout it equals
-  ``HEAD^{tree}``. Ignored files (the plan itself, the store, ``.venv``,
-  ``bazel-*``) are not part of it.
+  ``HEAD^{tree}``. Ignored files (``.venv``, ``bazel-*``...) are not part of
+  it, and neither is FastCI's own folder ``.fastci/`` (plan, store, caches, run
+  logs — written while a plan is made and run), except its BUILD files, which are
+  Bazel's view of the plan. A tracked file there keeps its committed content.
 * ``dirty`` — whether that tree differs from ``HEAD``'s.
 * :func:`evidence_commit` — the commit to stamp on evidence: ``HEAD``'s id for a
   clean tree, else ``dirty:<tree>``, which names no commit, so change analysis
@@ -28,6 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fastci.errors import GitError
+
+#: FastCI's own folder: what it writes there is never part of the tree (BUILD files are).
+OWN_DIR = ".fastci"
 
 #: Prefix of the commit stamp of evidence recorded from a modified tree.
 DIRTY_PREFIX = "dirty:"
@@ -68,7 +73,11 @@ def worktree_tree(root: Path) -> str:
             # Starting from a copy keeps git's stat cache: unchanged files are not re-hashed.
             shutil.copyfile(index, private)
         env = dict(os.environ, GIT_INDEX_FILE=str(private))
-        _git(root, ["add", "-A", "--ignore-errors", "."], env=env)
+        _git(root, ["add", "-A", "--ignore-errors", "--", ".", f":(exclude){OWN_DIR}"], env=env)
+        own_build = [f"{OWN_DIR}/{name}" for name in ("BUILD", "BUILD.bazel")
+                     if (root / OWN_DIR / name).exists()]
+        if own_build:
+            _git(root, ["add", "-A", "--ignore-errors", "--", *own_build], env=env)
         return _git(root, ["write-tree"], env=env)
 
 
