@@ -59,12 +59,30 @@ def test_acquire_errors_are_one_line_fastci_errors(tmp_path: Path) -> None:
     held.release()
 
 
-def test_cpu_only_host_and_zero_gpus_yield_no_devices(tmp_path: Path) -> None:
+def test_cpu_only_host_yields_no_devices_only_with_the_opt_in(tmp_path: Path) -> None:
     env = {"FASTCI_FAKE_GPUS": "", "FASTCI_GPU_LOCK_DIR": str(tmp_path)}
-    with gpus.gpus_for(2, env) as devices:
-        assert devices == ()
+    for value in ("1", "true", "YES"):
+        with gpus.gpus_for(2, {**env, "FASTCI_ALLOW_CPU": value}) as devices:
+            assert devices == ()
     with gpus.gpus_for(0, {"FASTCI_FAKE_GPUS": "0", "FASTCI_GPU_LOCK_DIR": str(tmp_path)}) as devices:
         assert devices == ()
+    with gpus.gpus_for(0, env) as devices:  # a CPU test needs no opt-in
+        assert devices == ()
+
+
+@pytest.mark.parametrize("value", [None, "", "0", "no", "false"])
+def test_cpu_only_host_fails_a_gpu_test_without_the_opt_in(tmp_path: Path, value: str | None) -> None:
+    # Regression (issue 9 item 14): a GPU test on a host without GPUs used to run on CPU, green.
+    env = {"FASTCI_FAKE_GPUS": "", "FASTCI_GPU_LOCK_DIR": str(tmp_path)}
+    if value is not None:
+        env["FASTCI_ALLOW_CPU"] = value
+    with pytest.raises(gpus.GpuPoolError, match=r"test needs 2 GPU\(s\) and this host has none \(FASTCI_FAKE_GPUS\); .*FASTCI_ALLOW_CPU=1"):
+        with gpus.gpus_for(2, env):
+            pytest.fail("must not yield")
+    # The opt-in does not hide a host that has GPUs but too few.
+    with pytest.raises(gpus.GpuPoolError, match="this host has 1"):
+        with gpus.gpus_for(2, {"FASTCI_FAKE_GPUS": "0", "FASTCI_ALLOW_CPU": "1", "FASTCI_GPU_LOCK_DIR": str(tmp_path)}):
+            pass
 
 
 _HOLDER = """

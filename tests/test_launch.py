@@ -52,10 +52,11 @@ def _launch(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.Compl
 
 
 def test_launcher_runs_main_with_args_devices_and_writes_workload_record(tmp_path: Path) -> None:
-    res = _launch(tmp_path, _env(tmp_path, EXIT_WITH="3"), "--extra", "--train_iters=2", "--dtype=bf16")
+    res = _launch(tmp_path, _env(tmp_path, EXIT_WITH="3"), "--extra")
     assert res.returncode == 3, res.stderr
     seen = json.loads(res.stdout)
-    assert seen["argv"] == ["--extra", "--train_iters=2", "--dtype=bf16"]
+    # Bazel's args first, then the workload flags the launcher builds (sorted).
+    assert seen["argv"] == ["--extra", "--dtype=bf16", "--train_iters=2"]
     assert seen["cuda"] == "0"
     assert seen["name"] == "__main__"
     assert seen["path0"] == str(tmp_path / "pkg")
@@ -71,11 +72,54 @@ def test_launcher_runs_main_with_args_devices_and_writes_workload_record(tmp_pat
     assert "fastci: //pkg:t mode=fastci gpus=1 devices=[0]" in res.stderr
 
 
-def test_cpu_only_host_gets_empty_cuda_visible_devices(tmp_path: Path) -> None:
-    res = _launch(tmp_path, _env(tmp_path, FASTCI_FAKE_GPUS=""))
+def test_cpu_only_host_runs_on_cpu_only_with_the_opt_in(tmp_path: Path) -> None:
+    res = _launch(tmp_path, _env(tmp_path, FASTCI_FAKE_GPUS="", FASTCI_ALLOW_CPU="1"))
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["cuda"] == ""
     assert json.loads((tmp_path / "outputs" / launch.WORKLOAD_FILE).read_text())["devices"] == []
+    assert "fastci: WARNING: //pkg:t needs 1 GPU(s) and runs on CPU (FASTCI_ALLOW_CPU=1)" in res.stderr
+
+
+def test_cpu_only_host_fails_a_gpu_test_without_the_opt_in(tmp_path: Path) -> None:
+    # Regression (issue 9 item 14): this used to run on CPU and pass green.
+    for allow in (None, "0", ""):
+        env = _env(tmp_path, FASTCI_FAKE_GPUS="")
+        if allow is not None:
+            env["FASTCI_ALLOW_CPU"] = allow
+        res = _launch(tmp_path, env)
+        assert res.returncode == 2, res.stdout
+        assert res.stdout == ""  # the test's main never ran
+        assert res.stderr.strip().splitlines() == [
+            "fastci: test needs 1 GPU(s) and this host has none (FASTCI_FAKE_GPUS); to run it on CPU anyway, "
+            "opt in with FASTCI_ALLOW_CPU=1 (bazel test --test_env=FASTCI_ALLOW_CPU=1)"
+        ]
+
+
+def test_cpu_test_needs_no_opt_in(tmp_path: Path) -> None:
+    res = _launch(tmp_path, _env(tmp_path, FASTCI_FAKE_GPUS="", FASTCI_GPUS="0"))
+    assert res.returncode == 0, res.stderr
+    assert "WARNING" not in res.stderr
+
+
+NASTY = ["a b", "it's", 'say "hi"', "$(echo hi)", "$HOME", "`id`", "line1\nline2", "x;y|z&", "--flag=v", "", " lead", "\\"]
+
+
+def test_workload_values_reach_main_verbatim_one_argv_element_each(tmp_path: Path) -> None:
+    # Issue 9 item 15: flags come from FASTCI_WORKLOAD, never through a shell or Bazel's args.
+    workload = {f"s{i}": v for i, v in enumerate(NASTY)} | {"n": 3, "f": 0.25, "b": True, "off": False}
+    res = _launch(tmp_path, _env(tmp_path, FASTCI_WORKLOAD=json.dumps(workload)), "--own arg")
+    assert res.returncode == 0, res.stderr
+    want = [f"--{d}={launch.render_value(workload[d])}" for d in sorted(workload)]
+    assert json.loads(res.stdout)["argv"] == ["--own arg", *want]
+    assert "--b=true" in want and "--off=false" in want and "--f=0.25" in want and "--s3=$(echo hi)" in want
+
+
+def test_workload_flags_render_and_reject_bad_entries() -> None:
+    assert launch.workload_flags({"b": True, "a": 2, "c": "bf16", "d": 0.5}) == ["--a=2", "--b=true", "--c=bf16", "--d=0.5"]
+    with pytest.raises(launch.LaunchError, match="not a dimension name"):
+        launch.workload_flags({"a b": 1})
+    with pytest.raises(launch.LaunchError, match="x: expected int, float, string or bool, got list"):
+        launch.workload_flags({"x": [1]})
 
 
 def test_too_few_gpus_is_a_one_line_error(tmp_path: Path) -> None:

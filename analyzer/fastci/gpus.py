@@ -7,7 +7,11 @@ Devices are taken all-or-nothing, so two multi-GPU tests cannot deadlock.
 
 The device list comes from, in order: ``FASTCI_FAKE_GPUS`` (comma-separated
 ids, for tests and dry runs), ``CUDA_VISIBLE_DEVICES`` (a restriction passed
-with ``--test_env``), ``nvidia-smi -L``. No devices means a CPU-only host.
+with ``--test_env``), ``nvidia-smi -L``. No devices means a CPU-only host:
+a test that needs GPUs fails there, unless the user opts in to running it on
+CPU with ``FASTCI_ALLOW_CPU=1`` (``bazel test --test_env=FASTCI_ALLOW_CPU=1``;
+this repository's own .bazelrc does, because its CI has no GPU). A green run
+on CPU is not evidence that the GPU path works, so it is never the default.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from fastci.errors import FastCIError
 LOG = logging.getLogger(__name__)
 
 DEFAULT_LOCK_DIR = "/tmp/fastci-gpus"
+ALLOW_CPU_ENV = "FASTCI_ALLOW_CPU"
 DEFAULT_WAIT_S = 6 * 3600.0
 
 
@@ -150,16 +155,33 @@ def acquire(
         time.sleep(poll_s)
 
 
+def allow_cpu(environ: Mapping[str, str]) -> bool:
+    """Whether the user opted in to running GPU tests on a host without GPUs."""
+    return environ.get(ALLOW_CPU_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
 @contextlib.contextmanager
 def gpus_for(count: int, environ: Mapping[str, str]) -> Iterator[tuple[str, ...]]:
     """Yield the device ids to use for a test needing ``count`` GPUs.
 
-    On a CPU-only host (no devices found) the test runs on CPU: yields ``()``.
+    On a host without GPUs, a test needing some runs on CPU (yields ``()``)
+    only when :func:`allow_cpu`; otherwise it fails.
+
+    Raises:
+        GpuPoolError: no GPUs and no opt-in, or (from :func:`acquire`) too few
+            GPUs or all busy for too long.
     """
+    if count == 0:
+        yield ()
+        return
     found = discover_devices(environ)
-    if count == 0 or not found.devices:
-        if count:
-            LOG.warning("no GPUs found (%s): running on CPU", found.source)
+    if not found.devices:
+        if not allow_cpu(environ):
+            raise GpuPoolError(
+                f"test needs {count} GPU(s) and this host has none ({found.source}); to run it on CPU "
+                f"anyway, opt in with {ALLOW_CPU_ENV}=1 (bazel test --test_env={ALLOW_CPU_ENV}=1)"
+            )
+        LOG.warning("no GPUs found (%s): running on CPU (%s=1)", found.source, ALLOW_CPU_ENV)
         yield ()
         return
     wait_s = float(environ.get("FASTCI_GPU_WAIT_S") or DEFAULT_WAIT_S)

@@ -7,6 +7,12 @@ It reads what the macro put into the environment (``FASTCI_WORKLOAD``,
 optionally wraps the run in the evidence recorder (``FASTCI_RECORD=1``), and
 runs the test's own main in this process with the workload flags in
 ``sys.argv``. See docs/CONTRACTS.md, "A running gpu_test".
+
+The workload flags are built here, from ``FASTCI_WORKLOAD``, and appended
+after the arguments Bazel passed (the gpu_test's own ``args``, then any
+``--test_arg``): ``--<dim>=<value>`` per dimension, sorted, one argv element
+each with the value verbatim (bools as ``true``/``false``). They never go
+through Bazel's ``args``, which are tokenized and ``$(...)``-expanded.
 """
 
 from __future__ import annotations
@@ -86,6 +92,31 @@ def resolve_main(main: str, environ: Mapping[str, str], cwd: Path) -> Path:
     raise LaunchError(f"test main {main!r} not found (looked in {', '.join(map(str, candidates))})")
 
 
+def render_value(value: object) -> str:
+    """A workload value as a flag value: bools as true/false, others as ``str``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def workload_flags(workload: Mapping[str, Any]) -> list[str]:
+    """``--<dim>=<value>`` per dimension, sorted by dimension, one element each.
+
+    Raises:
+        LaunchError: a dimension name is not an identifier or a value is not
+            an int, float, string or bool.
+    """
+    flags = []
+    for dim in sorted(workload):
+        value = workload[dim]
+        if not dim.isidentifier() or not dim.isascii():
+            raise LaunchError(f"FASTCI_WORKLOAD: {dim!r} is not a dimension name")
+        if not isinstance(value, (bool, int, float, str)):
+            raise LaunchError(f"FASTCI_WORKLOAD: {dim}: expected int, float, string or bool, got {type(value).__name__}")
+        flags.append(f"--{dim}={render_value(value)}")
+    return flags
+
+
 def workload_record(cfg: LaunchConfig, devices: Sequence[str]) -> dict[str, Any]:
     """The content of ``fastci_workload.json``: what this run actually used."""
     return {
@@ -137,12 +168,19 @@ def _recorder(cfg: LaunchConfig, out_dir: Path, repo_root: Path) -> Any:
 def launch(argv: Sequence[str], environ: MutableMapping[str, str]) -> int:
     """Run one gpu_test: pick GPUs, write the workload record, run (and record) its main."""
     cfg = LaunchConfig.from_env(environ)
+    argv = [*argv, *workload_flags(cfg.workload)]
     cwd = Path.cwd()
     main = resolve_main(cfg.main, environ, cwd)
     outputs = environ.get("TEST_UNDECLARED_OUTPUTS_DIR")
     with gpu_pool.gpus_for(cfg.gpus, environ) as devices:
         environ["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
         record = workload_record(cfg, devices)
+        if cfg.gpus and not devices:
+            print(
+                f"fastci: WARNING: {cfg.test_id} needs {cfg.gpus} GPU(s) and runs on CPU "
+                f"({gpu_pool.ALLOW_CPU_ENV}=1): a pass here says nothing about the GPU path",
+                file=sys.stderr,
+            )
         print(
             f"fastci: {cfg.test_id} mode={cfg.mode} gpus={cfg.gpus} devices=[{','.join(devices)}] "
             f"workload={json.dumps(record['workload'], sort_keys=True)}"

@@ -28,6 +28,7 @@ no recursion, so the Starlark twin is the same algorithm line for line.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Mapping, Sequence, Union
 
@@ -420,6 +421,9 @@ def evaluate(expr: str, workload: Mapping[str, WorkloadValue]) -> bool:
 
 
 def _render(value: WorkloadValue) -> str:
+    """A value in a message: strings JSON-quoted (one line, same as the Starlark twin)."""
+    if type(value) is str:
+        return json.dumps(value, ensure_ascii=False)
     if type(value) is bool:
         return "True" if value else "False"
     return str(value)

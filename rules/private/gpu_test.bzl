@@ -3,7 +3,7 @@
 load("@fastci_plan//:plan.bzl", "PLAN")
 load(":meta.bzl", "fastci_meta")
 load(":plan_model.bzl", "decide_test")
-load(":validate.bzl", "check_gpu_test_args", "workload_flags")
+load(":validate.bzl", "check_gpu_test_args")
 
 _ENABLED = str(Label("//rules:fastci_enabled"))
 _SKIPPED = str(Label("//rules:skipped_by_plan"))
@@ -14,16 +14,25 @@ def _own_label(name):
     repo = native.repository_name()
     return "%s//%s:%s" % ("" if repo == "@" else repo, native.package_name(), name)
 
+def _verbatim(value):
+    """Escapes `value` for an `env` attribute, which Bazel `$(...)`/Make-variable expands.
+
+    Every `$` becomes `$$`, so the test sees exactly `value`: a workload
+    string or a plan's text can never inject an expansion or break the build.
+    """
+    return value.replace("$", "$$")
+
 def _mode_env(env, label, workload, mode, gpus, main, extra):
     out = dict(env)
     out.update({
-        "FASTCI_WORKLOAD": json.encode(workload),
+        "FASTCI_WORKLOAD": _verbatim(json.encode(workload)),
         "FASTCI_MODE": mode,
-        "FASTCI_TEST_ID": label,
+        "FASTCI_TEST_ID": _verbatim(label),
         "FASTCI_GPUS": str(gpus),
+        # The one intended expansion: the runfiles path of the test's main.
         "FASTCI_TEST_MAIN": "$(rootpath %s)" % main,
     })
-    out.update(extra)
+    out.update({k: _verbatim(v) for k, v in extra.items()})
     return out
 
 def gpu_test(
@@ -47,8 +56,12 @@ def gpu_test(
     - `srcs` gains the launcher and `main` becomes it; the launcher runs `main`
       (default: `<name>.py` or the only src) in-process after picking GPUs.
     - `deps` gains `//analyzer:fastci`.
-    - `args` gains `--<dim>=<value>` per workload dimension, after the caller's args.
-    - `env` gains `FASTCI_WORKLOAD` (JSON), `FASTCI_MODE` (`full`|`fastci`),
+    - `args` is passed as given: the workload never goes through `args`
+      (Bazel tokenizes and `$(...)`-expands them, so a value with a space or
+      a `$` would not arrive intact). The launcher appends `--<dim>=<value>`
+      per dimension to the test's argv from `FASTCI_WORKLOAD`, one argv
+      element each, verbatim.
+    - `env` gains `FASTCI_WORKLOAD` (JSON, `$` escaped as `$$`), `FASTCI_MODE` (`full`|`fastci`),
       `FASTCI_TEST_ID`, `FASTCI_GPUS`, `FASTCI_TEST_MAIN` and, under
       `--config=fastci`, `FASTCI_PLAN_STATUS` (and `FASTCI_SHADOW_SKIP` in shadow mode).
     - `tags` gains `gpus:<n>` and, when n > 0, `gpu`.
@@ -86,7 +99,7 @@ def gpu_test(
     label = _own_label(name)
     if main == None:
         main = name + ".py" if (name + ".py") in srcs else srcs[0]
-    decision = decide_test(PLAN, label, workload, floors)
+    decision = decide_test(PLAN, label, workload, floors, constraints)
 
     fastci_extra = {"FASTCI_PLAN_STATUS": decision.status}
     if decision.shadow_skip:
@@ -107,10 +120,7 @@ def gpu_test(
         main = _LAUNCHER,
         deps = list(deps) + [_FASTCI_LIB],
         data = list(data),
-        args = list(args) + select({
-            _ENABLED: workload_flags(decision.workload),
-            "//conditions:default": workload_flags(workload),
-        }),
+        args = list(args),
         env = select({
             _ENABLED: _mode_env(env, label, decision.workload, "fastci", gpus, main, fastci_extra),
             "//conditions:default": _mode_env(env, label, workload, "full", gpus, main, {}),

@@ -7,6 +7,7 @@ reads the file, these are unit-tested by `//rules/tests:plan_model_test`.
 The Python twin of the schema is `fastci.plan` (keep both in step).
 """
 
+load(":constraints.bzl", "constraint_problems", "render")
 load(":validate.bzl", "SCALAR_TYPES", "is_dim_name", "is_number")
 
 PLAN_VERSION = 1
@@ -115,24 +116,47 @@ def parse_plan(plan, read_problem = None):
         status = "ok: mode all, every gpu_test runs at full workload" + (" (%s)" % plan["reason"] if plan.get("reason") else "")
     return {"ok": True, "mode": mode, "status": status, "tests": tests, "skipped": skipped}
 
-def override_problems(workload, floors, overrides):
-    """Returns why `overrides` cannot apply to a test's workload (empty = they can)."""
+def override_problems(workload, floors, constraints, overrides):
+    """Returns why `overrides` cannot apply to a test's workload (empty = they can).
+
+    Twin of `fastci.workload.override_problems` (same corpus: rules/tests/
+    constraint_cases.json). Only a dimension with a floor is reducible (no
+    floor = frozen); its value must have the full value's type (an int is
+    accepted for a float) and lie in `floor <= value <= full`; then every
+    constraint must hold on the reduced workload.
+    """
     problems = []
     for dim in sorted(overrides.keys()):
         value = overrides[dim]
         if dim not in workload:
-            problems.append("%s is not a declared dimension" % dim)
+            problems.append("%s: not a declared dimension" % dim)
             continue
         full = workload[dim]
+        if dim not in floors:
+            problems.append("%s: frozen (no floor declared), stays %s" % (dim, render(full)))
+            continue
         if type(full) == "float" and type(value) == "int":
             value = float(value)
         if type(value) != type(full):
             problems.append("%s: expected %s like the full value, got %s" % (dim, type(full), type(value)))
-        elif dim in floors and value < floors[dim]:
-            problems.append("%s=%r is below its floor %r" % (dim, value, floors[dim]))
-    return problems
+        elif value < floors[dim]:
+            problems.append("%s: %s is below its floor %s" % (dim, render(value), render(floors[dim])))
+        elif value > full:
+            problems.append("%s: %s is above the full value %s" % (dim, render(value), render(full)))
+    if problems or not overrides:
+        return problems
+    reduced = apply_overrides(workload, overrides)
+    at = ", ".join(["%s=%s" % (d, render(reduced[d])) for d in sorted(overrides.keys())])
+    return ["%s at %s" % (p, at) for p in constraint_problems(constraints, reduced)]
 
-def decide_test(plan, label, workload, floors):
+def apply_overrides(workload, overrides):
+    """The workload with `overrides` applied (ints become floats for float dimensions)."""
+    reduced = dict(workload)
+    for dim, value in overrides.items():
+        reduced[dim] = float(value) if type(workload[dim]) == "float" else value
+    return reduced
+
+def decide_test(plan, label, workload, floors, constraints):
     """Applies `plan` to one test: returns struct(skip, workload, status, shadow_skip)."""
     full = dict(workload)
     status = plan["status"]
@@ -146,10 +170,7 @@ def decide_test(plan, label, workload, floors):
     if label not in plan["tests"]:
         return struct(skip = False, workload = full, status = status + "; %s is not in the plan: runs at full workload" % label, shadow_skip = "")
     overrides = plan["tests"][label]
-    problems = override_problems(workload, floors, overrides)
+    problems = override_problems(workload, floors, constraints, overrides)
     if problems:
         return struct(skip = False, workload = full, status = status + "; overrides ignored (%s): runs at full workload" % "; ".join(problems), shadow_skip = "")
-    reduced = dict(full)
-    for dim, value in overrides.items():
-        reduced[dim] = float(value) if type(full[dim]) == "float" else value
-    return struct(skip = False, workload = reduced, status = status, shadow_skip = "")
+    return struct(skip = False, workload = apply_overrides(full, overrides), status = status, shadow_skip = "")

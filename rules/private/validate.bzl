@@ -4,6 +4,8 @@ Every check returns a list of `struct(attr, msg)` problems; the macro fails on
 the first one. `//rules/tests:validate_test` runs them against known cases.
 """
 
+load(":constraints.bzl", "check_constraint")
+
 SCALAR_TYPES = ["int", "float", "string", "bool"]
 
 # Environment variables the launcher owns; a caller's `env` must not set them.
@@ -78,6 +80,21 @@ def check_workload(workload, floors):
             return [_problem("floors", "%s: floor %r must be > 0" % (dim, floor))]
     return []
 
+def check_constraints(workload, constraints):
+    """Checks that each constraint parses, names only declared dimensions and holds on the full workload.
+
+    The all-floors workload is not checked: floors are independent lower
+    bounds, not a workload the test promises to accept; a plan's reduced
+    workload is checked against every constraint when it is applied.
+    """
+    for text in constraints:
+        res = check_constraint(text, workload)
+        if res.error:
+            return [_problem("constraints", "%r: %s" % (text, res.error))]
+        if not res.ok:
+            return [_problem("constraints", "%r does not hold on the full workload" % text)]
+    return []
+
 def check_gpu_test_args(name, srcs, main, gpus, workload, floors, scope, constraints, args, env, tags):
     """Checks every `gpu_test` argument; returns a list of problems (empty = valid)."""
     if type(name) != "string" or not name:
@@ -101,7 +118,7 @@ def check_gpu_test_args(name, srcs, main, gpus, workload, floors, scope, constra
     problems = check_workload(workload, floors)
     if problems:
         return problems
-    problems = _check_string_list("scope", scope) or _check_string_list("constraints", constraints)
+    problems = _check_string_list("scope", scope) or _check_string_list("constraints", constraints) or check_constraints(workload, constraints)
     if problems:
         return problems
     problems = _check_string_list("args", args, allow_empty_items = True)
@@ -125,13 +142,3 @@ def check_gpu_test_args(name, srcs, main, gpus, workload, floors, scope, constra
         if t == "gpu" or t.startswith("gpus:"):
             return [_problem("tags", "tag %r is set by gpu_test itself" % t)]
     return []
-
-def render_value(value):
-    """Renders a workload value as a command-line flag value (bools as true/false)."""
-    if type(value) == "bool":
-        return "true" if value else "false"
-    return str(value)
-
-def workload_flags(workload):
-    """Returns `--dim=value` flags, sorted by dimension."""
-    return ["--%s=%s" % (dim, render_value(workload[dim])) for dim in sorted(workload.keys())]

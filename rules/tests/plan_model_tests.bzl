@@ -3,8 +3,9 @@
 load("//rules/private:plan_model.bzl", "decide_test", "normalize_label", "parse_plan", "plan_problem")
 load(":unittest.bzl", "assert_contains", "assert_eq")
 
-_WORKLOAD = {"train_iters": 100, "num_layers": 4, "lr": 0.5, "dtype": "bf16"}
-_FLOORS = {"train_iters": 2, "num_layers": 2}
+_WORKLOAD = {"train_iters": 100, "num_layers": 4, "lr": 2.0, "dtype": "bf16", "tp": 2}
+_FLOORS = {"train_iters": 2, "num_layers": 2, "lr": 0.5}
+_CONSTRAINTS = ["num_layers % tp == 0"]
 
 def _plan(**changes):
     plan = {
@@ -67,27 +68,41 @@ def with_overrides(o):
 def _test_decide():
     failures = []
     plan = parse_plan(_plan())
-    a = decide_test(plan, "//p:a", _WORKLOAD, _FLOORS)
+    a = decide_test(plan, "//p:a", _WORKLOAD, _FLOORS, _CONSTRAINTS)
     assert_eq(failures, "a reduced", (a.skip, a.workload["train_iters"], a.workload["num_layers"]), (False, 2, 4))
-    b = decide_test(plan, "//p:b", _WORKLOAD, _FLOORS)
+    b = decide_test(plan, "//p:b", _WORKLOAD, _FLOORS, _CONSTRAINTS)
     assert_eq(failures, "b skipped", b.skip, True)
     assert_contains(failures, "b why", b.status, "skipped: pruned")
-    new = decide_test(plan, "//p:new", _WORKLOAD, _FLOORS)
+    new = decide_test(plan, "//p:new", _WORKLOAD, _FLOORS, _CONSTRAINTS)
     assert_eq(failures, "unplanned test runs full", (new.skip, new.workload), (False, _WORKLOAD))
     assert_contains(failures, "unplanned status", new.status, "//p:new is not in the plan")
 
-    below = decide_test(with_overrides({"num_layers": 1}), "//p:a", _WORKLOAD, _FLOORS)
+    below = decide_test(with_overrides({"num_layers": 1}), "//p:a", _WORKLOAD, _FLOORS, _CONSTRAINTS)
     assert_eq(failures, "below floor runs full", below.workload, _WORKLOAD)
-    assert_contains(failures, "below floor status", below.status, "num_layers=1 is below its floor 2")
-    unknown = decide_test(with_overrides({"seq": 8}), "//p:a", _WORKLOAD, _FLOORS)
-    assert_contains(failures, "unknown dim", unknown.status, "seq is not a declared dimension")
-    wrong = decide_test(with_overrides({"dtype": 16}), "//p:a", _WORKLOAD, _FLOORS)
-    assert_contains(failures, "wrong type", wrong.status, "dtype: expected string like the full value, got int")
-    lr = decide_test(with_overrides({"lr": 1}), "//p:a", _WORKLOAD, _FLOORS)
-    assert_eq(failures, "int override of float dim", lr.workload["lr"], 1.0)
-    shadow = decide_test(parse_plan(_plan(mode = "shadow")), "//p:b", _WORKLOAD, _FLOORS)
+    assert_contains(failures, "below floor status", below.status, "overrides ignored (num_layers: 1 is below its floor 2): runs at full workload")
+    unknown = decide_test(with_overrides({"seq": 8}), "//p:a", _WORKLOAD, _FLOORS, _CONSTRAINTS)
+    assert_contains(failures, "unknown dim", unknown.status, "seq: not a declared dimension")
+    wrong = decide_test(with_overrides({"train_iters": 2.5}), "//p:a", _WORKLOAD, _FLOORS, _CONSTRAINTS)
+    assert_contains(failures, "wrong type", wrong.status, "train_iters: expected int like the full value, got float")
+
+    # Issue 9 item 11: frozen dims, values above full and violated constraints all run full.
+    for overrides, why in [
+        ({"dtype": "fp32"}, "dtype: frozen (no floor declared), stays \"bf16\""),
+        ({"tp": 1}, "tp: frozen (no floor declared), stays 2"),
+        ({"train_iters": 101}, "train_iters: 101 is above the full value 100"),
+        ({"num_layers": 3}, 'constraint "num_layers % tp == 0" does not hold at num_layers=3'),
+        ({"num_layers": 2, "tp": 1}, "tp: frozen"),
+    ]:
+        d = decide_test(with_overrides(overrides), "//p:a", _WORKLOAD, _FLOORS, _CONSTRAINTS)
+        assert_eq(failures, "%r runs full" % (overrides,), (d.skip, d.workload), (False, _WORKLOAD))
+        assert_contains(failures, "%r status" % (overrides,), d.status, why)
+    ok = decide_test(with_overrides({"num_layers": 2, "train_iters": 2}), "//p:a", _WORKLOAD, _FLOORS, _CONSTRAINTS)
+    assert_eq(failures, "constraint-satisfying reduction applies", (ok.workload["num_layers"], ok.workload["train_iters"], ok.workload["tp"]), (2, 2, 2))
+    lr = decide_test(with_overrides({"lr": 1}), "//p:a", _WORKLOAD, _FLOORS, _CONSTRAINTS)
+    assert_eq(failures, "int override of float dim", (lr.workload["lr"], type(lr.workload["lr"])), (1.0, "float"))
+    shadow = decide_test(parse_plan(_plan(mode = "shadow")), "//p:b", _WORKLOAD, _FLOORS, _CONSTRAINTS)
     assert_eq(failures, "shadow runs skipped tests, full", (shadow.skip, shadow.workload, shadow.shadow_skip), (False, _WORKLOAD, "pruned: same contexts as //p:a"))
-    broken = decide_test(parse_plan(None, "bad"), "//p:b", _WORKLOAD, _FLOORS)
+    broken = decide_test(parse_plan(None, "bad"), "//p:b", _WORKLOAD, _FLOORS, _CONSTRAINTS)
     assert_eq(failures, "fallback runs all full", (broken.skip, broken.workload), (False, _WORKLOAD))
     return failures
 

@@ -1,6 +1,6 @@
 """Unit tests of //rules/private:validate.bzl (gpu_test argument checks)."""
 
-load("//rules/private:validate.bzl", "check_gpu_test_args", "is_dim_name", "workload_flags")
+load("//rules/private:validate.bzl", "check_gpu_test_args", "is_dim_name")
 load(":unittest.bzl", "assert_contains", "assert_eq")
 
 _GOOD = dict(
@@ -67,18 +67,28 @@ def _test_errors_name_the_attribute():
         assert_contains(failures, "check(%r)" % (changes,), _first(_check(**changes)), expected)
     return failures
 
+def _test_constraints_checked_on_the_full_workload():
+    failures = []
+    assert_eq(failures, "holds", _check(constraints = ["train_iters % 2 == 0", "lr <= 1 and dtype == 'bf16'", "not resume"]), [])
+    cases = [
+        (["train_iters % 3 == 0"], 'constraints: "train_iters % 3 == 0" does not hold on the full workload'),
+        (["num_layers % 2 == 0"], "unknown name \"num_layers\""),
+        (["train_iters %% 2"], "expected a value"),
+        (["train_iters % 2 == 0 and"], "unexpected end of expression"),
+        (["__import__('os')"], "unknown function __import__()"),
+        (["train_iters + 1"], "evaluates to int, not a bool"),
+        (["1 < train_iters < 200"], "chained comparison"),
+    ]
+    for constraints, expected in cases:
+        assert_contains(failures, "constraints %r" % (constraints,), _first(_check(constraints = constraints)), expected)
+    return failures
+
 def _test_helpers():
     failures = []
     assert_eq(failures, "dim ok", is_dim_name("num_layers"), True)
     assert_eq(failures, "dim digit start", is_dim_name("1x"), False)
     assert_eq(failures, "dim empty", is_dim_name(""), False)
     assert_eq(failures, "dim dash", is_dim_name("a-b"), False)
-    assert_eq(
-        failures,
-        "flags",
-        workload_flags({"b": True, "a": 2, "c": "bf16", "d": 0.5}),
-        ["--a=2", "--b=true", "--c=bf16", "--d=0.5"],
-    )
     return failures
 
-VALIDATE_CASES = [_test_valid, _test_errors_name_the_attribute, _test_helpers]
+VALIDATE_CASES = [_test_valid, _test_errors_name_the_attribute, _test_constraints_checked_on_the_full_workload, _test_helpers]
