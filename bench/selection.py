@@ -51,7 +51,7 @@ CHANGES = HERE / "changes"
 
 
 #: Mutants in ``make bench``'s round: one per operator. A run-all at floors takes 1.5-2.5 min
-#: on the 2-core CI machine, so five keep the round near 10 minutes.
+#: on the 2-core CI machine, so five plus the baseline run keep the round near 12 minutes.
 DEFAULT_MUTANTS = len(OPERATORS)
 
 
@@ -77,11 +77,17 @@ class MutantOutcome:
 
     mutant: Mutant
     outcome: Outcome
+    base_failing: frozenset[str] = frozenset()  # tests failing in the unmutated baseline run
+
+    @property
+    def detecting(self) -> tuple[str, ...]:
+        """Tests failing under run-all with the mutant that pass without it."""
+        return tuple(t for t in self.outcome.failing if t not in self.base_failing)
 
     @property
     def detected(self) -> bool:
-        """Whether any test failed under run-all (undetected mutants may be equivalent)."""
-        return bool(self.outcome.failing)
+        """Whether the mutant made a test fail (undetected mutants may be equivalent)."""
+        return bool(self.detecting)
 
     @property
     def caught(self) -> bool:
@@ -132,16 +138,17 @@ def bench_change(sc, patch: Path, decls, declared, *, full: bool) -> Outcome:  #
     return _measure(sc, patch.stem, kind, decls, declared, full=full)
 
 
-def bench_mutant(sc, mutant: Mutant, decls, declared, *, full: bool) -> MutantOutcome:  # type: ignore[no-untyped-def]
+def bench_mutant(sc, mutant: Mutant, decls, declared, *, full: bool,  # type: ignore[no-untyped-def]
+                 base_failing: frozenset[str] = frozenset()) -> MutantOutcome:
     """Apply one mutant in the scratch workspace, plan it, run everything, compare."""
     try:
         mutant.apply(sc.ws)
     except (OSError, FastCIError) as exc:
         _git(sc.ws, "checkout", "-q", "--", ".")
         return MutantOutcome(mutant, Outcome(mutant.name, mutant.operator, 0, len(decls), 0.0, 0.0,
-                                             (), (), 0.0, note=f"not applied: {exc}"))
+                                             (), (), 0.0, note=f"not applied: {exc}"), base_failing)
     return MutantOutcome(mutant, _measure(sc, mutant.name, mutant.operator, decls, declared,
-                                          full=full))
+                                          full=full), base_failing)
 
 
 def _measure(sc, name: str, kind: str, decls, declared, *, full: bool) -> Outcome:  # type: ignore[no-untyped-def]
@@ -191,10 +198,14 @@ def report(rows: Sequence[Outcome], *, full: bool) -> list[str]:
     return lines
 
 
-def mutation_report(rows: Sequence[MutantOutcome], *, seed: int, full: bool) -> list[str]:
-    """The mutation round's table and totals."""
+def mutation_report(rows: Sequence[MutantOutcome], *, seed: int, full: bool,
+                    baseline: Sequence[str] | None = None) -> list[str]:
+    """The mutation round's table and totals (``baseline``: tests failing without a mutant)."""
     lines = [f"== mutation round: {len(rows)} seeded mutants (seed {seed}) of the units the changes "
              f"touch (run-all at {'full workloads' if full else 'floors'})",
+             "  baseline run-all without a mutant: " + (
+                 "not run" if baseline is None else
+                 f"failing {', '.join(baseline)}" if baseline else "every test passes"),
              f"  {'mutant':<48} {'op':<8} {'selected':>9} {'fail':>5} {'missed':>6}"]
     for r in rows:
         o = r.outcome
@@ -203,10 +214,11 @@ def mutation_report(rows: Sequence[MutantOutcome], *, seed: int, full: bool) -> 
         lines.append(f"    {r.mutant.unit} line {r.mutant.line}: {r.mutant.description}")
         if o.missed:
             lines.append(f"    MISSED: {', '.join(o.missed)}")
-        elif o.failing and not o.note.startswith("not applied"):
-            lines.append(f"    caught: {', '.join(o.failing)}")
+        elif r.detected:
+            lines.append(f"    caught: {', '.join(r.detecting)}")
         elif not o.note.startswith("not applied"):
-            lines.append("    not detected by run-all (no test fails: equivalent or untested)")
+            lines.append("    not detected by run-all (no test fails because of it: equivalent "
+                         "or untested)")
         if o.note and not o.note.startswith("bazel exit"):
             lines.append(f"    note: {o.note}")
     detected = [r for r in rows if r.detected]
@@ -261,7 +273,8 @@ def make_mutants(root: Path, config, *, count: int, seed: int, extra_units: int 
 
 def run(workdir: Path, *, full: bool = False, only: Sequence[str] = (), fresh: bool = False,
         synthetic: bool = True, patches: bool = True, mutants: int = DEFAULT_MUTANTS,
-        seed: int = 0, extra_units: int = 0, echo: Callable[[str], None] = print) -> Result:
+        seed: int = 0, extra_units: int = 0, baseline: bool = True,
+        echo: Callable[[str], None] = print) -> Result:
     """Run the benchmark: the changes, the mutation round, the scale part."""
     from fastci.demo import prepare
 
@@ -286,15 +299,24 @@ def run(workdir: Path, *, full: bool = False, only: Sequence[str] = (), fresh: b
                 lines += report(rows, full=full)
             if mutants > 0:
                 echo(f"-- mutation round: {mutants} mutants, seed {seed}")
-                for m in make_mutants(sc.ws, sc.config, count=mutants, seed=seed,
-                                      extra_units=extra_units, store_path=sc.store_path, echo=echo):
+                chosen = make_mutants(sc.ws, sc.config, count=mutants, seed=seed,
+                                      extra_units=extra_units, store_path=sc.store_path, echo=echo)
+                base: list[str] | None = None
+                if baseline:
+                    # Tests that fail with no mutant at all detect nothing: one run-all says which.
+                    t0 = time.perf_counter()
+                    results, _ = run_all(sc, decls, full=full, tag="mutation-baseline")
+                    base = sorted(t for t, (ok, _) in results.items() if not ok)
+                    echo(f"-- baseline: failing {base} ({time.perf_counter() - t0:.0f} s)")
+                for m in chosen:
                     echo(f"-- {m.name}: {m.unit} line {m.line}: {m.description}")
                     t0 = time.perf_counter()
-                    mrows.append(bench_mutant(sc, m, decls, declared, full=full))
+                    mrows.append(bench_mutant(sc, m, decls, declared, full=full,
+                                              base_failing=frozenset(base or ())))
                     o = mrows[-1].outcome
                     echo(f"   selected {o.selected}/{o.total}, failing {list(o.failing)}, missed "
                          f"{list(o.missed)} {o.note} ({time.perf_counter() - t0:.0f} s)")
-                lines += mutation_report(mrows, seed=seed, full=full)
+                lines += mutation_report(mrows, seed=seed, full=full, baseline=base)
         finally:
             sc.bazel.shutdown()
     if synthetic:
@@ -320,6 +342,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--extra-units", type=int, default=0, metavar="K",
                         help="also mutate K other executed units of the package (seeded sample)")
     parser.add_argument("--no-mutations", action="store_true", help="skip the mutation round")
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="skip the mutation round's run-all without a mutant (then a test "
+                             "failing at the base counts as detecting every mutant)")
     parser.add_argument("--no-synthetic", action="store_true", help="skip the scale benchmark")
     parser.add_argument("--fresh", action="store_true",
                         help="re-copy the checkout (and re-record if it changed) instead of "
@@ -330,7 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = run(args.workdir, full=args.full, only=args.only, fresh=args.fresh,
                  synthetic=not args.no_synthetic, patches=not args.no_patches,
                  mutants=0 if args.no_mutations else args.mutants, seed=args.seed,
-                 extra_units=args.extra_units)
+                 extra_units=args.extra_units, baseline=not args.no_baseline)
     misses = miss_lines(result.patch_rows, result.mutant_rows)
     print("\n".join(result.lines + misses))
     if misses:

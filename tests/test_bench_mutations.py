@@ -249,11 +249,26 @@ def test_mutation_report_counts_detected_caught_and_missed() -> None:
             _mutant_row("mut-missed", ("//t:a", "//t:b"), {"//t:a"})]
     assert [r.detected for r in rows] == [True, False, True]
     assert [r.caught for r in rows] == [True, False, False]
-    lines = mutation_report(rows, seed=0, full=False)
+    lines = mutation_report(rows, seed=0, full=False, baseline=[])
     assert lines[-1].strip().startswith("total: 3 mutants, 2 detected by run-all, 1 caught by the "
                                         "plan, 1 misses (1 failing tests not planned)")
     assert "    MISSED: //t:b" in lines
     assert any("not detected by run-all" in line for line in lines)
+
+
+def test_a_test_failing_without_the_mutant_detects_nothing() -> None:
+    m = generate({PATH: FIXTURE}, UNITS, count=1, seed=0)[0]
+    flaky = frozenset({"//t:flaky"})
+    only_base = MutantOutcome(m, _row("mut-a", ("//t:flaky",), {"//t:flaky"}), flaky)
+    more = MutantOutcome(m, _row("mut-b", ("//t:flaky", "//t:a"), {"//t:flaky", "//t:a"}), flaky)
+    assert not only_base.detected and not only_base.caught
+    assert more.detected and more.caught and more.detecting == ("//t:a",)
+    lines = mutation_report([only_base, more], seed=0, full=False, baseline=sorted(flaky))
+    assert "failing //t:flaky" in lines[1]
+    assert lines[-1].strip().startswith("total: 2 mutants, 1 detected by run-all, 1 caught")
+    # A failing test left out of the plan is still a miss, baseline or not.
+    left_out = MutantOutcome(m, _row("mut-c", ("//t:flaky",), set()), flaky)
+    assert exit_code([], [left_out]) == 1
 
 
 def test_bench_main_forwards_options_and_propagates_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
