@@ -65,11 +65,25 @@ def test_launcher_runs_main_with_args_devices_and_writes_workload_record(tmp_pat
         "test": "//pkg:t",
         "mode": "fastci",
         "workload": {"train_iters": 2, "dtype": "bf16"},
+        "declared": None,
+        "overrides": None,
         "gpus": 1,
         "devices": ["0"],
         "plan_status": "ok: selective plan, 1 tests, 0 skipped",
     }
     assert "fastci: //pkg:t mode=fastci gpus=1 devices=[0]" in res.stderr
+
+
+def test_workload_record_keeps_declared_workload_and_overrides_apart(tmp_path: Path) -> None:
+    env = _env(tmp_path, FASTCI_DECLARED_WORKLOAD=json.dumps({"train_iters": 20, "dtype": "bf16"}))
+    res = _launch(tmp_path, env)
+    assert res.returncode == 0, res.stderr
+    record = json.loads((tmp_path / "outputs" / launch.WORKLOAD_FILE).read_text())
+    assert record["workload"] == {"train_iters": 2, "dtype": "bf16"}
+    assert record["declared"] == {"train_iters": 20, "dtype": "bf16"}
+    assert record["overrides"] == {"train_iters": 2}
+    bad = _launch(tmp_path, _env(tmp_path, FASTCI_DECLARED_WORKLOAD="[1]"))
+    assert bad.returncode == 2 and "FASTCI_DECLARED_WORKLOAD" in bad.stderr
 
 
 def test_cpu_only_host_runs_on_cpu_only_with_the_opt_in(tmp_path: Path) -> None:

@@ -43,11 +43,19 @@ class LaunchConfig:
 
     test_id: str
     mode: str
-    workload: Mapping[str, Any]
+    workload: Mapping[str, Any]  # what this run uses: the declared workload with the plan's overrides
     gpus: int
     main: str
     plan_status: str
     record: bool
+    declared: Mapping[str, Any] | None = None  # the full workload as declared (None: not told)
+
+    @property
+    def overrides(self) -> dict[str, Any] | None:
+        """The dimensions this run changed from the declared workload (None: unknown)."""
+        if self.declared is None:
+            return None
+        return {k: v for k, v in self.workload.items() if self.declared.get(k) != v}
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> LaunchConfig:
@@ -62,6 +70,15 @@ class LaunchConfig:
             raise LaunchError(f"FASTCI_WORKLOAD is not JSON: {exc}") from exc
         if not isinstance(workload, dict):
             raise LaunchError(f"FASTCI_WORKLOAD: expected a JSON object, got {type(workload).__name__}")
+        declared = None
+        if environ.get("FASTCI_DECLARED_WORKLOAD"):
+            try:
+                declared = json.loads(environ["FASTCI_DECLARED_WORKLOAD"])
+            except json.JSONDecodeError as exc:
+                raise LaunchError(f"FASTCI_DECLARED_WORKLOAD is not JSON: {exc}") from exc
+            if not isinstance(declared, dict):
+                raise LaunchError("FASTCI_DECLARED_WORKLOAD: expected a JSON object, "
+                                  f"got {type(declared).__name__}")
         try:
             gpus = int(environ.get("FASTCI_GPUS", "0"))
         except ValueError as exc:
@@ -77,6 +94,7 @@ class LaunchConfig:
             main=main,
             plan_status=environ.get("FASTCI_PLAN_STATUS", ""),
             record=environ.get("FASTCI_RECORD", "") == "1",
+            declared=declared,
         )
 
 
@@ -123,6 +141,8 @@ def workload_record(cfg: LaunchConfig, devices: Sequence[str]) -> dict[str, Any]
         "test": cfg.test_id,
         "mode": cfg.mode,
         "workload": dict(cfg.workload),
+        "declared": dict(cfg.declared) if cfg.declared is not None else None,
+        "overrides": cfg.overrides,
         "gpus": cfg.gpus,
         "devices": list(devices),
         "plan_status": cfg.plan_status,

@@ -22,10 +22,12 @@ def _verbatim(value):
     """
     return value.replace("$", "$$")
 
-def _mode_env(env, label, workload, mode, gpus, main, extra):
+def _mode_env(env, label, workload, declared, mode, gpus, main, extra):
     out = dict(env)
     out.update({
         "FASTCI_WORKLOAD": _verbatim(json.encode(workload)),
+        # The full workload as declared, so each run records declared and applied apart.
+        "FASTCI_DECLARED_WORKLOAD": _verbatim(json.encode(declared)),
         "FASTCI_MODE": mode,
         "FASTCI_TEST_ID": _verbatim(label),
         "FASTCI_GPUS": str(gpus),
@@ -61,7 +63,8 @@ def gpu_test(
       a `$` would not arrive intact). The launcher appends `--<dim>=<value>`
       per dimension to the test's argv from `FASTCI_WORKLOAD`, one argv
       element each, verbatim.
-    - `env` gains `FASTCI_WORKLOAD` (JSON, `$` escaped as `$$`), `FASTCI_MODE` (`full`|`fastci`),
+    - `env` gains `FASTCI_WORKLOAD` (JSON, `$` escaped as `$$`), `FASTCI_DECLARED_WORKLOAD`
+      (the full workload, JSON), `FASTCI_MODE` (`full`|`fastci`),
       `FASTCI_TEST_ID`, `FASTCI_GPUS`, `FASTCI_TEST_MAIN` and, under
       `--config=fastci`, `FASTCI_PLAN_STATUS` (and `FASTCI_SHADOW_SKIP` in shadow mode).
     - `tags` gains `gpus:<n>` and, when n > 0, `gpu`.
@@ -122,8 +125,8 @@ def gpu_test(
         data = list(data),
         args = list(args),
         env = select({
-            _ENABLED: _mode_env(env, label, decision.workload, "fastci", gpus, main, fastci_extra),
-            "//conditions:default": _mode_env(env, label, workload, "full", gpus, main, {}),
+            _ENABLED: _mode_env(env, label, decision.workload, workload, "fastci", gpus, main, fastci_extra),
+            "//conditions:default": _mode_env(env, label, workload, workload, "full", gpus, main, {}),
         }),
         tags = test_tags,
         **py_kwargs

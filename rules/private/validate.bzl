@@ -11,6 +11,7 @@ SCALAR_TYPES = ["int", "float", "string", "bool"]
 # Environment variables the launcher owns; a caller's `env` must not set them.
 RESERVED_ENV = [
     "FASTCI_WORKLOAD",
+    "FASTCI_DECLARED_WORKLOAD",
     "FASTCI_MODE",
     "FASTCI_TEST_ID",
     "FASTCI_GPUS",

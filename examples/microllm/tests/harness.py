@@ -72,14 +72,12 @@ def coerce(full: Any, raw: Any, dim: str) -> Any:
 
 
 def check_constraints(workload: Mapping[str, Any], constraints: Sequence[str]) -> None:
-    """Evaluate each constraint (a Python expression over dimension names)."""
-    for rule in constraints:
-        try:
-            ok = eval(rule, {"__builtins__": {}, "min": min, "max": max}, dict(workload))  # noqa: S307 - our own suite.bzl
-        except Exception as exc:  # noqa: BLE001 - any failure is a bad rule
-            raise WorkloadError(f"constraint {rule!r} cannot be evaluated: {exc}") from exc
-        if not ok:
-            raise WorkloadError(f"workload violates constraint {rule!r}: {dict(workload)}")
+    """Check each constraint with FastCI's own evaluator (the rules use its Starlark twin; no eval)."""
+    from fastci.workload import constraint_problems
+
+    problems = constraint_problems(constraints, workload)
+    if problems:
+        raise WorkloadError(f"workload violates {problems[0]}: {dict(workload)}")
 
 
 def resolve(name: str, argv: Sequence[str] = (), env: Mapping[str, str] | None = None,
