@@ -76,3 +76,54 @@ def test_a_conftest_anywhere_runs_everything(tmp_path: Path, root: Path | None) 
     cfg = config.load(root or tmp_path, env={})
     assert config.first_match("examples/microllm/tests/conftest.py", cfg.run_all) == "conftest.py"
     assert config.first_match("examples/microllm/tests/harness.py", cfg.run_all) is None
+
+
+def test_runner_python_key_and_env(tmp_path: Path) -> None:
+    assert config.load(tmp_path, env={}).runner_python == "auto"
+    (tmp_path / "fastci.yaml").write_text("runner_python: tools/py\n")
+    assert config.load(tmp_path, env={}).runner_python == "tools/py"
+    cfg = config.load(tmp_path, env={"FASTCI_RUNNER_PYTHON": "/opt/py/bin/python3"})
+    assert cfg.runner_python == "/opt/py/bin/python3"
+
+
+def test_load_records_where_the_file_is_and_what_env_and_cli_set(tmp_path: Path) -> None:
+    cfg = config.load(tmp_path, env={"FASTCI_TARGETS": "//x/..."},
+                      overrides={"store": "s.db", "plan": None})
+    assert cfg.origin == str(tmp_path / "fastci.yaml")  # consulted even though it is absent
+    assert cfg.overridden == {"targets", "store"}
+    assert config.repo_config_path(tmp_path, cfg) == "fastci.yaml"
+    inside = tmp_path / "ci" / "fastci.yaml"
+    cfg = config.load(tmp_path, env={"FASTCI_CONFIG": str(inside)})
+    assert config.repo_config_path(tmp_path, cfg) == "ci/fastci.yaml"
+    cfg = config.load(tmp_path / "repo", env={"FASTCI_CONFIG": str(inside)})
+    assert config.repo_config_path(tmp_path / "repo", cfg) is None  # outside: the CI's own
+    assert config.repo_config_path(tmp_path, config.Config()) == "fastci.yaml"
+
+
+def test_with_rules_from_takes_decision_keys_and_keeps_env_and_cli(tmp_path: Path) -> None:
+    (tmp_path / "fastci.yaml").write_text(
+        "run_all: []\nignore: ['**']\ntargets: //head/...\nstore: head.db\nbazel: mybazel\n")
+    cfg = config.load(tmp_path, env={"FASTCI_TARGETS": "//env/..."}, overrides={"plan": "p.json"})
+    base = "run_all: [BUILD]\npath_tests: {'data/**': ['//t:c']}\nrunner_python: py3\n"
+    rules = config.with_rules_from(cfg, base, "fastci.yaml at base")
+    assert rules.run_all == ("BUILD",) and rules.ignore == config.DEFAULT_IGNORE
+    assert rules.path_tests == (("data/**", ("//t:c",)),) and rules.runner_python == "py3"
+    assert rules.targets == "//env/..."  # set by the environment: not the change's to decide
+    # Where FastCI reads and writes and how it runs Bazel stay the effective ones.
+    assert (rules.store, rules.plan, rules.bazel) == ("head.db", "p.json", "mybazel")
+    assert config.with_rules_from(cfg, None, "none").run_all == config.DEFAULT_RUN_ALL
+    with pytest.raises(ConfigError, match="at base: unknown key 'run_al'"):
+        config.with_rules_from(cfg, b"run_al: []\n", "fastci.yaml at base")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        config.with_rules_from(cfg, "a: [\n", "fastci.yaml at base")
+
+
+def test_every_key_and_variable_is_documented() -> None:
+    doc = (ROOT / "docs" / "CONFIG.md").read_text()
+    for key in config.DEFAULTS.__dataclass_fields__:
+        if key not in ("origin", "overridden"):
+            assert f"| `{key}` |" in doc, key
+    for var in [*config.ENV_VARS, config.ENV_CONFIG_FILE]:
+        assert f"`{var}`" in doc, var
+    for key in config.DECISION_KEYS:
+        assert f"`{key}`" in doc.split("## Decision keys", 1)[1].split("##", 1)[0], key

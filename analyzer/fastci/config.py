@@ -8,6 +8,12 @@ Precedence, lowest first (a later source replaces a key of an earlier one):
 4. command-line options (passed in by the CLI as ``overrides``).
 
 Every key and every environment variable is documented in ``docs/CONFIG.md``.
+
+The *decision keys* (:data:`DECISION_KEYS`: what decides which tests run) are
+not taken from the change being planned: :mod:`fastci.analyze` rebuilds them
+from the base revision's ``fastci.yaml`` with :func:`with_rules_from`, keeping
+whatever the environment or command line set, so a change cannot rewrite the
+rules that judge it.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import functools
 import logging
 import os
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -58,6 +64,12 @@ class Config:
     run_all: tuple[str, ...] = DEFAULT_RUN_ALL
     ignore: tuple[str, ...] = DEFAULT_IGNORE
     path_tests: tuple[tuple[str, tuple[str, ...]], ...] = ()  # glob -> test id globs
+    runner_python: str = "auto"  # the test runner's interpreter, for its environment fingerprint
+    # Provenance, not keys (never compared), set by :func:`load`: the config file it
+    # consulted (absolute; it may not exist; None for a Config built in code) and the
+    # keys the environment or command line set (levels 3 and 4).
+    origin: str | None = field(default=None, compare=False, repr=False)
+    overridden: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     def path(self, root: Path, key: str) -> Path:
         """Resolve a path-valued key against the repository root."""
@@ -75,12 +87,19 @@ ENV_VARS: dict[str, str] = {
     "FASTCI_TARGETS": "targets",
     "FASTCI_BAZEL": "bazel",
     "FASTCI_BAZEL_CONFIG": "bazel_config",
+    "FASTCI_RUNNER_PYTHON": "runner_python",
 }
 #: Names the config file location (not a key).
 ENV_CONFIG_FILE = "FASTCI_CONFIG"
 
+#: Keys that decide which tests run. They come from the *base* revision's config file
+#: (plus environment and command line), never from the change under analysis; every
+#: other key says where FastCI reads and writes or how it runs things.
+DECISION_KEYS: tuple[str, ...] = ("run_all", "ignore", "path_tests", "targets", "runner_python")
+
 _LIST_KEYS = {"run_all", "ignore"}
-_KEYS = {f.name for f in fields(Config)}
+_INTERNAL = frozenset({"origin", "overridden"})
+_KEYS = {f.name for f in fields(Config)} - _INTERNAL
 
 
 def _check_str(key: str, value: Any, where: str) -> str:
@@ -116,6 +135,24 @@ def _apply(values: dict[str, Any], source: Mapping[str, Any], where: str) -> Non
         values[key] = _coerce(key, value, where)
 
 
+def parse_text(text: str | bytes, where: str) -> dict[str, Any]:
+    """Parse the text of a ``fastci.yaml`` (``where`` names it in errors); empty is ``{}``."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode()
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{where}: not UTF-8 text") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: not valid YAML: {str(exc).splitlines()[0]}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping at the top level")
+    return data
+
+
 def read_file(path: Path) -> dict[str, Any]:
     """Read a ``fastci.yaml``; a missing file is empty, a malformed one a :class:`ConfigError`."""
     try:
@@ -124,15 +161,7 @@ def read_file(path: Path) -> dict[str, Any]:
         return {}
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from exc
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level")
-    return data
+    return parse_text(text, str(path))
 
 
 def load(root: Path, *, env: Mapping[str, str] | None = None,
@@ -148,9 +177,49 @@ def load(root: Path, *, env: Mapping[str, str] | None = None,
     values: dict[str, Any] = {}
     cfg_path = Path(env[ENV_CONFIG_FILE]) if env.get(ENV_CONFIG_FILE) else root / CONFIG_FILE
     _apply(values, read_file(cfg_path), str(cfg_path))
-    _apply(values, {k: env[v] for v, k in ENV_VARS.items() if env.get(v)}, "environment")
-    _apply(values, {k: v for k, v in (overrides or {}).items() if v is not None}, "command line")
-    return Config(**values)
+    from_env = {k: env[v] for v, k in ENV_VARS.items() if env.get(v)}
+    _apply(values, from_env, "environment")
+    cli = {k: v for k, v in (overrides or {}).items() if v is not None}
+    _apply(values, cli, "command line")
+    overridden = frozenset(from_env) | frozenset(cli)
+    return Config(**values, origin=os.path.abspath(cfg_path), overridden=overridden)
+
+
+def with_rules_from(config: Config, text: str | bytes | None, where: str) -> Config:
+    """``config`` with its :data:`DECISION_KEYS` taken from another version of its file.
+
+    Levels 1 and 2 are rebuilt from ``text`` (None: no file, the built-in defaults);
+    keys the environment or command line set (``config.overridden``) keep their
+    values, as they would in :func:`load`. Every key of ``text`` is validated.
+
+    Raises:
+        ConfigError: ``text`` is not a valid config file.
+    """
+    values: dict[str, Any] = {}
+    if text is not None:
+        _apply(values, parse_text(text, where), where)
+    rules = {k: values.get(k, getattr(DEFAULTS, k)) for k in DECISION_KEYS
+             if k not in config.overridden}
+    return replace(config, **rules)
+
+
+def repo_config_path(root: Path, config: Config) -> str | None:
+    """The config file's path relative to the repository ``root`` (POSIX), or None.
+
+    None when the file lies outside the repository (``$FASTCI_CONFIG`` elsewhere): it
+    is then the CI's own setting, not part of any change. A config built in code
+    (no ``origin``) is taken to belong to ``<root>/fastci.yaml``.
+    """
+    if config.origin is None:
+        return CONFIG_FILE
+    origin = Path(os.path.abspath(config.origin))
+    for base, path in ((Path(os.path.abspath(root)), origin),
+                       (Path(root).resolve(), origin.resolve())):
+        try:
+            return path.relative_to(base).as_posix()
+        except ValueError:
+            continue
+    return None
 
 
 # --------------------------------------------------------------------------- globs

@@ -1,4 +1,10 @@
-"""``fastci ingest``: merge trace files (bazel-testlogs, pytest trace dirs) into the store."""
+"""``fastci ingest``: merge trace files (bazel-testlogs, pytest trace dirs) into the store.
+
+Evidence is stamped with the commit of the tree it was recorded from
+(:func:`fastci.tree.evidence_commit`): ``HEAD`` for a clean tree, ``dirty:<tree>``
+for a modified one, which never passes for a commit, so plans compare every
+recorded file with what they analyse instead of trusting it as ``HEAD``'s.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,8 @@ from fastci.commands import Command
 from fastci.errors import FastCIError
 from fastci.evidence.ingest import IngestReport, find_traces, ingest, results_from_bep
 from fastci.evidence.store import EvidenceStore
-from fastci.git import Git, repo_root
+from fastci.git import repo_root
+from fastci.tree import DIRTY_PREFIX, evidence_commit
 
 LOG = logging.getLogger(__name__)
 
@@ -24,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="build event JSON file: outcomes/durations win over the traces', "
                              "and only its tests' testlogs are read")
     parser.add_argument("--store", type=Path, help="evidence store (default: .fastci/evidence.db)")
-    parser.add_argument("--commit", help="commit the traces were recorded at (default: HEAD)")
+    parser.add_argument("--commit", help="commit the traces were recorded at (default: HEAD, "
+                                         "or dirty:<tree id> when the source tree is modified)")
     parser.add_argument("--source-root", type=Path, default=None,
                         help="source tree the traces were recorded from, for unit checksums "
                              "(default: the repository)")
@@ -43,6 +51,14 @@ def summary(report: IngestReport) -> str:
     return line
 
 
+def dirty_note(commit: str | None) -> list[str]:
+    """The line saying evidence was stamped as a modified tree's (none for a commit)."""
+    if commit is None or not commit.startswith(DIRTY_PREFIX):
+        return []
+    return [f"recorded from a modified tree: evidence stamped {commit[:len(DIRTY_PREFIX) + 12]}…; "
+            "plans compare every recorded file"]
+
+
 def run(args: argparse.Namespace) -> int:
     """Ingest and print a summary; exit 1 if a trace was corrupt."""
     root = repo_root(Path.cwd())
@@ -53,17 +69,21 @@ def run(args: argparse.Namespace) -> int:
     source = args.source or ("bazel" if any("testlogs" in str(p) for p in paths) else "pytest")
     results = results_from_bep(args.bep) if args.bep else None
     store_path = args.store or config.load(root).path(root, "store")
+    source_root = (args.source_root or root).resolve()
+    # The tree the unit checksums are computed from, taken before the store is created.
+    commit = args.commit or evidence_commit(source_root)
     store = EvidenceStore.open(store_path, create=True)
     try:
-        report = ingest(store, find_traces(paths), source=source,
-                        commit=args.commit or Git(root).head(), results=results,
-                        root=(args.source_root or root).resolve(),
+        report = ingest(store, find_traces(paths), source=source, commit=commit,
+                        results=results, root=source_root,
                         only=set(results) if results is not None else None)
     finally:
         store.close()
     for msg in report.corrupt:
         print(f"fastci: {msg}")
     print(summary(report))
+    for line in dirty_note(commit):
+        print(line)
     return 1 if report.corrupt else 0
 
 

@@ -1,4 +1,9 @@
-"""``fastci record``: run tests under the recorder with Bazel, then ingest the traces."""
+"""``fastci record``: run tests under the recorder with Bazel, then ingest the traces.
+
+The evidence is stamped with :func:`fastci.tree.evidence_commit` of the
+workspace, taken before the tests run: ``HEAD`` for a clean tree,
+``dirty:<tree id>`` for a modified one (see :mod:`fastci.commands.ingest`).
+"""
 
 from __future__ import annotations
 
@@ -10,11 +15,12 @@ from typing import Sequence
 from fastci import config
 from fastci.bazel.runner import Bazel
 from fastci.commands import Command
-from fastci.commands.ingest import summary
+from fastci.commands.ingest import dirty_note, summary
 from fastci.errors import BazelError
 from fastci.evidence.ingest import find_traces, ingest, results_from_bep
 from fastci.evidence.store import EvidenceStore
-from fastci.git import Git, repo_root
+from fastci.git import repo_root
+from fastci.tree import evidence_commit
 
 LOG = logging.getLogger(__name__)
 
@@ -32,6 +38,8 @@ def record(workspace: Path, targets: list[str], store_path: Path, *,
            flags: Sequence[str] = (), bazel: Bazel | None = None) -> str:
     """Run ``bazel test --config=fastci_record`` and ingest; return the summary text."""
     bz = bazel or Bazel(workspace)
+    # The tree the tests run on: taken before the run writes anything into the workspace.
+    commit = evidence_commit(workspace)
     bep = workspace / ".fastci" / "runs" / "record-bep.json"
     bep.parent.mkdir(parents=True, exist_ok=True)
     res = bz.test(targets, flags=["--config=fastci_record", *flags], bep_path=bep)
@@ -42,7 +50,7 @@ def record(workspace: Path, targets: list[str], store_path: Path, *,
     store = EvidenceStore.open(store_path, create=True)
     try:
         report = ingest(store, find_traces([testlogs]) if testlogs.exists() else iter(()),
-                        source="bazel", commit=Git(workspace).head(), results=results,
+                        source="bazel", commit=commit, results=results,
                         root=workspace, only=set(results))
         stats = store.stats()
     finally:
@@ -54,6 +62,7 @@ def record(workspace: Path, targets: list[str], store_path: Path, *,
              f"{stats['context']} contexts, {stats['file_read']} file reads, "
              f"{stats['evidence']} evidence rows, {stats['bytes'] / 1e6:.2f} MB"]
     lines += [f"fastci: {m}" for m in report.corrupt]
+    lines += dirty_note(commit)
     return "\n".join(lines)
 
 

@@ -1,11 +1,29 @@
-"""The environment fingerprint recorded with every trace.
+"""The environment fingerprint: recorded with every trace, compared by selection.
 
 The fingerprint changes when anything that can change test behaviour without a
-source change does: the Python version, the OS/architecture, the installed
-distributions (torch and its CUDA build included, via their versions) and the
-GPU model. Selection compares it with :func:`current` and widens on a mismatch.
-The kernel version and host name are deliberately left out (they change often
-and rarely matter); they are not recorded at all.
+source change does:
+
+* the Python version and the OS/architecture;
+* the installed distributions (torch and the ``nvidia-*`` CUDA/NCCL/cuDNN wheels
+  included, via their versions), from the site-packages directories;
+* the GPU models and the NVIDIA driver version (``nvidia-smi``, which ignores
+  ``CUDA_VISIBLE_DEVICES``; else ``/proc/driver/nvidia/version`` for the driver);
+* the CUDA toolkit at ``/usr/local/cuda`` (where it points, and its version file);
+* the C library version (glibc) and the system copies of the GPU stack and the
+  C++ runtime (``libcuda``, ``libcudart``, ``libnccl``, ``libcudnn``,
+  ``libcublas``, ``libstdc++``) in the dynamic linker's cache, resolved to the
+  real files, whose names carry the versions.
+
+It reads files and the interpreter, never environment variables other than
+``PATH`` (to find ``nvidia-smi``): the recorder takes it inside test processes
+(Bazel's test environment is scrubbed), and the planner takes it by running the
+*test runner's* interpreter (``<python> -m fastci.evidence.environment``, see
+:func:`fingerprint_of_interpreter`), so both sides describe the same place.
+Libraries found only through ``LD_LIBRARY_PATH`` are not covered, nor are the
+kernel version and host name (they change often and rarely matter).
+
+Everything is computed once per process (the recorder asks at every trace stop).
+This module needs only the standard library, so any interpreter can run it.
 """
 
 from __future__ import annotations
@@ -13,14 +31,30 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
+import json
 import os
 import platform
+import re
 import shutil
 import site
 import subprocess
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from fastci.evidence import trace
+if TYPE_CHECKING:
+    from fastci.evidence import trace
+
+#: Soname stems of the system libraries whose version is part of the fingerprint.
+LIBRARIES: tuple[str, ...] = ("libcuda", "libcudart", "libnccl", "libcudnn", "libcublas",
+                              "libstdc++")
+#: Where ``nvidia-smi`` usually lives when it is not on ``PATH`` (Bazel's strict PATH).
+_SMI_FALLBACKS = ("/usr/bin/nvidia-smi", "/usr/local/nvidia/bin/nvidia-smi",
+                  "/usr/local/bin/nvidia-smi")
+_LDCONFIG = ("/sbin/ldconfig", "/usr/sbin/ldconfig")
+_CUDA_HOME = "/usr/local/cuda"
+_LDCACHE_LINE = re.compile(r"^\s*(lib[\w+.-]*?\.so\.[0-9.]+)\s+\(([^)]*)\)\s+=>\s+(\S.*?)\s*$")
+_FINGERPRINT = re.compile(r"[0-9a-f]{16}")
 
 
 def packages_digest(site_dirs: list[str] | None = None) -> str:
@@ -31,10 +65,14 @@ def packages_digest(site_dirs: list[str] | None = None) -> str:
     costs a millisecond where reading each distribution's metadata costs 0.1 s
     per test process. Only site-packages: sys.path also holds the cwd and
     source trees, which would make the digest depend on where a process started.
+    The user site counts only where the interpreter enables it (not in a venv).
     """
     names: set[str] = set()
     if site_dirs is None:
-        site_dirs = sorted({*site.getsitepackages(), site.getusersitepackages()})
+        dirs = set(site.getsitepackages())
+        if site.ENABLE_USER_SITE:
+            dirs.add(site.getusersitepackages())
+        site_dirs = sorted(dirs)
     for site_dir in site_dirs:
         try:
             entries = os.listdir(site_dir)
@@ -58,42 +96,172 @@ def _torch_versions() -> tuple[str, str]:
         return "", ""
 
 
-def _gpu_model() -> str:
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return ""
+def _run(cmd: list[str]) -> str:
     try:
-        out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20, check=False)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=False)
     except (OSError, subprocess.SubprocessError):
         return ""
-    names = sorted({line.strip() for line in out.stdout.splitlines() if line.strip()})
-    return ",".join(names)
+    return out.stdout if out.returncode == 0 else ""
+
+
+def _find(name: str, fallbacks: tuple[str, ...]) -> str | None:
+    found = shutil.which(name)
+    if found is not None:
+        return found
+    return next((p for p in fallbacks if os.access(p, os.X_OK)), None)
+
+
+def parse_gpus(smi_csv: str) -> tuple[str, str]:
+    """``(models, drivers)`` from ``nvidia-smi --query-gpu=name,driver_version`` CSV lines."""
+    models: set[str] = set()
+    drivers: set[str] = set()
+    for line in smi_csv.splitlines():
+        name, _, driver = line.rpartition(",")
+        if name.strip() and driver.strip():
+            models.add(name.strip())
+            drivers.add(driver.strip())
+    return ",".join(sorted(models)), ",".join(sorted(drivers))
+
+
+def _gpus() -> tuple[str, str]:
+    """GPU models and driver version of the machine (every GPU, whatever is visible to CUDA)."""
+    smi = _find("nvidia-smi", _SMI_FALLBACKS)
+    models, driver = ("", "")
+    if smi is not None:
+        models, driver = parse_gpus(_run([smi, "--query-gpu=name,driver_version",
+                                          "--format=csv,noheader"]))
+    if not driver:
+        try:
+            driver = Path("/proc/driver/nvidia/version").read_text().splitlines()[0].strip()
+        except (OSError, IndexError):
+            pass
+    return models, driver
+
+
+def parse_ldcache(listing: str, stems: tuple[str, ...] = LIBRARIES) -> tuple[str, ...]:
+    """``soname (flags) => real file`` for the ``stems`` in ``ldconfig -p`` output.
+
+    Only versioned sonames (``libcudart.so.12``) count, resolved through their
+    symlinks to the real file (``libcudart.so.12.4.127``): the file name carries
+    the version, the path says which installation.
+    """
+    out: set[str] = set()
+    for line in listing.splitlines():
+        m = _LDCACHE_LINE.match(line)
+        if m is None or m.group(1).split(".so.", 1)[0] not in stems:
+            continue
+        out.add(f"{m.group(1)} ({m.group(2)}) => {os.path.realpath(m.group(3))}")
+    return tuple(sorted(out))
+
+
+def _libraries() -> tuple[str, ...]:
+    ldconfig = _find("ldconfig", _LDCONFIG)
+    return parse_ldcache(_run([ldconfig, "-p"])) if ldconfig else ()
+
+
+def _libc() -> str:
+    try:
+        value = os.confstr("CS_GNU_LIBC_VERSION")
+    except (AttributeError, ValueError, OSError):
+        value = None
+    if value:
+        return value
+    lib, version = platform.libc_ver()
+    return f"{lib} {version}".strip()
+
+
+def _cuda_toolkit(home: str = _CUDA_HOME) -> str:
+    """Where ``/usr/local/cuda`` points and the version its ``version.json``/``.txt`` gives."""
+    if not os.path.exists(home):
+        return ""
+    real = os.path.realpath(home)
+    version = ""
+    try:
+        data = json.loads(Path(real, "version.json").read_text())
+        version = str(data.get("cuda", {}).get("version", ""))
+    except (OSError, ValueError, AttributeError):
+        try:
+            version = Path(real, "version.txt").read_text().strip()
+        except OSError:
+            pass
+    return f"{real} {version}".strip()
 
 
 @functools.lru_cache(maxsize=1)
-def _stable() -> tuple[str, str, str, str]:
-    python = f"{platform.python_version()} ({platform.python_implementation()})"
-    plat = f"{platform.system()}-{platform.machine()}"
-    return python, plat, packages_digest(), _gpu_model()
+def describe() -> dict[str, str]:
+    """Every part of this process's environment that the fingerprint covers (cached)."""
+    models, driver = _gpus()
+    return {
+        "python": f"{platform.python_version()} ({platform.python_implementation()})",
+        "platform": f"{platform.system()}-{platform.machine()}",
+        "packages": packages_digest(),
+        "gpu_model": models,
+        "driver": driver,
+        "cuda_toolkit": _cuda_toolkit(),
+        "libc": _libc(),
+        "libraries": "; ".join(_libraries()),
+    }
 
 
-def fingerprint_of(python: str, plat: str, packages: str, gpu_model: str) -> str:
-    """The fingerprint of the given parts (torch/CUDA are inside ``packages``)."""
-    text = "\n".join((python, plat, packages, gpu_model))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+def fingerprint_of(*parts: str) -> str:
+    """The fingerprint of the given parts (in order)."""
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def current_fingerprint() -> str:
+    """The fingerprint of this process's environment (what the recorder stamps on traces)."""
+    return fingerprint_of(*describe().values())
 
 
 def current() -> trace.TraceMsg:
     """The environment of this process (cached; torch/CUDA read if torch is imported)."""
-    python, plat, packages, gpu = _stable()
+    from fastci.evidence import trace  # the protobuf runtime: only the recorder needs it
+
+    parts = describe()
     torch_version, cuda = _torch_versions()
     return trace.Environment(
-        fingerprint=fingerprint_of(python, plat, packages, gpu), python=python, platform=plat,
-        packages_digest=packages, torch=torch_version, cuda=cuda, gpu_model=gpu)
+        fingerprint=current_fingerprint(), python=parts["python"], platform=parts["platform"],
+        packages_digest=parts["packages"], torch=torch_version, cuda=cuda,
+        gpu_model=parts["gpu_model"])
 
 
-def current_fingerprint() -> str:
-    """The fingerprint selection compares against recorded runs."""
-    fp: str = current().fingerprint
-    return fp
+def fingerprint_of_interpreter(python: str, *, cwd: Path | None = None,
+                               timeout: float = 120.0) -> str:
+    """The fingerprint of the environment ``python`` runs tests in, computed by running it.
+
+    The planner's own process is not where tests run (another venv, another
+    interpreter): ``python`` runs this module, from this copy of FastCI, with
+    the caller's environment.
+
+    Raises:
+        FastCIError: ``python`` cannot be run or printed no fingerprint.
+    """
+    from fastci.errors import FastCIError
+
+    package_parent = str(Path(__file__).resolve().parents[2])
+    code = (f"import sys; sys.path.insert(0, {package_parent!r}); "
+            "from fastci.evidence.environment import main; raise SystemExit(main([]))")
+    try:
+        proc = subprocess.run([python, "-c", code], capture_output=True, text=True,
+                              timeout=timeout, check=False, cwd=cwd)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise FastCIError(f"cannot run the test runner's interpreter {python}: {exc}") from exc
+    lines = proc.stdout.split()
+    if proc.returncode != 0 or not lines or not _FINGERPRINT.fullmatch(lines[-1]):
+        err = (proc.stderr.strip().splitlines() or ["no fingerprint printed"])[-1]
+        raise FastCIError(f"{python} could not compute its environment fingerprint: {err}")
+    return lines[-1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m fastci.evidence.environment [--json]``: print the fingerprint (or its parts)."""
+    args = sys.argv[1:] if argv is None else argv
+    if "--json" in args:
+        print(json.dumps({"fingerprint": current_fingerprint(), **describe()}, indent=2))
+    else:
+        print(current_fingerprint())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
