@@ -90,6 +90,40 @@ def test_child_without_clean_stop_makes_run_incomplete(tmp_path: Path) -> None:
         assert s.latest_runs()["t::x"].complete is False
 
 
+def test_shared_segments_are_merged_with_what_they_include(tmp_path: Path) -> None:
+    shared = make("", "sess", 0.5, {}, role="shared")
+    coll = shared.segments.add(key="sess/c1", includes=["sess/c2"])
+    coll.files.add(path="t.py", digest="d").units.add(qualname="<module>", checksum="c")
+    consts = shared.segments.add(key="sess/c2")
+    ft = consts.files.add(path="consts.py", digest="d")
+    shared.contexts.append("args()|caller=t.py::<module>")
+    ft.units.add(qualname="<module>", checksum="c", contexts=[0])
+    trace.write_atomic(tmp_path / "s-collection.sess.1.trace", shared)
+    x = make("t::x", "r1", 1.0, {"t.py::x": []})
+    fixture = x.segments.add(key="sess/fx1:setup")
+    fixture.files.add(path="fx.py", digest="d").units.add(qualname="data", checksum="c")
+    fixture.reads.add(path="data/x.json", digest="x")
+    x.shared.extend(["sess/c1", "sess/fx1:setup"])
+    put(tmp_path, x)
+    y = make("t::y", "r2", 2.0, {"t.py::y": []})
+    y.shared.extend(["sess/c1", "sess/fx1:setup"])
+    put(tmp_path, y)
+    z = make("t::z", "r3", 3.0, {"t.py::z": []})
+    z.shared.extend(["sess/c1", "sess/fx9:teardown"])  # its trace was never written
+    put(tmp_path, z)
+    with EvidenceStore.open(tmp_path / "e.db", create=True) as s:
+        rep = ingest(s, find_traces([tmp_path]), source="pytest", commit=None)
+        assert rep.runs_added == 3 and s.test_ids() == ["t::x", "t::y", "t::z"]
+        assert s.units_of_test("t::y") == {
+            "t.py::y": [], "t.py::<module>": [], "fx.py::data": [],
+            "consts.py::<module>": ["args()|caller=t.py::<module>"]}
+        assert set(s.units_of_test("t::x")) == set(s.units_of_test("t::y")) - {"t.py::y"} | {"t.py::x"}
+        assert s.tests_for_files(["data/x.json"]) == {"data/x.json": {"t::x", "t::y"}}
+        assert rep.incomplete_tests == {"t::z"}
+        assert s.latest_runs()["t::z"].complete is False
+        assert s.latest_runs()["t::y"].complete is True
+
+
 def test_corrupt_trace_is_reported_skipped_and_incomplete(tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     traces = tmp_path / "traces"

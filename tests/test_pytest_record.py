@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -32,8 +33,10 @@ def spawn_child():
 
 TESTS = '''
 import os
+import pytest
 import lib
 
+@pytest.mark.fastci_workload(workload={"steps": 8}, floors={"steps": 2})
 def test_add():
     assert lib.add(1, 2) == 3
 
@@ -116,3 +119,134 @@ def test_plan_and_record_together(project: Path, tmp_path: Path,
     with EvidenceStore.open(db) as s:
         assert s.test_ids() == ["test_proj.py::test_add"]
         assert dict(s.latest_runs()["test_proj.py::test_add"].workload) == {"steps": 2}
+
+
+# --------------------------------------------------------------------------- shared evidence
+# What runs while pytest collects (module top levels) and in fixtures above function
+# scope runs once per session; every test that needs it gets it in its evidence.
+
+SHARED_FILES = {
+    ".gitignore": "__pycache__/\n",
+    "consts.py": "LIMIT = 5\n",
+    "lib.py": "def load(path):\n    with open(path) as f:\n        return f.read().strip()\n",
+    "data.txt": "hello\n",
+    # conftest.py changes run everything (a static rule): the fixtures live in a module.
+    "conftest.py": "from fixtures import per_module, shared_data  # noqa: F401\n",
+    "fixtures.py": textwrap.dedent('''
+        import os
+        import pytest
+        import lib
+
+        @pytest.fixture(scope="session")
+        def shared_data():
+            value = lib.load(os.path.join(os.path.dirname(__file__), "data.txt"))
+            yield value
+            value = None
+
+        @pytest.fixture(scope="module")
+        def per_module():
+            return 3
+        '''),
+    "test_a.py": textwrap.dedent('''
+        from consts import LIMIT
+
+        def test_one(shared_data):
+            assert shared_data == "hello"
+
+        def test_two(shared_data, per_module):
+            assert per_module == 3
+
+        def test_three(shared_data, per_module):
+            assert LIMIT == 5
+        '''),
+    # Imports consts again (already in sys.modules: its top level does not run again).
+    "test_b.py": textwrap.dedent('''
+        from consts import LIMIT
+
+        def test_b1():
+            assert LIMIT == 5
+
+        def test_b2(per_module):
+            assert per_module == 3
+        '''),
+}
+A_TESTS = {f"test_a.py::{n}" for n in ("test_one", "test_two", "test_three")}
+B_TESTS = {"test_b.py::test_b1", "test_b.py::test_b2"}
+
+
+class Recorded:
+    """The shared-evidence project, recorded with pytest and ingested at its base commit."""
+
+    def __init__(self, root: Path, traces: Path, store: EvidenceStore, base: str) -> None:
+        self.root, self.traces, self.store, self.base = root, traces, store, base
+
+    def selected_after(self, rel: str, old: str, new: str) -> set[str]:
+        from fastci.analyze import analyze
+        from fastci.config import Config
+        from fastci.evidence.environment import current_fingerprint
+
+        path = self.root / rel
+        text = path.read_text()
+        assert old in text
+        path.write_text(text.replace(old, new))
+        try:
+            a = analyze(self.root, Config(), base=self.base, declared=None,
+                        env_fingerprint=current_fingerprint(), store=self.store)
+        finally:
+            path.write_text(text)
+        assert a.plan.mode == "selective", a.plan.reason
+        return {d.test for d in a.selection.selected}
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
+    from fastci.evidence.ingest import find_traces, ingest
+    from selection_support import Repo
+
+    root = tmp_path_factory.mktemp("shared") / "repo"
+    repo = Repo(root)
+    base = repo.commit({k: v for k, v in SHARED_FILES.items()})
+    traces = root.parent / "traces"
+    env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "-p", "fastci.pytest_plugin", "--fastci-record",
+                          f"--fastci-trace-dir={traces}", "test_a.py", "test_b.py"],
+                         cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert "5 passed" in res.stdout, res.stdout + res.stderr
+    assert repo.git("status", "--porcelain") == ""
+    store = EvidenceStore.open(root.parent / "e.db", create=True)
+    report = ingest(store, find_traces([traces]), source="pytest", commit=base, root=root)
+    assert report.runs_added == 5 and not report.corrupt and not report.incomplete_tests
+    yield Recorded(root, traces, store, base)
+    store.close()
+
+
+def test_constants_module_reaches_every_importing_test(recorded: Recorded) -> None:
+    # consts.py ran once, while test_a.py was collected; test_b.py found it imported.
+    users = recorded.store.tests_for_units(["consts.py::<module>", "test_b.py::<module>",
+                                            "fixtures.py::<module>", "lib.py::<module>"])
+    assert users["consts.py::<module>"] == A_TESTS | B_TESTS
+    assert users["test_b.py::<module>"] == B_TESTS
+    assert users["fixtures.py::<module>"] == users["lib.py::<module>"] == A_TESTS | B_TESTS
+    assert recorded.selected_after("consts.py", "LIMIT = 5", "LIMIT = 6") == A_TESTS | B_TESTS
+
+
+def test_session_fixture_reaches_every_user(recorded: Recorded) -> None:
+    # Only test_one set shared_data up; test_two and test_three used the cached value.
+    users = recorded.store.tests_for_units(["fixtures.py::shared_data", "lib.py::load"])
+    assert users == {"fixtures.py::shared_data": A_TESTS, "lib.py::load": A_TESTS}
+    assert recorded.selected_after("fixtures.py", "yield value\n", "yield value + ''\n") == A_TESTS
+    # Its teardown (after the yield) ran in the last test of the session, test_b2.
+    assert recorded.selected_after("fixtures.py", "value = None", "value = 0") == A_TESTS
+
+
+def test_module_fixture_reaches_every_user(recorded: Recorded) -> None:
+    users = recorded.store.tests_for_units(["fixtures.py::per_module"])
+    want = {"test_a.py::test_two", "test_a.py::test_three", "test_b.py::test_b2"}
+    assert users == {"fixtures.py::per_module": want}
+    assert recorded.selected_after("fixtures.py", "return 3", "return 1 + 2") == want
+
+
+def test_file_read_in_session_fixture_reaches_every_user(recorded: Recorded) -> None:
+    assert recorded.store.tests_for_files(["data.txt"]) == {"data.txt": A_TESTS}
+    assert recorded.selected_after("data.txt", "hello", "bye") == A_TESTS

@@ -89,6 +89,17 @@ def main():
         assert p.exitcode == 0
     elif mode == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    elif mode == "segment":
+        rec.begin_segment("sess/fx1:setup")
+        w.child_only()
+        with open(os.path.join(os.path.dirname(__file__), "data", "seg.txt")) as f:
+            f.read()
+        rec.begin_segment("sess/fx2:setup")  # a fixture set up by another: nested
+        w.helper(7)
+        assert rec.end_segment() == "sess/fx2:setup"
+        assert rec.end_segment() == "sess/fx1:setup"
+        w.never_called()
+        rec.shared.add("sess/c3")
     print(rec.stop("passed"))
 
 
@@ -105,6 +116,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "pkg" / "work.py").write_text(textwrap.dedent(WORK))
     (root / "data").mkdir()
     (root / "data" / "config.json").write_text('{"lr": 0.1}\n')
+    (root / "data" / "seg.txt").write_text("x\n")
     (root / "drive.py").write_text(textwrap.dedent(DRIVER))
     return root
 
@@ -241,3 +253,23 @@ def test_environment_fingerprint_tracks_packages_not_cwd(tmp_path: Path) -> None
     prints = {subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True,
                              text=True, check=True).stdout for cwd in (tmp_path, Path.cwd())}
     assert len(prints) == 1
+
+
+def test_segments_take_what_runs_between_begin_and_end(repo: Path, tmp_path: Path) -> None:
+    res = drive(repo, "segment", tmp_path)
+    assert res.returncode == 0, res.stderr
+    (t,) = traces(tmp_path)
+    own = units_of(t)
+    assert "pkg/work.py::never_called" in own and "pkg/work.py::compute" in own
+    assert "pkg/work.py::child_only" not in own  # it ran only inside the segment
+    assert [r.path for r in t.reads] == ["data/config.json"]
+    segs = {s.key: s for s in t.segments}
+    assert set(segs) == {"sess/fx1:setup", "sess/fx2:setup"}
+    outer, inner = segs["sess/fx1:setup"], segs["sess/fx2:setup"]
+    assert list(outer.includes) == ["sess/fx2:setup"] and not inner.includes
+    assert {u.qualname for f in outer.files for u in f.units} == {"child_only"}
+    assert [r.path for r in outer.reads] == ["data/seg.txt"]
+    assert {u.qualname for f in inner.files for u in f.units} == {"helper"}
+    (sig,) = [t.contexts[i] for f in inner.files for u in f.units for i in u.contexts]
+    assert sig.startswith("args(i=7)|caller=drive.py::main")  # not the test's own calls
+    assert list(t.shared) == ["sess/c3"]

@@ -207,6 +207,7 @@ class ContextProfiler:
         self._states: dict[CodeType, _CodeState | None] = {}
         self._done: list[_CodeState] = []
         self._uids: dict[CodeType, object] = {}
+        self._saved: list[tuple[dict[CodeType, _CodeState | None], list[_CodeState]]] = []
 
     def _info(self, code: CodeType) -> _CodeState | None:
         rel = self.mapper.rel(code.co_filename)
@@ -258,10 +259,24 @@ class ContextProfiler:
         """Become the active profiler of the coverage plug-in."""
         covplugin.ACTIVE = self
 
+    def begin_segment(self) -> None:
+        """Collect into fresh state until :meth:`end_segment` (segments nest)."""
+        self._saved.append((self._states, self._done))
+        self._states, self._done = {}, []
+
+    def end_segment(self) -> dict[tuple[str, str], tuple[set[str], int]]:
+        """Return what the innermost segment collected; go on with the state before it."""
+        out = self._collect()
+        self._states, self._done = self._saved.pop()
+        return out
+
     def stop(self) -> dict[tuple[str, str], tuple[set[str], int]]:
         """Deactivate; return (path, qualname) -> (signatures, calls seen)."""
         if covplugin.ACTIVE is self:
             covplugin.ACTIVE = None
+        return self._collect()
+
+    def _collect(self) -> dict[tuple[str, str], tuple[set[str], int]]:
         out: dict[tuple[str, str], tuple[set[str], int]] = {}
         for st in [*(s for s in self._states.values() if s is not None), *self._done]:
             key = (st.rel, st.qualname)

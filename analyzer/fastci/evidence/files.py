@@ -154,11 +154,25 @@ class _Auditor:
 
     def __init__(self) -> None:
         self.sink: Callable[[str], None] | None = None
+        # Called with the code object of every ``exec`` (module bodies included:
+        # importlib runs them with ``exec``); the pytest collection recorder uses it.
+        self.exec_sink: Callable[[Any], None] | None = None
         self.installed = False
         self.lock = threading.Lock()
 
+    def install(self) -> None:
+        """Install the hook once per process (audit hooks cannot be removed)."""
+        with self.lock:
+            if not self.installed:
+                sys.addaudithook(self.hook)
+                self.installed = True
+
     def hook(self, event: str, args: tuple[Any, ...]) -> None:
         if event != "open":
+            if event == "exec":
+                on_exec = self.exec_sink
+                if on_exec is not None and args:
+                    on_exec(args[0])
             return
         sink = self.sink
         if sink is None or not args:
@@ -180,32 +194,53 @@ class _Auditor:
 _AUDITOR = _Auditor()
 
 
+def set_open_sink(sink: Callable[[str], None] | None) -> None:
+    """Receive every file name opened for reading (not Python sources); ``None`` stops it."""
+    if sink is not None:
+        _AUDITOR.install()
+    _AUDITOR.sink = sink
+
+
+def set_exec_sink(sink: Callable[[Any], None] | None) -> None:
+    """Receive the code object of every ``exec`` in this process (``None`` stops it)."""
+    if sink is not None:
+        _AUDITOR.install()
+    _AUDITOR.exec_sink = sink
+
+
 class OpenRecorder:
     """Collect files opened for reading under the repo while active."""
 
     def __init__(self, mapper: PathMapper) -> None:
         self.mapper = mapper
         self.raw: set[str] = set()
+        # Reads while a segment (shared evidence, see the recorder) is open go to it.
+        self.segment: str | None = None
+        self.by_segment: dict[str, set[str]] = {}
 
     def start(self) -> None:
         """Become the process's open-file sink."""
-        with _AUDITOR.lock:
-            if not _AUDITOR.installed:
-                sys.addaudithook(_AUDITOR.hook)
-                _AUDITOR.installed = True
-            _AUDITOR.sink = self._add
+        _AUDITOR.install()
+        _AUDITOR.sink = self._add
 
     def _add(self, name: str) -> None:
         if not os.path.isabs(name):
             name = os.path.join(os.getcwd(), name)
-        self.raw.add(name)
+        if self.segment is None:
+            self.raw.add(name)
+        else:
+            self.by_segment.setdefault(self.segment, set()).add(name)
 
     def stop(self) -> dict[RelPath, str]:
         """Stop collecting; return repo path -> sha256 of each file read."""
         if _AUDITOR.sink == self._add:
             _AUDITOR.sink = None
+        return self.resolve(self.raw)
+
+    def resolve(self, names: set[str]) -> dict[RelPath, str]:
+        """Repo path -> sha256 of each of ``names`` under the repo (directories skipped)."""
         out: dict[RelPath, str] = {}
-        for name in sorted(self.raw):
+        for name in sorted(names):
             rel = self.mapper.rel(name)
             if rel is None or rel in out or os.path.isdir(name):
                 continue

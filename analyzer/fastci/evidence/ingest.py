@@ -3,7 +3,11 @@
 Traces come from a pytest trace directory or from ``bazel-testlogs`` (loose
 files under ``test.outputs/`` or inside ``test.outputs/outputs.zip``). The
 traces of one run (same test id and run id: the main process and its
-children) merge into one :class:`~fastci.evidence.store.RunEvidence`; the
+children) merge into one :class:`~fastci.evidence.store.RunEvidence`, with
+the *segments* its traces name in ``shared`` (evidence shared by several
+tests of a pytest session: collection, fixtures above function scope) and
+every segment those include; a named segment found in no trace makes the run
+incomplete (so selection runs the test). The
 newest run of a test wins in the store; a run ingested before is skipped, so
 ingesting the same traces twice changes nothing. A corrupt or truncated trace
 is reported with its path and skipped; its test, when known, gets an
@@ -18,7 +22,7 @@ import logging
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from fastci.errors import TraceError
 from fastci.evidence import trace
@@ -161,24 +165,74 @@ class Checksums:
         return {u.qualname: u.checksum for u in result.units}
 
 
+#: Segment key -> the segments of that key and the traces that hold them.
+Segments = Mapping[str, list[tuple[trace.TraceMsg, Any]]]
+
+
+def index_segments(traces: Iterable[trace.TraceMsg]) -> dict[str, list[tuple[trace.TraceMsg, Any]]]:
+    """Every segment the traces define, by key."""
+    out: dict[str, list[tuple[trace.TraceMsg, Any]]] = {}
+    for t in traces:
+        for seg in t.segments:
+            out.setdefault(seg.key, []).append((t, seg))
+    return out
+
+
+def segment_closure(keys: Iterable[str], segments: Segments) -> tuple[list[str], list[str]]:
+    """The segments ``keys`` name and those they include (transitively): (found, missing)."""
+    found: list[str] = []
+    missing: list[str] = []
+    seen: set[str] = set()
+    todo = sorted(set(keys))
+    while todo:
+        key = todo.pop()
+        if key in seen:
+            continue
+        seen.add(key)
+        defs = segments.get(key)
+        if not defs:
+            missing.append(key)
+            continue
+        found.append(key)
+        for _t, seg in defs:
+            todo.extend(k for k in seg.includes if k not in seen)
+    return sorted(found), sorted(missing)
+
+
+def _add_files(units: dict[str, tuple[str, set[ContextSig]]], files: dict[str, str],
+               t: trace.TraceMsg, file_traces: Iterable[Any], reads: Iterable[Any],
+               checksums: Checksums | None) -> None:
+    for ft in file_traces:
+        known = checksums.of(ft.path, ft.digest) if checksums else {}
+        for u in ft.units:
+            uid = f"{ft.path}::{u.qualname}"
+            checksum, sigs = units.get(uid, ("", set()))
+            sigs.update(t.contexts[i] for i in u.contexts if i < len(t.contexts))
+            units[uid] = (checksum or u.checksum or known.get(u.qualname, ""), sigs)
+    for fr in reads:
+        files[fr.path] = fr.digest
+
+
 def merge_run(traces: list[trace.TraceMsg], *, source: str, commit: str | None,
-              result: TestResult | None = None, checksums: Checksums | None = None) -> RunEvidence:
-    """Merge the traces of one run (main process + children) into one record."""
+              result: TestResult | None = None, checksums: Checksums | None = None,
+              segments: Segments | None = None) -> RunEvidence:
+    """Merge the traces of one run (main process + children) and the segments they
+    name (``shared``, with what those include; see :func:`segment_closure`) into one record.
+    """
     main = next((t for t in traces if t.role == "main"), None)
     first = main or traces[0]
     units: dict[str, tuple[str, set[ContextSig]]] = {}
     files: dict[str, str] = {}
     for t in traces:
-        for ft in t.files:
-            known = checksums.of(ft.path, ft.digest) if checksums else {}
-            for u in ft.units:
-                uid = f"{ft.path}::{u.qualname}"
-                checksum, sigs = units.get(uid, ("", set()))
-                sigs.update(t.contexts[i] for i in u.contexts if i < len(t.contexts))
-                units[uid] = (checksum or u.checksum or known.get(u.qualname, ""), sigs)
-        for fr in t.reads:
-            files[fr.path] = fr.digest
-    complete = main is not None and all(t.complete for t in traces)
+        _add_files(units, files, t, t.files, t.reads, checksums)
+    found, missing = segment_closure((k for t in traces for k in t.shared), segments or {})
+    for key in found:
+        for t, seg in (segments or {})[key]:
+            _add_files(units, files, t, seg.files, seg.reads, checksums)
+    if missing:
+        LOG.warning("%s: %d shared evidence segment(s) not found (e.g. %s): recorded as "
+                    "incomplete", first.test_id, len(missing), missing[0])
+    complete = main is not None and all(t.complete for t in traces) and not missing
     outcome = main.outcome if main is not None and main.complete else "error"
     duration = main.duration_s if main is not None else 0.0
     if result is not None:
@@ -210,6 +264,7 @@ def ingest(store: EvidenceStore, blobs: Iterable[TraceBlob], *, source: str,
     cache = UnitCache(root / ".fastci" / "units.cache") if root is not None else None
     checksums = Checksums(root, cache)
     runs: dict[tuple[str, str], list[trace.TraceMsg]] = {}
+    decoded: list[trace.TraceMsg] = []
     results = results or {}
     for blob in blobs:
         if only is not None and blob.test_hint is not None and blob.test_hint not in only:
@@ -233,10 +288,13 @@ def ingest(store: EvidenceStore, blobs: Iterable[TraceBlob], *, source: str,
                     recorded_at=_mtime(blob.origin), commit=commit, source=source))
                 report.runs_added += int(added)
             continue
-        runs.setdefault((t.test_id, t.run_id), []).append(t)
+        decoded.append(t)
+        if t.role != "shared":  # a shared trace only holds segments for others
+            runs.setdefault((t.test_id, t.run_id), []).append(t)
+    segments = index_segments(decoded)
     for (test, _run), traces in sorted(runs.items()):
         rec = merge_run(traces, source=source, commit=commit, result=results.get(test),
-                        checksums=checksums)
+                        checksums=checksums, segments=segments)
         report.tests.add(test)
         if not rec.complete:
             report.incomplete_tests.add(test)

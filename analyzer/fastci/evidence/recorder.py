@@ -14,6 +14,13 @@ its path. While running it collects
 ``start()`` writes an *incomplete* trace at once; ``stop()`` atomically
 replaces it, so a process killed in between leaves a file marked incomplete.
 Child processes are recorded too (:mod:`fastci.evidence.children`).
+
+*Segments* are evidence shared by several tests: between
+``begin_segment(key)`` and ``end_segment()`` (they nest) lines, units,
+contexts and reads go to the segment ``key`` instead of the test (a coverage
+dynamic context per segment); ``stop()`` writes them into the trace's
+``segments``. ``shared`` holds the keys of segments (from any trace of the
+session) whose evidence is this test's too; ingest adds them to its run.
 """
 
 from __future__ import annotations
@@ -78,6 +85,11 @@ class Recorder:
         self._t0 = 0.0
         self._started_at = 0.0
         self._stopped = False
+        #: Keys of segments whose evidence is this test's too (see the module docstring).
+        self.shared: set[str] = set()
+        self._open_segments: list[str] = []
+        self._segment_includes: dict[str, set[str]] = {}
+        self._segment_ctx: dict[str, dict[tuple[str, str], tuple[set[str], int]]] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -148,6 +160,40 @@ class Recorder:
             except Exception as exc:  # at exit: report, never raise
                 sys.stderr.write(f"fastci: forked child trace not written: {exc!r}\n")
 
+    @property
+    def recording(self) -> bool:
+        """Whether this recorder is measuring now."""
+        return self._cov is not None and not self._stopped
+
+    def begin_segment(self, key: str) -> None:
+        """Send what runs from now on to segment ``key`` (nested in the open one, if any)."""
+        if not self.recording:
+            raise RuntimeError(f"segment {key!r} begun while not recording")
+        if self._open_segments:
+            self._segment_includes[self._open_segments[-1]].add(key)
+        self._segment_includes.setdefault(key, set())
+        self._open_segments.append(key)
+        if self._contexts is not None:
+            self._contexts.begin_segment()
+        self._switch(key)
+
+    def end_segment(self) -> str:
+        """Close the innermost open segment; return its key."""
+        key = self._open_segments.pop()
+        if self._contexts is not None:
+            got = self._contexts.end_segment()
+            mine = self._segment_ctx.setdefault(key, {})
+            for k, (sigs, calls) in got.items():
+                old_sigs, old_calls = mine.get(k, (set(), 0))
+                mine[k] = (old_sigs | sigs, old_calls + calls)
+        self._switch(self._open_segments[-1] if self._open_segments else None)
+        return key
+
+    def _switch(self, key: str | None) -> None:
+        if self._cov is not None:
+            self._cov.switch_context(key or "")
+        self._opens.segment = key
+
     def stop(self, outcome: str) -> Path:
         """Stop measuring, write the complete trace atomically, return its path."""
         if outcome not in OUTCOMES:  # never lose a trace over a label: record it as an error
@@ -157,18 +203,28 @@ class Recorder:
         global _CURRENT
         if _CURRENT is self:
             _CURRENT = None
+        while self._open_segments:  # stopped inside a fixture's setup: keep what ran
+            self.end_segment()
         self._stopped = True
         cov = self._cov
         if cov is not None:
             cov.stop()
         ctx = self._contexts.stop() if self._contexts is not None else {}
         lines: dict[str, list[int]] = {}
+        seg_lines: dict[str, dict[str, list[int]]] = {k: {} for k in self._segment_includes}
         if cov is not None:
             data = cov.get_data()
             for fname in data.measured_files():
                 rel = self.mapper.rel(fname)
-                if rel is not None:
+                if rel is None:
+                    continue
+                if not seg_lines:
                     lines.setdefault(rel, []).extend(data.lines(fname) or [])
+                    continue
+                for line, labels in data.contexts_by_lineno(fname).items():
+                    for label in labels:
+                        target = seg_lines[label] if label in seg_lines else lines
+                        target.setdefault(rel, []).append(line)
             self._cov = None
         reads = self._opens.stop()
         if self._child_env is not None:
@@ -179,58 +235,76 @@ class Recorder:
         msg.outcome = outcome
         msg.duration_s = time.perf_counter() - self._t0
         msg.environment.CopyFrom(environment.current())
-        self._fill(msg, lines, ctx)
+        sig_ids: dict[str, int] = {}
+        self._fill(msg, msg.files, lines, ctx, sig_ids)
         for rel, digest in sorted(reads.items()):
             if rel not in lines:
                 msg.reads.add(path=rel, digest=digest)
+        for key, includes in self._segment_includes.items():
+            seg = msg.segments.add(key=key, includes=sorted(includes))
+            self._fill(msg, seg.files, seg_lines[key], self._segment_ctx.get(key, {}), sig_ids)
+            for rel, digest in self._opens.resolve(self._opens.by_segment.get(key, set())).items():
+                if rel not in seg_lines[key]:
+                    seg.reads.add(path=rel, digest=digest)
+        msg.shared.extend(sorted(self.shared))
         return trace.write_atomic(self.path, msg)
 
-    # ------------------------------------------------------------------ mapping
+    def _fill(self, msg: trace.TraceMsg, files: Any, lines: Mapping[str, list[int]],
+              ctx: Mapping[tuple[str, str], tuple[set[str], int]],
+              sig_ids: dict[str, int]) -> None:
+        fill_files(self.mapper, msg, files, lines, ctx, sig_ids)
 
-    def _index(self, rel: str) -> tuple[units_mod.LineIndex | None, str]:
-        local = self.mapper.local_path(rel)
-        if local is None:
-            return None, ""
-        try:
-            data = local.read_bytes()
-        except OSError:
-            return None, ""
-        digest = hashlib.sha256(data).hexdigest()
-        key = (rel, digest)
-        if key not in _INDEX_CACHE:
-            result = units_mod.line_index(rel, data)
-            _INDEX_CACHE[key] = result if isinstance(result, units_mod.LineIndex) else None
-        return _INDEX_CACHE[key], digest
 
-    def _fill(self, msg: trace.TraceMsg, lines: dict[str, list[int]],
-              ctx: dict[tuple[str, str], tuple[set[str], int]]) -> None:
-        """Add executed files, their units (by line ownership) and contexts to ``msg``.
+# ---------------------------------------------------------------------- mapping
 
-        Checksums are left empty: ``fastci ingest`` computes them from the file
-        whose sha256 the trace names (libcst is too slow for every test process).
-        """
-        sig_ids: dict[str, int] = {}
-        by_file: dict[str, dict[str, tuple[set[str], int]]] = {}
-        for (rel, qual), (sigs, calls) in ctx.items():
-            by_file.setdefault(rel, {})[qual] = (sigs, calls)
-        for rel in sorted(set(lines) | set(by_file)):
-            index, digest = self._index(rel)
-            ft = msg.files.add(path=rel, digest=digest)
-            ft.line_deltas.extend(trace.delta_encode(lines.get(rel, [])))
-            file_ctx = by_file.get(rel, {})
-            owned: set[str] = set()
-            if index is not None:
-                known = set(index.qualnames)
-                owned.update(index.qualname_for_line(n) for n in lines.get(rel, []))
-                owned.update(q for q in file_ctx if q in known)
-            else:  # unparsable or unreadable: keep what ran, as the module
-                owned.add(units_mod.MODULE_QUALNAME)
-            for qual in sorted(owned):
-                sigs, calls = file_ctx.get(qual, (set(), 0))
-                ids = []
-                for s in sorted(sigs):
-                    if s not in sig_ids:
-                        sig_ids[s] = len(sig_ids)
-                        msg.contexts.append(s)
-                    ids.append(sig_ids[s])
-                ft.units.add(qualname=qual, contexts=ids, calls_seen=min(calls, 2**32 - 1))
+def _index(mapper: PathMapper, rel: str) -> tuple[units_mod.LineIndex | None, str]:
+    local = mapper.local_path(rel)
+    if local is None:
+        return None, ""
+    try:
+        data = local.read_bytes()
+    except OSError:
+        return None, ""
+    digest = hashlib.sha256(data).hexdigest()
+    key = (rel, digest)
+    if key not in _INDEX_CACHE:
+        result = units_mod.line_index(rel, data)
+        _INDEX_CACHE[key] = result if isinstance(result, units_mod.LineIndex) else None
+    return _INDEX_CACHE[key], digest
+
+
+def fill_files(mapper: PathMapper, msg: trace.TraceMsg, files: Any,
+               lines: Mapping[str, list[int]],
+               ctx: Mapping[tuple[str, str], tuple[set[str], int]],
+               sig_ids: dict[str, int]) -> None:
+    """Add executed files, their units (by line ownership) and contexts to ``files``.
+
+    ``files`` is ``msg.files`` or a segment's; context signatures are interned
+    in ``msg.contexts`` (``sig_ids``: signature -> index, shared by the calls).
+    Checksums are left empty: ``fastci ingest`` computes them from the file
+    whose sha256 the trace names (libcst is too slow for every test process).
+    """
+    by_file: dict[str, dict[str, tuple[set[str], int]]] = {}
+    for (rel, qual), (sigs, calls) in ctx.items():
+        by_file.setdefault(rel, {})[qual] = (sigs, calls)
+    for rel in sorted(set(lines) | set(by_file)):
+        index, digest = _index(mapper, rel)
+        ft = files.add(path=rel, digest=digest)
+        ft.line_deltas.extend(trace.delta_encode(lines.get(rel, [])))
+        file_ctx = by_file.get(rel, {})
+        owned: set[str] = set()
+        if index is not None:
+            known = set(index.qualnames)
+            owned.update(index.qualname_for_line(n) for n in lines.get(rel, []))
+            owned.update(q for q in file_ctx if q in known)
+        else:  # unparsable or unreadable: keep what ran, as the module
+            owned.add(units_mod.MODULE_QUALNAME)
+        for qual in sorted(owned):
+            sigs, calls = file_ctx.get(qual, (set(), 0))
+            ids = []
+            for s in sorted(sigs):
+                if s not in sig_ids:
+                    sig_ids[s] = len(sig_ids)
+                    msg.contexts.append(s)
+                ids.append(sig_ids[s])
+            ft.units.add(qualname=qual, contexts=ids, calls_seen=min(calls, 2**32 - 1))
