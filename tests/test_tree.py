@@ -55,3 +55,14 @@ def test_fastcis_own_outputs_are_not_part_of_the_tree(tmp_path: Path) -> None:
     # Its BUILD file is Bazel's view of the plan: an edit is a change.
     repo.write({".fastci/BUILD.bazel": "# edited\n"})
     assert worktree_tree(tmp_path) != clean
+
+
+def test_an_ignored_fastci_folder_and_a_same_second_edit(tmp_path: Path) -> None:
+    repo = Repo(tmp_path)
+    head = repo.commit({"a.py": "A = 1\n", ".gitignore": ".fastci/\n"})
+    repo.write({".fastci/evidence.db": "x"})
+    assert evidence_commit(tmp_path) == head
+    # Same size, same second as the index was written: still seen as an edit.
+    repo.write({"a.py": "A = 2\n"})
+    assert evidence_commit(tmp_path) == DIRTY_PREFIX + worktree_tree(tmp_path)
+    assert worktree_tree(tmp_path) != head_tree(tmp_path)

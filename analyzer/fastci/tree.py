@@ -47,16 +47,25 @@ class TreeState:
     dirty: bool
 
 
-def _git(root: Path, args: list[str], env: dict[str, str] | None = None) -> str:
+def _counts(path: str) -> bool:
+    """Whether a path is part of the tree: anything but FastCI's own outputs."""
+    if not path.startswith(OWN_DIR + "/"):
+        return True
+    return path[len(OWN_DIR) + 1:] in ("BUILD", "BUILD.bazel")
+
+
+def _git(root: Path, args: list[str], env: dict[str, str] | None = None, *,
+         strip: bool = True, stdin: str | None = None) -> str:
     try:
         proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, env=env,
-                              check=False)
+                              check=False, input=stdin.encode(errors="surrogateescape") if stdin is not None else None)
     except OSError as exc:
         raise GitError(f"cannot run git: {exc.strerror}") from exc
     if proc.returncode != 0:
         msg = proc.stderr.decode(errors="replace").strip().splitlines()
         raise GitError(f"git {' '.join(args[:2])}: {msg[0] if msg else 'failed'}")
-    return proc.stdout.decode().strip()
+    out = proc.stdout.decode(errors="surrogateescape")
+    return out.strip() if strip else out
 
 
 def worktree_tree(root: Path) -> str:
@@ -70,14 +79,19 @@ def worktree_tree(root: Path) -> str:
     with tempfile.TemporaryDirectory(prefix="fastci-tree-") as tmp:
         private = Path(tmp) / "index"
         if index.is_file():
-            # Starting from a copy keeps git's stat cache: unchanged files are not re-hashed.
-            shutil.copyfile(index, private)
+            # A copy keeps git's stat cache, so unchanged files are not re-hashed; copy2 keeps
+            # the index's mtime too, which git needs to notice a file edited in the same second
+            # as the index was written ("racily clean" entries).
+            shutil.copy2(index, private)
         env = dict(os.environ, GIT_INDEX_FILE=str(private))
-        _git(root, ["add", "-A", "--ignore-errors", "--", ".", f":(exclude){OWN_DIR}"], env=env)
-        own_build = [f"{OWN_DIR}/{name}" for name in ("BUILD", "BUILD.bazel")
-                     if (root / OWN_DIR / name).exists()]
-        if own_build:
-            _git(root, ["add", "-A", "--ignore-errors", "--", *own_build], env=env)
+        # Modified, deleted and untracked-not-ignored paths; FastCI's own outputs stay out.
+        # (A pathspec exclude fails when the folder is itself git-ignored, so filter here.)
+        listed = _git(root, ["ls-files", "-z", "--modified", "--others", "--exclude-standard"],
+                      env=env, strip=False)
+        paths = sorted({p for p in listed.split("\0") if p and _counts(p)})
+        if paths:
+            _git(root, ["update-index", "--add", "--remove", "-z", "--stdin"], env=env,
+                 stdin="\0".join(paths) + "\0")
         return _git(root, ["write-tree"], env=env)
 
 
