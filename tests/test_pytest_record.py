@@ -118,7 +118,10 @@ def test_plan_and_record_together(project: Path, tmp_path: Path,
     assert cli.main(["ingest", str(traces), "--store", str(db)]) == 0
     with EvidenceStore.open(db) as s:
         assert s.test_ids() == ["test_proj.py::test_add"]
-        assert dict(s.latest_runs()["test_proj.py::test_add"].workload) == {"steps": 2}
+        run = s.latest_runs()["test_proj.py::test_add"]
+        # The declared workload and the plan's reduction are kept apart.
+        assert dict(run.workload) == {"steps": 8}
+        assert dict(run.overrides or {}) == {"steps": 2} and not run.full
 
 
 # --------------------------------------------------------------------------- shared evidence

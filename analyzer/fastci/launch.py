@@ -182,7 +182,11 @@ def _recorder(cfg: LaunchConfig, out_dir: Path, repo_root: Path) -> Any:
             f"FASTCI_RECORD=1 but fastci.evidence.recorder cannot be imported ({exc}); "
             "run without --config=fastci_record or install the recorder"
         ) from exc
-    return Recorder(cfg.test_id, out_dir, repo_root=repo_root, workload=cfg.workload, gpus=cfg.gpus)
+    if cfg.declared is None:  # an older macro: the workload used is all we know
+        return Recorder(cfg.test_id, out_dir, repo_root=repo_root, workload=cfg.workload,
+                        gpus=cfg.gpus)
+    return Recorder(cfg.test_id, out_dir, repo_root=repo_root, workload=cfg.declared,
+                    overrides=cfg.overrides, gpus=cfg.gpus)
 
 
 def launch(argv: Sequence[str], environ: MutableMapping[str, str]) -> int:

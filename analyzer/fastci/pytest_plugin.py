@@ -84,6 +84,9 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
 
 def pytest_configure(config: pytest.Config) -> None:
     """Register the record and plan plugins when their options are given."""
+    from fastci.pytest_plan import register_marker
+
+    register_marker(config)  # suites may declare workloads under --strict-markers, plan or not
     # The recorder registers first so the plan plugin's wrapper (later = outer) has
     # set the test's FASTCI_WORKLOAD before the recorder reads it.
     if config.getoption("--fastci-record"):
@@ -122,6 +125,29 @@ def test_id_for(item: pytest.Item, root: Path) -> str:
     except ValueError:
         return nodeid
     return f"{rel}{sep}{rest}"
+
+
+def _declared_and_overrides(item: pytest.Item) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The item's declared workload (its ``fastci_workload`` marker) and what this run changed.
+
+    Under pytest, ``FASTCI_WORKLOAD`` holds only the dimensions a plan (or the user)
+    overrides for the running test; the declared workload comes from the marker.
+    Unparsable values are recorded as unknown overrides, never as a full-workload run.
+    """
+    from fastci.pytest_plan import declaration
+
+    try:
+        decl = declaration(item)
+    except ValueError:
+        decl = None
+    declared = dict(decl.workload) if decl is not None else {}
+    try:
+        raw = json.loads(os.environ.get("FASTCI_WORKLOAD") or "{}")
+    except ValueError:
+        return declared, None
+    if not isinstance(raw, dict):
+        return declared, None
+    return declared, {k: v for k, v in raw.items() if declared.get(k) != v}
 
 
 class RecordPlugin:
@@ -247,12 +273,9 @@ class RecordPlugin:
 
         marker = item.get_closest_marker("gpus")
         gpus = int(marker.args[0]) if marker and marker.args else 0
-        try:
-            workload = json.loads(os.environ.get("FASTCI_WORKLOAD") or "{}")
-        except ValueError:
-            workload = {}
+        declared, overrides = _declared_and_overrides(item)
         rec = Recorder(test_id_for(item, self.root), self.out_dir, repo_root=self.root,
-                       workload=workload if isinstance(workload, dict) else {}, gpus=gpus)
+                       workload=declared, overrides=overrides, gpus=gpus)
         rec.shared.update(self._collection_keys(item))
         col = self.collection
         if col is not None:

@@ -65,12 +65,15 @@ class Recorder:
 
     def __init__(self, test_id: str, out_dir: Path, *, repo_root: Path,
                  workload: Mapping[str, object], gpus: int, role: str = "main",
+                 overrides: Mapping[str, object] | None = None,
                  run_id: str | None = None, contexts: bool = True,
                  children: bool = True) -> None:
         self.test_id = test_id
         self.out_dir = Path(out_dir)
         self.repo_root = Path(repo_root).resolve()
-        self.workload = dict(workload)
+        self.workload = dict(workload)  # the declared (full) workload
+        # What the run changed from it (a plan's reduction); None when not known.
+        self.overrides = dict(overrides) if overrides is not None else None
         self.gpus = int(gpus)
         self.role = role
         self.run_id = run_id or uuid.uuid4().hex
@@ -99,6 +102,8 @@ class Recorder:
             complete=False, role=self.role, pid=os.getpid(), parent_pid=os.getppid(),
             started_at=self._started_at, gpus=self.gpus,
             workload_json=json.dumps(self.workload, sort_keys=True, default=str),
+            overrides_json="" if self.overrides is None else json.dumps(
+                self.overrides, sort_keys=True, default=str),
             argv=" ".join(sys.argv)[:2000])
 
     def start(self) -> None:
