@@ -177,7 +177,7 @@ def test_validate_plan_command(tmp_path: Path, capsys: pytest.CaptureFixture[str
     path.parent.mkdir()
     path.write_text(json.dumps(_DESIGN_EXAMPLE))
     assert cli.main(["validate-plan", "--workspace", str(tmp_path)]) == 0
-    assert capsys.readouterr().out.strip() == (
+    assert capsys.readouterr().out.splitlines()[0] == (
         f"{path}: ok: version 1, mode selective, 1 tests, 1 skipped (3 units changed in 2 files)"
     )
     path.write_text(_with(tests=[{"id": "//a:t"}, {"id": "//b:t"}, {"id": "//x:t", "overrides": {"train_iters": [1]}}]))
@@ -207,3 +207,193 @@ def test_overrides_checked_against_declarations() -> None:
         "tests[0].overrides.seq: @//p:t declares no dimension 'seq'",
         "tests[0].overrides.steps: 2 is below the floor 4",
     ]
+
+
+# --- The tree a plan was made for (issue 9 item 6) ---------------------------------------------
+
+_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+_OTHER_TREE = "a" * 40
+
+
+def test_tree_round_trips_and_must_be_a_string() -> None:
+    plan = Plan.from_json(_with(tree=_TREE))
+    assert plan.tree == _TREE and Plan.from_json(plan.to_json()) == plan
+    assert list(plan.to_dict()) == ["version", "base", "head", "tree", "mode", "reason", "tests", "skipped"]
+    assert "tree" not in Plan.from_json(_with()).to_dict()  # optional: hand-written plans have none
+    with pytest.raises(PlanError, match=r"^plan.json: tree: expected a string, got int$"):
+        Plan.from_json(_with(tree=7))
+
+
+def test_a_plan_is_obeyed_only_on_its_tree() -> None:
+    from fastci.plan import for_tree, tree_problem, untied_note
+
+    plan = Plan.from_json(_with(tree=_TREE))
+    assert tree_problem(plan, _TREE) is None and for_tree(plan, _TREE) == (plan, None)
+    assert tree_problem(plan, _OTHER_TREE) == f"plan made for tree {_TREE}, this tree is {_OTHER_TREE}"
+    assert tree_problem(plan, None) == f"plan made for tree {_TREE}, this tree is unknown"
+    run, warning = for_tree(plan, _OTHER_TREE)
+    assert run.mode == "all" and run.tests == () and run.skipped == ()
+    assert warning == f"plan made for tree {_TREE}, this tree is {_OTHER_TREE}: running every test at full workload"
+    assert _TREE in run.reason and _OTHER_TREE in run.reason
+    # "unknown" never matches, even a plan that claims it.
+    claims_unknown = Plan.from_json(_with(tree="unknown"))
+    assert for_tree(claims_unknown, "unknown")[0].mode == "all"
+    # A shadow plan for another tree runs everything too (its skip list is about another tree).
+    assert for_tree(Plan.from_json(_with(tree=_TREE, mode="shadow")), _OTHER_TREE)[0].mode == "all"
+    # Mode all runs everything anyway: no tree problem, no warning.
+    everything = Plan.from_json(_with(tree=_TREE, mode="all"))
+    assert for_tree(everything, _OTHER_TREE) == (everything, None)
+    # A hand-written plan claims no tree: obeyed, with a warning saying so.
+    handwritten = Plan.from_json(_with())
+    obeyed, note = for_tree(handwritten, _OTHER_TREE)
+    assert obeyed is handwritten and note == untied_note(handwritten)
+    assert note is not None and "not tied to a tree" in note
+
+
+def _world_with_ignores(root: Path) -> Any:
+    from selection_support import World
+
+    w = World(root)
+    (root / ".gitignore").write_text("/.fastci/plan.json\n/.fastci/evidence.db*\n/.fastci/runs/\n")
+    w.repo.commit(msg="ignore fastci files")
+    return w
+
+
+def test_fastci_plan_names_the_tree_it_analysed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from fastci import cli
+    from fastci.tree import head_tree, worktree_tree
+
+    w = _world_with_ignores(tmp_path)
+    w.store.close()
+    # An edit of another size: a same-size edit in the second of the commit is the racy
+    # case of tests/test_plan_staleness.py, not what this test is about.
+    w.repo.write({"pkg/model.py": (tmp_path / "pkg/model.py").read_text().replace("x * 2", "x * 20")})
+    assert cli.main(["plan", "--root", str(tmp_path), "--no-bazel", "--base", w.base]) == 0
+    plan = load_plan(tmp_path / ".fastci/plan.json")
+    assert plan.mode == "selective" and [t.id for t in plan.tests] == ["//t:a"]
+    assert plan.tree == worktree_tree(tmp_path) != head_tree(tmp_path)
+    assert f"(for tree {plan.tree})" in capsys.readouterr().out
+    # --head REV: the tree of that commit, whatever is on disk.
+    head = w.repo.commit(msg="change")
+    w.repo.write({"README.md": "edited after the commit\n"})
+    assert cli.main(["plan", "--root", str(tmp_path), "--no-bazel", "--base", w.base, "--head", head]) == 0
+    plan = load_plan(tmp_path / ".fastci/plan.json")
+    assert plan.tree == head_tree(tmp_path, head) != worktree_tree(tmp_path)
+    assert "not ignored by git" not in capsys.readouterr().out
+
+
+def test_fastci_plan_warns_when_its_own_files_would_change_the_tree(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from fastci import cli
+    from selection_support import World
+
+    w = World(tmp_path)  # no .gitignore: .fastci/ is never part of the tree, anything else is
+    w.store.close()
+    assert cli.main(["plan", "--root", str(tmp_path), "--no-bazel", "--base", w.base]) == 0
+    assert "warning" not in capsys.readouterr().out
+    (tmp_path / ".fastci/evidence.db").rename(tmp_path / "evidence.db")
+    assert cli.main(["plan", "--root", str(tmp_path), "--no-bazel", "--base", w.base,
+                     "--store", "evidence.db", "--out", "plans/plan.json"]) == 0
+    out = capsys.readouterr().out
+    for name in ("plans/plan.json", "evidence.db"):
+        assert f"warning: {name} is not ignored by git" in out and f"add /{name} to .gitignore" in out
+
+
+def test_a_tree_edited_during_the_analysis_gets_a_plan_that_runs_everything(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from fastci import cli
+    from fastci.commands import plan as plan_cmd
+
+    w = _world_with_ignores(tmp_path)
+    w.store.close()
+    real = plan_cmd.analyze
+
+    def edit_while_analysing(*args: Any, **kwargs: Any) -> Any:
+        result = real(*args, **kwargs)
+        (tmp_path / "pkg/other.py").write_text("def other():\n    return 4\n")
+        return result
+
+    monkeypatch.setattr(plan_cmd, "analyze", edit_while_analysing)
+    assert cli.main(["plan", "--root", str(tmp_path), "--no-bazel", "--base", w.base]) == 0
+    plan = load_plan(tmp_path / ".fastci/plan.json")
+    assert plan.mode == "all" and plan.reason.startswith("the tree changed while it was analysed")
+    assert "the working tree changed during the analysis" in capsys.readouterr().out
+
+
+# --- A failed `fastci plan` leaves no selective plan (issue 9 item 6) --------------------------
+
+
+@pytest.mark.parametrize("failure", ["config", "arguments", "unknown-option", "crash", "not-git"])
+def test_failed_fastci_plan_leaves_no_selective_plan(
+        failure: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from fastci import cli
+    from fastci.commands import plan as plan_cmd
+
+    w = _world_with_ignores(tmp_path)
+    w.store.close()
+    w.repo.write({"pkg/model.py": (tmp_path / "pkg/model.py").read_text().replace("x * 2", "x * 20")})
+    argv = ["plan", "--root", str(tmp_path), "--no-bazel", "--base", w.base]
+    assert cli.main(argv) == 0
+    path = tmp_path / ".fastci/plan.json"
+    assert load_plan(path).mode == "selective"
+    capsys.readouterr()
+    if failure == "config":
+        (tmp_path / "fastci.yaml").write_text("targets: [not, a, string]\n")
+    elif failure == "arguments":
+        argv += ["--head", "HEAD", "--worktree"]
+    elif failure == "unknown-option":
+        argv += ["--bogus"]
+    elif failure == "crash":
+        monkeypatch.setattr(plan_cmd, "analyze", lambda *a, **k: 1 / 0)
+    else:
+        import shutil
+
+        shutil.rmtree(tmp_path / ".git")
+    monkeypatch.chdir(tmp_path)  # usage errors find the plan from the arguments or the cwd
+    if failure == "crash":
+        with pytest.raises(ZeroDivisionError):
+            cli.main(argv)
+    elif failure in ("arguments", "unknown-option"):
+        with pytest.raises(SystemExit) as exited:
+            cli.main(argv)
+        assert exited.value.code == 2
+    else:
+        assert cli.main(argv) == 2
+    plan = load_plan(path)
+    assert plan.mode == "all" and plan.tests == () and plan.skipped == ()
+    assert plan.reason.startswith("fastci plan failed: ")
+    err = capsys.readouterr().err
+    assert f"fastci plan: failed; {path} now runs every test at full workload" in err
+
+
+def test_failed_fastci_plan_creates_no_plan_where_there_was_none(tmp_path: Path) -> None:
+    from fastci import cli
+
+    (tmp_path / "fastci.yaml").write_text("bogus: 1\n")
+    assert cli.main(["plan", "--root", str(tmp_path), "--no-bazel"]) == 2
+    assert not (tmp_path / ".fastci").exists()
+
+
+def test_validate_plan_says_whether_the_plan_is_for_this_tree(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from fastci import cli
+    from selection_support import Repo
+    from fastci.tree import worktree_tree
+
+    repo = Repo(tmp_path)
+    repo.commit({".gitignore": "/.fastci/plan.json\n", "a.py": "x = 1\n"})
+    path = tmp_path / ".fastci" / "plan.json"
+    path.parent.mkdir()
+    tree = worktree_tree(tmp_path)
+    path.write_text(_with(tree=tree))
+    assert cli.main(["validate-plan", "--workspace", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"{path}: tree: matches this tree ({tree})"
+    repo.write({"a.py": "x = 2\n"})
+    assert cli.main(["validate-plan", "--workspace", str(tmp_path)]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line == (f"{path}: tree: STALE: plan made for tree {tree}, this tree is {worktree_tree(tmp_path)}: "
+                    "every runner runs every test at full workload")
+    path.write_text(_with())
+    assert cli.main(["validate-plan", "--workspace", str(tmp_path)]) == 0
+    assert "tree: none: the plan is not tied to a tree" in capsys.readouterr().out

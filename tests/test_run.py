@@ -7,6 +7,7 @@ plan -> run a passing change -> run a breaking change).
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 import sys
@@ -18,11 +19,12 @@ import pytest
 from fastci import cli
 from fastci.analyze import analyze, bazel_declared
 from fastci.bazel.runner import Bazel
+from fastci.commands.plan import plan_tree
 from fastci.commands.record import record
 from fastci.config import Config
 from fastci.evidence.store import EvidenceStore
-from fastci.plan import Plan, dump_plan
-from fastci.run import execute
+from fastci.plan import Plan, PlannedTest, SkippedTest, dump_plan
+from fastci.run import RunReport, execute
 from selection_support import Repo
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,10 +55,11 @@ class Ws:
             a = analyze(self.root, self.config, base=self.base,
                         declared=lambda root, cfg: bazel_declared(root, cfg, bazel=self.bazel),
                         store=store)
-        dump_plan(a.plan, self.root / ".fastci/plan.json")
-        return a.plan
+        plan = dataclasses.replace(a.plan, tree=plan_tree(self.root))  # as `fastci plan` does
+        dump_plan(plan, self.root / ".fastci/plan.json")
+        return plan
 
-    def run(self, plan: Plan) -> tuple[list[str], object]:
+    def run(self, plan: Plan) -> tuple[list[str], RunReport]:
         lines: list[str] = []
         with EvidenceStore.open(self.store_path) as store:
             report = execute(self.root, plan, self.config, store=store, bazel=self.bazel,
@@ -83,7 +86,12 @@ def test_record_then_nothing_changed_plans_nothing(ws: Ws) -> None:
     assert plan.mode == "selective" and plan.tests == (), plan.reason
     assert {s.id for s in plan.skipped} == {ALPHA, BETA}
     lines, report = ws.run(plan)
-    assert "the plan selects no tests: nothing to run" in lines[0] and lines[-1] == "0 passed, 0 failed"
+    # Bazel still runs: it would run a test declared after the plan was made.
+    assert "the plan selects no tests: running only tests it does not list" in lines[0]
+    assert report.report is not None and set(report.report.skipped) == {ALPHA, BETA}
+    assert report.warning is None and report.mode == "selective"
+    assert "fastci run: 2 test(s) skipped as the plan says" in lines
+    assert lines[-1] == "0 passed, 0 failed"
 
 
 def test_change_runs_only_the_affected_test_and_records_it(ws: Ws) -> None:
@@ -113,18 +121,26 @@ def test_breaking_change_is_planned_and_fails(ws: Ws, capsys: pytest.CaptureFixt
     assert "failed" in next(t.why for t in plan.tests if t.id == ALPHA)
 
 
-def test_planned_targets_and_empty_plan_without_bazel(tmp_path: Path) -> None:
-    from fastci.plan import PlannedTest
+def test_planned_targets_are_the_universe_plus_planned_labels_outside_it() -> None:
     from fastci.run import planned_targets
 
-    plan = Plan(mode="selective", tests=(PlannedTest("//a:t"), PlannedTest("tests/x.py::test_y")))
-    assert planned_targets(plan, Config()) == (["//a:t"], ["tests/x.py::test_y"])
+    plan = Plan(mode="selective", tests=(
+        PlannedTest("//a:t"), PlannedTest("tests/x.py::test_y"), PlannedTest("//examples/llm:t"),
+        PlannedTest("@//examples/llm/sub:u"), PlannedTest("//examplesx:v"), PlannedTest("//tools"),
+        PlannedTest("@other//x:w")), skipped=(SkippedTest("//b:t"),))
+    assert planned_targets(plan, Config()) == (["//...", "@other//x:w"], ["tests/x.py::test_y"])
+    # Only labels the pattern does not name are added (a label twice would be harmless).
+    assert planned_targets(plan, Config(targets="//examples/...")) == (
+        ["//examples/...", "//a:t", "//examplesx:v", "//tools", "@other//x:w"], ["tests/x.py::test_y"])
+    assert planned_targets(plan, Config(targets="//examples/llm:all"))[0] == [
+        "//examples/llm:all", "//a:t", "@//examples/llm/sub:u", "//examplesx:v", "//tools", "@other//x:w"]
+    assert planned_targets(plan, Config(targets="//tools:tools"))[0][:2] == ["//tools:tools", "//a:t"]
+    assert "//tools" not in planned_targets(plan, Config(targets="//tools:tools"))[0]
+    # An empty selective plan still runs the universe: the rules skip what it skips.
+    assert planned_targets(Plan(mode="selective"), Config(targets="//examples/...")) == \
+        (["//examples/..."], [])
     assert planned_targets(Plan.run_all("why"), Config(targets="//examples/...")) == \
         (["//examples/..."], [])
-    lines: list[str] = []
-    report = execute(tmp_path, Plan(mode="selective"), Config(), bazel=None, echo=lines.append)
-    assert lines == ["fastci run: the plan selects no tests: nothing to run", "0 passed, 0 failed"]
-    assert report.failed == 0
 
 
 def test_run_cli_with_malformed_plan_runs_everything_loudly(
@@ -136,7 +152,7 @@ def test_run_cli_with_malformed_plan_runs_everything_loudly(
     rc = cli.main(["run", "--root", str(tmp_path), "--no-record"])
     captured = capsys.readouterr()
     assert "not valid JSON" in captured.out and "running every test at full workload" in captured.out
-    assert "bazel test 1 target(s)" in captured.out
+    assert "bazel test //... --config=fastci (plan mode all" in captured.out
     assert rc == 2 and "not found" in captured.err
 
 
@@ -149,7 +165,7 @@ def test_run_cli_with_unreadable_store_runs_without_recording_and_keeps_it(
     rc = cli.main(["run", "--root", str(tmp_path)])
     captured = capsys.readouterr()
     assert "running the plan without recording results" in captured.out
-    assert "bazel test 1 target(s)" in captured.out  # no plan file: everything runs
+    assert "bazel test //... --config=fastci (plan mode all" in captured.out  # no plan: everything
     assert rc == 2 and "not found" in captured.err
     assert store.read_bytes() == b"not a database at all"
 
@@ -173,3 +189,49 @@ def test_shadow_runs_everything_and_reports_what_the_plan_would_have_missed(ws: 
     finally:
         ws.repo.write({"pkg/alpha.py": (REPO / "tests/selection_fixture/pkg/alpha.py").read_text()})
 
+
+
+def test_run_cli_with_a_plan_for_another_tree_runs_everything_loudly(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = Repo(tmp_path)
+    repo.commit({"m.py": "x = 1\n"})  # .fastci/ (plan, runs) is never part of the tree
+    tree = plan_tree(tmp_path)
+    plan = Plan(mode="selective", reason="m only", tree=tree, tests=(PlannedTest("//p:m_test"),),
+                skipped=(SkippedTest("//p:other_test", "not affected"),))
+    dump_plan(plan, tmp_path / ".fastci/plan.json")
+    monkeypatch.setenv("FASTCI_BAZEL", str(tmp_path / "no-bazel"))
+    assert cli.main(["run", "--root", str(tmp_path), "--no-record"]) == 2
+    out = capsys.readouterr().out
+    assert "WARNING" not in out and "bazel test //... --config=fastci (1 planned, 1 skipped by the plan)" in out
+    repo.write({"m.py": "x = 2\n"})  # edited after the plan was made
+    assert cli.main(["run", "--root", str(tmp_path), "--no-record"]) == 2
+    out = capsys.readouterr().out
+    assert (f"fastci run: WARNING: plan made for tree {tree}, this tree is {plan_tree(tmp_path)}: "
+            "running every test at full workload") in out
+    assert "bazel test //... --config=fastci (plan mode all: stale plan: plan made for tree" in out
+
+
+def test_a_test_declared_after_the_plan_was_made_is_run(ws: Ws) -> None:
+    build = ws.root / "pkg/BUILD.bazel"
+    original = build.read_text()
+    # A hand-written plan (the only kind not tied to a tree: a plan for a tree would be
+    # stale after this edit and run everything anyway) that knows nothing of gamma_test.
+    plan = Plan(mode="selective", reason="beta only", tests=(PlannedTest(BETA),),
+                skipped=(SkippedTest(ALPHA, "not affected"),))
+    ws.repo.write({"pkg/gamma_test.py": "import sys\n\nsys.exit(0)\n",
+                   "pkg/BUILD.bazel": original + (
+                       '\ngpu_test(\n    name = "gamma_test",\n    srcs = ["gamma_test.py"],\n'
+                       '    gpus = 1,\n    workload = {"steps": 1},\n)\n')})
+    dump_plan(plan, ws.root / ".fastci/plan.json")  # what the rules read
+    try:
+        lines, report = ws.run(plan)
+        assert report.report is not None
+        assert set(report.report.outcomes) == {BETA, "//pkg:gamma_test"}
+        assert report.report.skipped == (ALPHA,) and report.not_run == ()
+        assert any(line.startswith("  PASSED     //pkg:gamma_test") and
+                   line.endswith("(not in the plan: full workload)") for line in lines)
+        assert report.warning is not None and "not tied to a tree" in report.warning
+        assert lines[0].startswith("fastci run: warning: the plan names no `tree`")
+        assert lines[-1] == "2 passed, 0 failed"
+    finally:
+        ws.repo.write({"pkg/gamma_test.py": None, "pkg/BUILD.bazel": original})

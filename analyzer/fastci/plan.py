@@ -6,6 +6,12 @@ rules (``@fastci_plan``, whose Starlark twin is ``rules/private/plan_model.bzl``
 docs/PLAN_FORMAT.md. Bad input raises :class:`~fastci.errors.PlanError` with a
 one-line message naming the exact place, e.g.
 ``plan.json: tests[2].overrides.train_iters: expected int, float, str or bool, got list``.
+
+A plan made by ``fastci plan`` carries ``tree``: the git tree id of the content it
+analysed (:mod:`fastci.tree`). A runner that finds another tree must not obey it:
+:func:`tree_problem` says why, and :func:`for_tree` turns it into the plan to run
+(every test at full workload). A plan without ``tree`` (written by hand) makes no
+claim about any tree: it is obeyed as written, with a warning (:func:`untied_note`).
 """
 
 from __future__ import annotations
@@ -27,7 +33,9 @@ MODES = ("selective", "all", "shadow")
 DEFAULT_PATH = Path(".fastci/plan.json")
 
 _DIM_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_TOP_KEYS = ("version", "base", "head", "mode", "reason", "tests", "skipped")
+_TOP_KEYS = ("version", "base", "head", "tree", "mode", "reason", "tests", "skipped")
+#: The tree id runners use when the current tree cannot be computed (never equals a plan's).
+UNKNOWN_TREE = "unknown"
 _TEST_KEYS = ("id", "overrides", "priority", "why", "est_gpu_s")
 _SKIPPED_KEYS = ("id", "why")
 
@@ -53,7 +61,11 @@ class SkippedTest:
 
 @dataclass(frozen=True)
 class Plan:
-    """A version-1 plan. ``mode``: ``selective`` | ``all`` | ``shadow``."""
+    """A version-1 plan. ``mode``: ``selective`` | ``all`` | ``shadow``.
+
+    ``tree`` is the git tree id of the content the plan was made for (None: a
+    hand-written plan, tied to no tree).
+    """
 
     mode: str
     reason: str = ""
@@ -61,6 +73,7 @@ class Plan:
     skipped: tuple[SkippedTest, ...] = ()
     base: str | None = None
     head: str | None = None
+    tree: str | None = None
 
     @classmethod
     def run_all(cls, reason: str) -> Plan:
@@ -92,6 +105,8 @@ class Plan:
             out["base"] = self.base
         if self.head is not None:
             out["head"] = self.head
+        if self.tree is not None:
+            out["tree"] = self.tree
         out["mode"] = self.mode
         out["reason"] = self.reason
         out["tests"] = [_test_dict(t) for t in self.tests]
@@ -116,6 +131,59 @@ def _test_dict(t: PlannedTest) -> dict[str, Any]:
     if t.est_gpu_s is not None:
         out["est_gpu_s"] = t.est_gpu_s
     return out
+
+
+def tree_problem(plan: Plan, tree: str | None) -> str | None:
+    """Why ``plan`` must not be obeyed on the tree ``tree``, or None when it may be (pure).
+
+    ``tree`` is the current tree id (:func:`fastci.tree.worktree_tree`); None or
+    :data:`UNKNOWN_TREE` when it could not be computed, which never matches. A plan
+    in mode ``all`` runs everything anyway, and a plan without ``tree`` claims no
+    tree (see :func:`untied_note`): neither has a problem. The Starlark twin is in
+    ``rules/private/plan.bzl``.
+    """
+    if plan.mode == "all" or plan.tree is None:
+        return None
+    if tree is not None and tree != UNKNOWN_TREE and plan.tree == tree:
+        return None
+    return f"plan made for tree {plan.tree}, this tree is {tree or UNKNOWN_TREE}"
+
+
+def untied_note(plan: Plan) -> str | None:
+    """The warning for a plan that selects but names no ``tree`` (hand-written), else None."""
+    if plan.mode == "all" or plan.tree is not None:
+        return None
+    return ("the plan names no `tree`: it is not tied to a tree and is obeyed as written "
+            "(a hand-written plan; `fastci plan` writes plans tied to the tree they analysed)")
+
+
+def current_tree(root: Path) -> str | None:
+    """The tree id of the working tree of the git repository containing ``root`` (None if unknown).
+
+    Always the repository's top level, so every runner digests the same files
+    whichever directory it starts from (``rules/bazelw`` does the same).
+    """
+    from fastci.errors import GitError
+    from fastci.git import repo_root
+    from fastci.tree import worktree_tree
+
+    try:
+        return worktree_tree(repo_root(Path(root)))
+    except GitError:
+        return None
+
+
+def for_tree(plan: Plan, tree: str | None) -> tuple[Plan, str | None]:
+    """The plan a runner on the tree ``tree`` obeys, and the warning to print loudly (or None).
+
+    A plan made for another tree (or an unknown one) becomes "every test at full
+    workload", the reason naming both trees; a plan without ``tree`` is kept, with
+    :func:`untied_note` as the warning.
+    """
+    problem = tree_problem(plan, tree)
+    if problem is not None:
+        return Plan.run_all(f"stale plan: {problem}"), f"{problem}: running every test at full workload"
+    return plan, untied_note(plan)
 
 
 def normalize_test_id(test_id: TestId) -> TestId:
@@ -185,7 +253,7 @@ def _parse(data: object, source: str) -> Plan:
     _check_keys(source, data, _TOP_KEYS)
     if data.get("mode") not in MODES:
         raise PlanError(f"{source}: mode: expected one of {', '.join(MODES)}, got {data.get('mode')!r}")
-    for key in ("reason", "base", "head"):
+    for key in ("reason", "base", "head", "tree"):
         if key in data and not isinstance(data[key], str):
             raise PlanError(f"{source}: {key}: expected a string, got {_tname(data[key])}")
     seen: dict[str, str] = {}
@@ -222,6 +290,7 @@ def _parse(data: object, source: str) -> Plan:
         skipped=tuple(skipped),
         base=data.get("base"),
         head=data.get("head"),
+        tree=data.get("tree"),
     )
 
 

@@ -111,9 +111,18 @@ def pytest_configure(config: pytest.Config) -> None:
         else:
             from fastci import pytest_plan  # lazily: owned by the selection area
             from fastci.git import repo_root
+            from fastci.plan import current_tree, for_tree
 
             root = repo_root(Path(str(config.rootpath)))
-            config.pluginmanager.register(pytest_plan.PlanPlugin(plan, root), "fastci-plan")
+            # A plan made for another tree is not obeyed, like a malformed one; a
+            # hand-written plan (no `tree`) is obeyed with a warning.
+            obeyed, warning = for_tree(plan, current_tree(root))
+            if warning is not None:
+                msg = f"fastci: {warning}"
+                LOG.warning(msg)
+                config.issue_config_time_warning(pytest.PytestWarning(msg), stacklevel=2)
+            if obeyed is plan:
+                config.pluginmanager.register(pytest_plan.PlanPlugin(plan, root), "fastci-plan")
 
 
 def test_id_for(item: pytest.Item, root: Path) -> str:

@@ -1,10 +1,15 @@
 """``fastci run``: execute a plan through Bazel and record what happened.
 
-Runs ``bazel test <planned targets> --config=fastci --build_event_json_file=...``
-(``//...`` when the plan says ``all``), reads the build event file, records each
-test's outcome and duration in the store's history (``record_result``), and ends
-with the line CI reads: ``N passed, N failed``. An empty selective plan runs
-nothing and says so.
+Runs ``bazel test <config targets> --config=fastci --build_event_json_file=...``,
+reads the build event file, records each test's outcome and duration in the
+store's history (``record_result``), and ends with the line CI reads: ``N
+passed, N failed``. A selective plan runs the config's targets (the universe,
+e.g. ``//examples/...``) plus any planned label outside them: under
+``--config=fastci`` the rules skip exactly the plan's ``skipped`` tests, and a
+test the plan does not list (declared after it was made) runs at full workload.
+
+A plan made for another tree than the one on disk (its ``tree``,
+:func:`fastci.plan.for_tree`) is not obeyed: everything runs, with a warning.
 
 A plan in mode ``shadow`` runs everything at full workload (safety invariant 7)
 and ends with a *miss report*: the failures among the tests the plan would have
@@ -23,9 +28,10 @@ from typing import Any, Callable, Mapping
 
 from fastci.bazel.bep import BuildReport, parse_bep
 from fastci.bazel.runner import Bazel
+from fastci.errors import BazelError
 from fastci.config import Config
 from fastci.git import Git
-from fastci.plan import Plan
+from fastci.plan import Plan, current_tree, for_tree, normalize_test_id
 
 LOG = logging.getLogger(__name__)
 
@@ -42,6 +48,8 @@ class RunReport:
     not_bazel: tuple[str, ...] = ()  # planned ids that are not Bazel labels (pytest)
     recorded: int = 0
     misses: tuple[tuple[str, str], ...] = ()  # shadow mode: (test, why it would have been skipped)
+    warning: str | None = None  # why the plan was not obeyed as written (stale, tied to no tree)
+    mode: str = ""  # the mode that ran (``all`` for a stale plan)
 
     @property
     def passed(self) -> int:
@@ -59,18 +67,41 @@ class RunReport:
 
 
 def planned_targets(plan: Plan, config: Config) -> tuple[list[str], list[str]]:
-    """(Bazel targets to test, planned ids that are not Bazel labels)."""
+    """(Bazel target patterns to test, planned ids that are not Bazel labels).
+
+    Always the config's ``targets``; for a selective plan also each planned label
+    outside them (the rules decide, per test, to skip it or how to run it).
+    """
     if plan.mode != "selective":
         return [config.targets], []
     labels = [t.id for t in plan.tests if t.id.startswith(("//", "@"))]
     others = [t.id for t in plan.tests if not t.id.startswith(("//", "@"))]
-    return labels, others
+    outside = [label for label in labels if not _covered(normalize_test_id(label), config.targets)]
+    return [config.targets, *dict.fromkeys(outside)], others
+
+
+def _covered(label: str, pattern: str) -> bool:
+    """Whether the target pattern ``pattern`` names ``label`` (False when unsure: listed twice is harmless)."""
+    if not label.startswith("//") or not pattern.startswith("//"):
+        return False
+    package = label[2:].partition(":")[0]
+    if pattern == "//...":
+        return True
+    if pattern.endswith("/..."):
+        root = pattern[2:-4]
+        return package == root or package.startswith(root + "/")
+    base, _, name = pattern.partition(":")
+    if name in ("all", "*", "all-targets"):
+        return package == base[2:]
+    return normalize_test_id(pattern) == label
 
 
 def miss_report(plan: Plan, report: BuildReport) -> tuple[tuple[str, str], ...]:
     """Failures among the tests ``plan`` would have skipped, with the plan's reason."""
+    outcomes = report.outcomes
     return tuple((s.id, s.why) for s in plan.skipped
-                 if s.id in report.outcomes and not report.outcomes[s.id].passed)
+                 if normalize_test_id(s.id) in outcomes
+                 and not outcomes[normalize_test_id(s.id)].passed)
 
 
 def _echo_misses(plan: Plan, misses: tuple[tuple[str, str], ...], path: Path,
@@ -135,42 +166,80 @@ def _workload(label: str, testlogs: Path | None, last: Any = None,
 def execute(root: Path, plan: Plan, config: Config, *, store: Any = None,
             bazel: Bazel | None = None, flags: tuple[str, ...] = (),
             echo: Callable[[str], None] = print) -> RunReport:
-    """Run ``plan`` under Bazel in the workspace ``root``; record results in ``store``."""
+    """Run ``plan`` under Bazel in the workspace ``root``; record results in ``store``.
+
+    A plan made for another tree than the one in ``root`` is not obeyed: every
+    test runs at full workload and the report carries the warning.
+    """
+    plan, warning = for_tree(plan, current_tree(root))
+    if warning is not None:
+        loud = "WARNING" if plan.mode == "all" else "warning"
+        echo(f"fastci run: {loud}: {warning}")
     targets, others = planned_targets(plan, config)
     for other in others:
         echo(f"fastci run: {other} is not a Bazel target; run it with pytest --fastci-plan")
-    if not targets:
-        echo("fastci run: the plan selects no tests: nothing to run"
+    planned = tuple(dict.fromkeys(normalize_test_id(t.id) for t in plan.tests
+                                  if t.id.startswith(("//", "@")))) if plan.mode == "selective" else ()
+    if plan.mode == "selective" and not planned:
+        # Still run Bazel: a test declared after the plan was made runs (full workload).
+        echo("fastci run: the plan selects no tests: running only tests it does not list"
              + (f" ({plan.reason})" if plan.reason else ""))
-        echo("0 passed, 0 failed")
-        return RunReport((), None, (), tuple(others))
     bazel = bazel or Bazel(root, config.bazel)
     bep = root / RUNS_DIR / f"bep-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6}.json"
     bep.parent.mkdir(parents=True, exist_ok=True)
-    echo(f"fastci run: bazel test {len(targets)} target(s) --config={config.bazel_config}"
-         + (f" (plan mode {plan.mode}: {plan.reason})" if plan.mode != "selective" else ""))
-    res = bazel.test(targets, flags=(f"--config={config.bazel_config}", *flags), bep_path=bep)
+    echo(f"fastci run: bazel test {' '.join(targets)} --config={config.bazel_config}"
+         + (f" (plan mode {plan.mode}: {plan.reason})" if plan.mode != "selective" else
+            f" ({len(planned)} planned, {len(plan.skipped)} skipped by the plan)"))
+    try:
+        res = bazel.test(targets, flags=(f"--config={config.bazel_config}", *flags), bep_path=bep)
+        no_tests = res.no_tests
+    except BazelError as exc:
+        if not _all_skipped(plan, bep, exc):
+            raise
+        # Bazel 4.2.3 fails (exit 1, "Unable to run tests") when every test it finds
+        # is skipped: here that is the plan's decision, not an error.
+        no_tests = True
     report = parse_bep(bep)
     seen = set(report.outcomes)
-    not_run = tuple(t for t in targets if plan.mode == "selective" and t not in seen)
-    if res.no_tests and plan.mode == "selective" and not_run:
+    not_run = tuple(t for t in planned if t not in seen)
+    if no_tests and not_run:
         # Bazel found nothing to test: every planned test was filtered (e.g. by the
         # user's --test_tag_filters); say so instead of dropping them silently.
         echo(f"fastci run: bazel found no tests to run (exit 4): {len(not_run)} planned "
              "test(s) were filtered out by Bazel and did not run")
         not_run = ()
-    recorded = _record(root, report, store, bazel) if store is not None else 0
+    # The plan Bazel ran (a stale one became "all"): it tells a reduced run from a full one.
+    recorded = _record(root, report, store, bazel, plan) if store is not None else 0
     misses = miss_report(plan, report) if plan.mode == "shadow" else ()
-    rr = RunReport(tuple(targets), report, not_run, tuple(others), recorded, misses)
+    rr = RunReport(tuple(targets), report, not_run, tuple(others), recorded, misses,
+                   warning, plan.mode)
+    listed = {normalize_test_id(t.id) for t in plan.tests} | \
+        {normalize_test_id(s.id) for s in plan.skipped}
     for label, outcome in sorted(report.outcomes.items()):
         cached = " (cached)" if outcome.cached else ""
-        echo(f"  {outcome.status:<10} {label} {outcome.duration_s:.1f}s{cached}")
+        unplanned = " (not in the plan: full workload)" \
+            if plan.mode == "selective" and label not in listed else ""
+        echo(f"  {outcome.status:<10} {label} {outcome.duration_s:.1f}s{cached}{unplanned}")
     for label in not_run:
         echo(f"  NOT RUN    {label} (planned, but Bazel reported no result)")
+    if plan.mode == "selective" and report.skipped:
+        echo(f"fastci run: {len(report.skipped)} test(s) skipped as the plan says")
     if plan.mode == "shadow":
         _echo_misses(plan, misses, bep.with_name(bep.name.replace("bep-", "miss-report-")), echo)
     echo(rr.summary_line())
     return rr
+
+
+def _all_skipped(plan: Plan, bep: Path, exc: BazelError) -> bool:
+    """Whether a failed ``bazel test`` only found tests that ``plan`` skips (and ran none)."""
+    if plan.mode != "selective" or "Unable to run tests" not in str(exc) or not bep.is_file():
+        return False
+    try:
+        report = parse_bep(bep)
+    except BazelError:
+        return False
+    listed = {normalize_test_id(s.id) for s in plan.skipped}
+    return not report.outcomes and bool(report.skipped) and set(report.skipped) <= listed
 
 
 def _record(root: Path, report: BuildReport, store: Any, bazel: Bazel,

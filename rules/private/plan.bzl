@@ -13,9 +13,19 @@ What Bazel 4.2.3 re-reads (measured, docs/BAZEL.md):
   re-runs it whenever the digest changes (`fastci.bazel.runner`, `rules/bazelw`).
 - A malformed file never breaks the build: it is checked with python3 before
   `json.decode` (which would fail hard) and falls back to "run everything".
+
+Stale plans: a plan made by `fastci plan` names the tree it was made for
+(`tree`, a git tree id); the tools pass the tree on disk as
+`--repo_env=FASTCI_TREE_DIGEST=<tree id | unknown>` (`rules/bazelw`,
+`fastci.bazel.runner`). A different or unknown tree falls back to "every
+gpu_test at full workload", printed loudly. The fallback status names only the
+plan's tree, not the current one, so that editing files under a stale plan does
+not also change every test's FASTCI_PLAN_STATUS (a cache key under
+--config=fastci). A plan without `tree` (written by hand) is obeyed as written,
+with a warning. Python twin: `fastci.plan.for_tree`.
 """
 
-load(":plan_model.bzl", "parse_plan")
+load(":plan_model.bzl", "fallback", "parse_plan")
 
 _JSON_CHECK = """
 import json, sys
@@ -38,6 +48,19 @@ def _json_problem(rctx, path):
         return "plan.json is not valid JSON: " + (res.stdout.strip() or res.stderr.strip() or "unreadable")
     return None
 
+def check_tree(plan, decoded, tree):
+    """Applies the plan's `tree` to the tree on disk: returns (plan to obey, warning or None)."""
+    if not plan["ok"] or plan["mode"] == "all":
+        return plan, None
+    claimed = decoded.get("tree")
+    if claimed == None:
+        untied = "not tied to a tree (the plan names no `tree`): obeyed as written"
+        return dict(plan, status = plan["status"] + "; " + untied), "the plan is " + untied + " (a hand-written plan)"
+    if tree and tree != "unknown" and tree == claimed:
+        return plan, None
+    problem = "plan made for tree %s, this tree is %s" % (claimed, tree or "unknown")
+    return fallback("plan made for tree %s, not for this tree" % claimed), problem + ": every gpu_test runs at full workload"
+
 def _fastci_plan_impl(rctx):
     # The package must exist (a committed .fastci/BUILD.bazel); the plan need not.
     plan_path = rctx.path(rctx.attr.package_build_file).dirname.get_child("plan.json")
@@ -52,7 +75,10 @@ def _fastci_plan_impl(rctx):
         if problem == None:
             decoded = json.decode(content)
     plan = parse_plan(decoded, problem)
-    if not plan["ok"]:
+    plan, warning = check_tree(plan, decoded, rctx.os.environ.get("FASTCI_TREE_DIGEST"))
+    if warning:
+        print("FastCI plan: WARNING: " + warning)
+    elif not plan["ok"]:
         print("FastCI plan: " + plan["status"])
     rctx.file("WORKSPACE", 'workspace(name = "%s")\n' % rctx.name)
     rctx.file("BUILD.bazel", 'exports_files(["plan.bzl"])\n')
@@ -76,5 +102,5 @@ fastci_plan = repository_rule(
             doc = "The plan file, read through this Label so that Bazel watches it.",
         ),
     },
-    environ = ["FASTCI_PLAN_DIGEST"],
+    environ = ["FASTCI_PLAN_DIGEST", "FASTCI_TREE_DIGEST"],
 )

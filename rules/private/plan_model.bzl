@@ -13,7 +13,7 @@ load(":validate.bzl", "SCALAR_TYPES", "is_dim_name", "is_number")
 PLAN_VERSION = 1
 MODES = ["selective", "all", "shadow"]
 
-_TOP_KEYS = ["version", "base", "head", "mode", "reason", "tests", "skipped"]
+_TOP_KEYS = ["version", "base", "head", "tree", "mode", "reason", "tests", "skipped"]
 _TEST_KEYS = ["id", "overrides", "priority", "why", "est_gpu_s"]
 _SKIPPED_KEYS = ["id", "why"]
 
@@ -68,7 +68,7 @@ def plan_problem(plan):
         return problem
     if plan.get("mode") not in MODES:
         return "plan.json: mode: expected one of %s, got %r" % (", ".join(MODES), plan.get("mode"))
-    for key in ("reason", "base", "head"):
+    for key in ("reason", "base", "head", "tree"):
         if key in plan and type(plan[key]) != "string":
             return "plan.json: %s: expected a string, got %s" % (key, type(plan[key]))
     seen = {}

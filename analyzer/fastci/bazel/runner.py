@@ -2,7 +2,10 @@
 
 Every command gets ``--repo_env=FASTCI_PLAN_DIGEST=<sha256 of .fastci/plan.json>``
 so a plan that appears, changes or vanishes is always re-read (Bazel 4.2.3
-does not notice a plan file created after a run without one), and test
+does not notice a plan file created after a run without one), and
+``--repo_env=FASTCI_TREE_DIGEST=<git tree id of the working tree>``
+(:func:`fastci.plan.current_tree`, ``unknown`` outside git) so the rules obey a
+plan only on the tree it was made for (``rules/private/plan.bzl``); test
 commands get ``--test_env=FASTCI_VENV_DIGEST=<digest of pip freeze>`` because
 the venv is not an action input: without it a changed venv would serve stale
 cached results. Shutting the server down (``trap 'bazel shutdown' EXIT``) is
@@ -43,6 +46,21 @@ def plan_digest(workspace: Path) -> str:
         return hashlib.sha256((workspace / PLAN_FILE).read_bytes()).hexdigest()[:16]
     except FileNotFoundError:
         return "absent"
+
+
+def tree_digest(workspace: Path) -> str:
+    """The tree id of the workspace's git working tree, or ``unknown`` (never raises).
+
+    The same value ``rules/bazelw`` computes in shell and ``fastci plan`` writes
+    into the plan's ``tree``.
+    """
+    from fastci.plan import UNKNOWN_TREE, current_tree
+
+    try:
+        return current_tree(workspace) or UNKNOWN_TREE
+    except Exception as exc:  # noqa: BLE001 - never fail a bazel command over the digest
+        LOG.warning("cannot compute the tree digest: %s: plans are not obeyed", exc)
+        return UNKNOWN_TREE
 
 
 def venv_digest(python: Path | str) -> str:
@@ -101,6 +119,7 @@ class Bazel:
         flags: list[str] = []
         if command in _REPO_COMMANDS:
             flags.append(f"--repo_env=FASTCI_PLAN_DIGEST={plan_digest(self.workspace)}")
+            flags.append(f"--repo_env=FASTCI_TREE_DIGEST={tree_digest(self.workspace)}")
         if command in _TEST_COMMANDS:
             if self._venv_digest is None:
                 self._venv_digest = venv_digest(self.python)

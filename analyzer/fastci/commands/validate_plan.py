@@ -5,6 +5,9 @@ prints the precise problem (``PlanError``) and exits 2. With ``--targets``,
 also checks every override against the gpu_tests' declarations (real
 ``bazel query``): unknown dimensions, wrong types and values below a floor
 make the rules ignore that test's overrides, so they are reported here.
+
+It also says whether the plan describes the workspace's current tree (its
+``tree``): a plan made for another tree is valid, but no runner obeys it.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Sequence
 from fastci.bazel.query import TestDecl
 from fastci.commands import Command
 from fastci.errors import PlanError
-from fastci.plan import DEFAULT_PATH, Plan, load_plan, normalize_test_id
+from fastci.plan import DEFAULT_PATH, Plan, current_tree, load_plan, normalize_test_id, tree_problem
 
 
 def override_problems(plan: Plan, decls: Sequence[TestDecl]) -> list[str]:
@@ -41,6 +44,18 @@ def override_problems(plan: Plan, decls: Sequence[TestDecl]) -> list[str]:
             elif dim in floors and value < floors[dim]:  # type: ignore[operator]
                 problems.append(f"{where}: {value!r} is below the floor {floors[dim]!r}")
     return problems
+
+
+def tree_line(plan: Plan, tree: str | None) -> str:
+    """One line: does ``plan`` describe the tree ``tree`` (the current one; None = unknown)? (pure)"""
+    if plan.mode == "all":
+        return "tree: not checked (mode all: every test runs at full workload)"
+    if plan.tree is None:
+        return "tree: none: the plan is not tied to a tree and is obeyed as written (hand-written plan)"
+    problem = tree_problem(plan, tree)
+    if problem is not None:
+        return f"tree: STALE: {problem}: every runner runs every test at full workload"
+    return f"tree: matches this tree ({tree})"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
         f"{path}: ok: version 1, mode {plan.mode}, {len(plan.tests)} tests, {len(plan.skipped)} skipped"
         + (f" ({plan.reason})" if plan.reason else "")
     )
+    print(f"{path}: {tree_line(plan, current_tree(args.workspace))}")
     return 0
 
 

@@ -1,0 +1,116 @@
+"""The Bazel rules obey a plan only on the tree it was made for (issue 9 item 6), real Bazel 4.2.3.
+
+tests/bazel_fixture copied into a temporary git repository, one output base,
+three `bazel test --config=fastci` runs through fastci.bazel.runner (which
+passes FASTCI_TREE_DIGEST the way rules/bazelw does):
+
+1. a plan made for the tree on disk is obeyed;
+2. a tracked file edited after planning: every gpu_test runs at full workload,
+   and the rules say why;
+3. a plan made for a dirty tree, then that tree committed (and an empty commit
+   on top): same content, same tree, the plan is obeyed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from fastci.bazel import testlogs
+from fastci.bazel.bep import BuildReport, parse_bep
+from fastci.bazel.runner import Bazel, BazelResult
+from fastci.plan import Plan, PlannedTest, SkippedTest, dump_plan
+from fastci.tree import head_tree, worktree_tree
+from selection_support import Repo
+
+REPO = Path(__file__).resolve().parents[1]
+A, B, C = "//gputests:a_test", "//gputests:b_test", "//gputests:c_test"
+
+pytestmark = pytest.mark.skipif(shutil.which("bazel") is None, reason="bazel is installed by `make setup`")
+
+
+class Ws:
+    def __init__(self, base: Path) -> None:
+        self.root = base / "ws"
+        shutil.copytree(REPO / "tests" / "bazel_fixture", self.root)
+        ws = self.root / "WORKSPACE"
+        ws.write_text(ws.read_text().replace('path = "../.."', f'path = "{REPO}"'))
+        (self.root / ".bazelrc").write_text(
+            f"import {REPO}/.bazelrc\nbuild --repo_env=FASTCI_PYTHON={sys.executable}\n")
+        (self.root / ".gitignore").write_text("/bazel-*\n/.fastci/plan.json\n/bep.json\n__pycache__/\n")
+        (self.root / "README.md").write_text("fixture\n")
+        self.repo = Repo(self.root)
+        self.repo.commit()
+        self.bazel = Bazel(self.root, startup=[f"--output_base={base / 'out'}"], python=sys.executable)
+        self.locks = base / "locks"
+
+    def plan(self, tree: str) -> Plan:
+        plan = Plan(mode="selective", reason="a and c", tree=tree,
+                    tests=(PlannedTest(A, {"train_iters": 2}), PlannedTest(C)),
+                    skipped=(SkippedTest(B, "not affected"),))
+        dump_plan(plan, self.root / ".fastci/plan.json")
+        return plan
+
+    def test(self) -> tuple[BazelResult, BuildReport]:
+        bep = self.root / "bep.json"
+        res = self.bazel.test(["//gputests:all"], flags=[
+            "--config=fastci", "--test_env=FASTCI_FAKE_GPUS=0,1",
+            f"--test_env=FASTCI_GPU_LOCK_DIR={self.locks}", "--jobs=4", "--local_test_jobs=3",
+        ], bep_path=bep)
+        assert res.returncode == 0, res.stderr[-3000:]
+        return res, parse_bep(bep)
+
+    def status(self, label: str) -> str:
+        data = testlogs.read_output(self.root / "bazel-testlogs", label, "fastci_workload.json")
+        assert data is not None, label
+        return str(json.loads(data)["plan_status"])
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ws]:
+    base = tmp_path_factory.mktemp("stale_plan")
+    w = Ws(base)
+    try:
+        yield w
+    finally:
+        w.bazel.shutdown()
+        subprocess.run(["chmod", "-R", "u+w", str(base)], check=False)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_rules_obey_a_plan_only_on_its_tree(ws: Ws) -> None:
+    clean = worktree_tree(ws.root)
+    assert clean == head_tree(ws.root)
+    ws.plan(clean)
+    res, report = ws.test()
+    assert sorted(report.outcomes) == [A, C] and report.skipped == (B,)
+    assert ws.status(A).startswith("ok: selective plan, 2 tests, 1 skipped")
+    assert "FastCI plan: WARNING" not in res.stderr
+
+    # Edit a tracked file that no test reads: the plan describes another tree now.
+    ws.repo.write({"README.md": "fixture, edited after the plan was made\n"})
+    edited = worktree_tree(ws.root)
+    res, report = ws.test()
+    assert sorted(report.outcomes) == [A, B, C] and report.skipped == ()
+    assert (f"FastCI plan: WARNING: plan made for tree {clean}, this tree is {edited}: "
+            "every gpu_test runs at full workload") in res.stderr
+    for label in (A, B, C):
+        assert ws.status(label) == (f"fallback: plan made for tree {clean}, not for this tree; "
+                                    "every gpu_test runs at full workload")
+
+    # A plan for the edited (dirty) tree stays valid once that tree is committed, and
+    # after an empty commit: the tree is the content, not the commit.
+    ws.plan(edited)
+    ws.repo.commit(msg="commit the edit")
+    ws.repo.commit(msg="nothing")
+    assert worktree_tree(ws.root) == head_tree(ws.root) == edited
+    res, report = ws.test()
+    assert sorted(report.outcomes) == [A, C] and report.skipped == (B,)
+    assert "FastCI plan: WARNING" not in res.stderr
+    assert ws.status(A).startswith("ok: selective plan, 2 tests, 1 skipped")
