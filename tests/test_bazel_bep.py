@@ -112,10 +112,12 @@ def test_runner_adds_plan_and_venv_digests(tmp_path: Path) -> None:
     bazel = Bazel(tmp_path, startup=["--output_base=/x"])
     assert plan_digest(tmp_path) == "absent"
     query = bazel.argv("query", ["//..."])
-    assert query == ["bazel", "--output_base=/x", "query", "--repo_env=FASTCI_PLAN_DIGEST=absent", "//..."]
+    assert query == ["bazel", "--output_base=/x", "query", "--repo_env=FASTCI_PLAN_DIGEST=absent",
+                     "--repo_env=FASTCI_TREE_DIGEST=unknown", "//..."]
     (tmp_path / ".fastci").mkdir()
     (tmp_path / ".fastci" / "plan.json").write_text("{}")
     test = bazel.argv("test", ["//..."])
     assert test[3] == f"--repo_env=FASTCI_PLAN_DIGEST={plan_digest(tmp_path)}" != "absent"
-    assert test[4].startswith("--test_env=FASTCI_VENV_DIGEST=") and test[4] != "--test_env=FASTCI_VENV_DIGEST=unknown"
+    assert test[4] == "--repo_env=FASTCI_TREE_DIGEST=unknown"  # tmp_path is no git repository
+    assert test[5].startswith("--test_env=FASTCI_VENV_DIGEST=") and test[5] != "--test_env=FASTCI_VENV_DIGEST=unknown"
     assert bazel.argv("shutdown", []) == ["bazel", "--output_base=/x", "shutdown"]

@@ -203,10 +203,22 @@ def test_overrides_checked_against_declarations() -> None:
         }
     )
     assert override_problems(plan, [decl]) == [
-        "tests[0].overrides.dtype: expected str like the full value, got int",
-        "tests[0].overrides.seq: @//p:t declares no dimension 'seq'",
-        "tests[0].overrides.steps: 2 is below the floor 4",
+        'tests[0].overrides (@//p:t): dtype: frozen (no floor declared), stays "bf16"',
+        "tests[0].overrides (@//p:t): lr: frozen (no floor declared), stays 0.5",
+        "tests[0].overrides (@//p:t): seq: not a declared dimension",
+        "tests[0].overrides (@//p:t): steps: 2 is below its floor 4",
     ]
+    # Above the full value, and a constraint broken by the reduced workload (issue 9 item 11).
+    decl = TestDecl("//p:t", 1, {"steps": 100, "layers": 4}, {"steps": 4, "layers": 1}, (),
+                    ("layers % 2 == 0",), ())
+    above = Plan.from_dict({"version": 1, "mode": "selective",
+                            "tests": [{"id": "//p:t", "overrides": {"steps": 200}}]})
+    assert override_problems(above, [decl]) == [
+        "tests[0].overrides (//p:t): steps: 200 is above the full value 100"]
+    odd = Plan.from_dict({"version": 1, "mode": "selective",
+                          "tests": [{"id": "//p:t", "overrides": {"layers": 3}}]})
+    (problem,) = override_problems(odd, [decl])
+    assert "layers % 2 == 0" in problem
 
 
 # --- The tree a plan was made for (issue 9 item 6) ---------------------------------------------

@@ -19,7 +19,7 @@ import pytest
 from fastci import cli
 from fastci.analyze import analyze, bazel_declared
 from fastci.bazel.runner import Bazel
-from fastci.commands.plan import plan_tree
+from fastci.tree import plan_tree
 from fastci.commands.record import record
 from fastci.config import Config
 from fastci.evidence.store import EvidenceStore

@@ -16,6 +16,7 @@ workspace path); ``python -m fastci.demo --clean`` removes it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -35,6 +36,7 @@ from fastci.explain import explain
 from fastci.plan import dump_plan
 from fastci.run import execute
 from fastci.select.rules import own_output
+from fastci.tree import plan_tree
 from fastci.units import FileUnits, index_source
 
 REPO = Path(__file__).resolve().parents[2]
@@ -221,6 +223,9 @@ def run_demo(echo: Callable[[str], None] = print, *, keep_change: bool = False) 
             analysis = analyze(ws, cfg, base=sc.commit,
                                declared=lambda root, c: bazel_declared(root, c, bazel=bazel),
                                store=store)
+            # Tie the plan to the tree it describes, as `fastci plan` does.
+            analysis = dataclasses.replace(
+                analysis, plan=dataclasses.replace(analysis.plan, tree=plan_tree(ws)))
             dump_plan(analysis.plan, cfg.path(ws, "plan"))
             for line in summarize(analysis):
                 echo(line)

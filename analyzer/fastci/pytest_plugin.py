@@ -16,7 +16,8 @@ Inert unless asked:
   whose fixture closure holds it names. ``fastci ingest`` adds named segments
   to each test's evidence (docs/EVIDENCE.md).
 * ``--fastci-plan PATH`` registers ``fastci.pytest_plan.PlanPlugin(plan)``
-  (deselects and orders tests). A malformed plan runs everything, loudly.
+  (deselects and orders tests). A malformed plan, or one made for another tree
+  (its ``tree``), runs everything, loudly.
 """
 
 from __future__ import annotations

@@ -117,6 +117,23 @@ def tree_state(root: Path) -> TreeState:
     return TreeState(tree, head, head is None or head_tree(root) != tree)
 
 
+def plan_tree(root: Path, head: str | None = None) -> str:
+    """The tree id a plan for ``head`` describes: ``head^{tree}``, or the working tree's content.
+
+    Computed at the repository's top level, as every runner computes it.
+
+    Raises:
+        GitError: not a git repository, git failed, or ``head`` names no commit.
+    """
+    top = Path(_git(Path(root), ["rev-parse", "--show-toplevel"]))
+    if head is None:
+        return worktree_tree(top)
+    tree = head_tree(top, head)
+    if tree is None:
+        raise GitError(f"{head}: no such revision (cannot name the tree the plan is for)")
+    return tree
+
+
 def evidence_commit(root: Path) -> str | None:
     """The commit stamp for evidence recorded now: ``HEAD``, or ``dirty:<tree>`` if modified.
 

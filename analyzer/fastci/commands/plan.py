@@ -24,6 +24,7 @@ from fastci.commands import Command
 from fastci.errors import FastCIError, GitError
 from fastci.git import WORKTREE, repo_root
 from fastci.plan import DEFAULT_PATH, Plan, dump_plan
+from fastci.tree import plan_tree
 
 
 def add_change_arguments(p: argparse.ArgumentParser) -> None:
@@ -63,33 +64,14 @@ def run_analysis(args: argparse.Namespace) -> tuple[config_mod.Config, Analysis]
                         declared=None if args.no_bazel else bazel_declared)
 
 
-def plan_tree(root: Path, head: str | None = None) -> str:
-    """The tree id a plan for ``head`` describes: ``head^{tree}``, or the working tree's content.
-
-    Computed at the repository's top level, as every runner computes it.
-
-    Raises:
-        GitError: not a git repository, git failed, or ``head`` names no commit.
-    """
-    from fastci.tree import head_tree, worktree_tree
-
-    top = repo_root(Path(root))
-    if head is None or head == WORKTREE:
-        return worktree_tree(top)
-    tree = head_tree(top, head)
-    if tree is None:
-        raise GitError(f"{head}: no such revision (cannot name the tree the plan is for)")
-    return tree
-
-
 def _plan(args: argparse.Namespace, echo: Callable[[str], None]) -> int:
     root = args.root.resolve()
     head = args.head or WORKTREE
     # The tree is taken before the analysis reads any file, and again after: an edit
     # made while analysing makes the two differ, and such a plan describes no tree.
-    tree_before = plan_tree(root, head)
+    tree_before = plan_tree(root, None if head == WORKTREE else head)
     cfg, analysis = run_analysis(args)
-    tree = plan_tree(root, head)
+    tree = plan_tree(root, None if head == WORKTREE else head)
     out = cfg.path(root, "plan")
     plan = dataclasses.replace(analysis.plan, tree=tree)
     if tree != tree_before:

@@ -3,8 +3,9 @@
 Exit 0 and a one-line summary when the plan is valid; otherwise the CLI
 prints the precise problem (``PlanError``) and exits 2. With ``--targets``,
 also checks every override against the gpu_tests' declarations (real
-``bazel query``): unknown dimensions, wrong types and values below a floor
-make the rules ignore that test's overrides, so they are reported here.
+``bazel query``): overrides of undeclared or frozen (floorless) dimensions,
+wrong types, values outside ``[floor, full]`` and broken constraints make the
+rules run that test at full workload, so they are reported here.
 
 It also says whether the plan describes the workspace's current tree (its
 ``tree``): a plan made for another tree is valid, but no runner obeys it.
@@ -19,30 +20,29 @@ from typing import Sequence
 from fastci.bazel.query import TestDecl
 from fastci.commands import Command
 from fastci.errors import PlanError
+from fastci.workload import override_problems as workload_problems
 from fastci.plan import DEFAULT_PATH, Plan, current_tree, load_plan, normalize_test_id, tree_problem
 
 
 def override_problems(plan: Plan, decls: Sequence[TestDecl]) -> list[str]:
-    """Overrides that the rules would ignore, one line each (pure)."""
+    """Overrides that the rules would ignore, one line each (pure).
+
+    The same rules as ``rules/private/plan_model.bzl`` and the pytest plugin
+    (:func:`fastci.workload.override_problems`): only a dimension with a floor is
+    reducible, to ``floor <= value <= full`` of the full value's type, and every
+    constraint must hold on the reduced workload.
+    """
     by_id = {d.id: d for d in decls}
     problems = []
     for i, test in enumerate(plan.tests):
         decl = by_id.get(normalize_test_id(test.id))
-        if decl is None:
+        if decl is None or not test.overrides:
             continue
-        workload, floors = decl.workload, decl.floors
-        for dim, value in sorted(test.overrides.items()):
-            where = f"tests[{i}].overrides.{dim}"
-            if dim not in workload:
-                problems.append(f"{where}: {test.id} declares no dimension {dim!r}")
-                continue
-            full = workload[dim]
-            if isinstance(full, float) and type(value) is int:
-                value = float(value)
-            if type(value) is not type(full):
-                problems.append(f"{where}: expected {type(full).__name__} like the full value, got {type(value).__name__}")
-            elif dim in floors and value < floors[dim]:  # type: ignore[operator]
-                problems.append(f"{where}: {value!r} is below the floor {floors[dim]!r}")
+        # The rules accept numeric floors only (validate.bzl), so nothing else can be one.
+        floors = {k: v for k, v in decl.floors.items()
+                  if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        problems += [f"tests[{i}].overrides ({test.id}): {p}" for p in workload_problems(
+            decl.workload, floors, decl.constraints, test.overrides)]
     return problems
 
 
