@@ -215,7 +215,7 @@ def mutation_report(rows: Sequence[MutantOutcome], *, seed: int, full: bool,
         if o.missed:
             lines.append(f"    MISSED: {', '.join(o.missed)}")
         elif r.detected:
-            lines.append(f"    caught: {', '.join(r.detecting)}")
+            lines.append(f"    caught: {', '.join(t.rsplit(':', 1)[-1] for t in r.detecting)}")
         elif not o.note.startswith("not applied"):
             lines.append("    not detected by run-all (no test fails because of it: equivalent "
                          "or untested)")
