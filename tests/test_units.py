@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import pickle
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from fastci.units import (MODULE_QUALNAME, FileUnits, LineIndex, ParseFailure, UnitCache,
-                          index_files, line_index,
-                          index_source, index_tree, split_unit_id, unit_id)
+from fastci.changes import diff_sources
+from fastci.units import (CHECKSUM_ALGORITHM, MODULE_QUALNAME, FileUnits, LineIndex, ParseFailure,
+                          UnitCache, _cache_key, index_files, index_source, index_tree, line_index,
+                          split_unit_id, unit_id)
 
 BASE = '''\
 """Module doc."""
@@ -217,3 +219,162 @@ def test_line_index_agrees_with_index_source(src: str) -> None:
 
 def test_line_index_syntax_error() -> None:
     assert isinstance(line_index("bad.py", "def f(:\n"), ParseFailure)
+
+
+# --------------------------------------------------------------------------- invisible edits
+# Each pair differs in what the compiler sees (its ast), so a unit must change; the
+# checksums once hashed a layout-stripped libcst tree that dropped absent fields
+# (slice bounds) and punctuation (import dots, the f-string `=`).
+
+
+def fn(body: str, head: str = "def f(x, tokens, a, b, g):") -> str:
+    return "import os\n\n\n" + head + "\n" + textwrap.indent(body, "    ") + "\n"
+
+
+def reported(old: str, new: str) -> set[str]:
+    """Qualnames ``diff_sources`` reports, checking the quick and the full diff agree."""
+    quick = diff_sources("pkg/m.py", old.encode(), new.encode(), quick=True)
+    full = diff_sources("pkg/m.py", old.encode(), new.encode(), quick=False)
+    assert quick.failure is None and full.failure is None
+    assert {(u.unit, u.kinds, u.after) for u in quick.units} == \
+        {(u.unit, u.kinds, u.after) for u in full.units}
+    return {u.qualname for u in full.units}
+
+
+SEMANTIC_PAIRS = [
+    # slice bounds: off-by-one slicing (label shift, causal masks, KV-cache windows)
+    ("return x[:2]", "return x[2:]"),
+    ("return x[2:]", "return x[::2]"),
+    ("return x[:2]", "return x[::2]"),
+    ("return x[-1:]", "return x[:-1]"),
+    ("return tokens[:, 1:]", "return tokens[:, :1]"),
+    ("return tokens[..., :-1]", "return tokens[..., 1:]"),
+    ("return x[1:2]", "return x[1:2:1]"),
+    ("return x[...]", "return x[:]"),
+    # f-strings: the `=` specifier, conversions, format specs
+    ('return f"{x=}"', 'return f"{x}"'),
+    ('return f"{x!r}"', 'return f"{x}"'),
+    ('return f"{x:>3}"', 'return f"{x:<3}"'),
+    # calls: star-args, keyword vs positional, order
+    ("return g(*a)", "return g(a)"),
+    ("return g(**a)", "return g(*a)"),
+    ("return g(a=1)", "return g(1)"),
+    ("return g(a, b)", "return g(b, a)"),
+    ("return {**a, **b}", "return {**b, **a}"),
+    # operators, await, yield from, walrus, lambda, raise from
+    ("return a < b", "return a <= b"),
+    ("return a is b", "return a == b"),
+    ("return not a", "return a"),
+    ("return 1e3", "return 1000"),
+    ("yield from a", "yield a"),
+    ("if (y := g()):\n    return y", "if g():\n    return g()"),
+    ("return lambda: x", "return lambda x: x"),
+    ("raise ValueError from None", "raise ValueError"),
+    ("try:\n    pass\nexcept* ValueError:\n    pass", "try:\n    pass\nexcept ValueError:\n    pass"),
+]
+
+
+@pytest.mark.parametrize("old, new", SEMANTIC_PAIRS)
+def test_semantic_pairs_are_changes(old: str, new: str) -> None:
+    assert reported(fn(old), fn(new)) == {"f"}
+
+
+@pytest.mark.parametrize("old, new, expected", [
+    # relative-import levels and the module it names
+    ("from .a import b\n", "from ..a import b\n", {MODULE_QUALNAME}),
+    ("from .a import b\n", "from a import b\n", {MODULE_QUALNAME}),
+    ("from . import b\n", "from .. import b\n", {MODULE_QUALNAME}),
+    ("import a.b as c\n", "from a import b as c\n", {MODULE_QUALNAME}),
+    # signatures: *, /, *args, **kwargs, defaults, async
+    (fn("pass", "def f(a, b):"), fn("pass", "def f(a, *, b):"), {"f"}),
+    (fn("pass", "def f(a, b):"), fn("pass", "def f(a, /, b):"), {"f"}),
+    (fn("pass", "def f(*a):"), fn("pass", "def f(a):"), {"f"}),
+    (fn("pass", "def f(**a):"), fn("pass", "def f(*a):"), {"f"}),
+    (fn("pass", "def f(a, b=1):"), fn("pass", "def f(a=1, b=2):"), {"f"}),
+    (fn("pass", "def f(*, a=1, b):"), fn("pass", "def f(*, a, b=1):"), {"f"}),
+    (fn("for i in x:\n    pass", "async def f(x):"),
+     fn("async for i in x:\n    pass", "async def f(x):"), {"f"}),
+    (fn("with x:\n    pass", "async def f(x):"),
+     fn("async with x:\n    pass", "async def f(x):"), {"f"}),
+    (fn("return await x", "async def f(x):"), fn("return x", "async def f(x):"), {"f"}),
+    ("def f():\n    a = 1\n\n    def h():\n        global a\n",
+     "def f():\n    a = 1\n\n    def h():\n        nonlocal a\n", {"f.<locals>.h"}),
+    # class headers and decorators
+    ("class A(B, metaclass=M):\n    pass\n", "class A(B, M):\n    pass\n", {"A", MODULE_QUALNAME}),
+    ("@d\ndef f():\n    pass\n", "@d()\ndef f():\n    pass\n", {"f", MODULE_QUALNAME}),
+    # a property's getter and setter share one qualname (and unit id): both count
+    ("class A:\n    @property\n    def x(self):\n        return 1\n\n"
+     "    @x.setter\n    def x(self, v):\n        pass\n",
+     "class A:\n    @property\n    def x(self):\n        return 2\n\n"
+     "    @x.setter\n    def x(self, v):\n        pass\n", {"A.x"}),
+])
+def test_semantic_edits_elsewhere_are_changes(old: str, new: str, expected: set[str]) -> None:
+    assert reported(old, new) == expected
+
+
+@pytest.mark.parametrize("old, new", [
+    # equal for the compiler: quote style, prefixes that give the same value, concatenation
+    ("return 'a'", 'return "a"'),
+    ("return r'\\n'", "return '\\\\n'"),
+    ("return 'ab'", "return ('a'\n        'b')"),
+    ("return b'a'", 'return b"a"'),
+    ("return f'{x}'", 'return f"{x}"'),
+    ('return f"{x=}"', 'return f"x={x!r}"'),
+    # numeric spellings
+    ("return 1_000", "return 1000"),
+    ("return 0x10", "return 16"),
+    ("return 1.0", "return 1.00"),
+    # parentheses, subscript tuples, empty steps, elif
+    ("return (a + b)", "return a + b"),
+    ("return x[(1, 2)]", "return x[1, 2]"),
+    ("return x[1:2:]", "return x[1:2]"),
+    ("if a:\n    pass\nelse:\n    if b:\n        pass", "if a:\n    pass\nelif b:\n    pass"),
+    # comments, trailing commas, docstrings
+    ("return g(a, b)", "return g(\n    a,  # first\n    b,\n)"),
+    ('"""Doc."""\nreturn 1', "'''Other doc.'''\nreturn 1"),
+])
+def test_spellings_the_compiler_does_not_see_are_not_changes(old: str, new: str) -> None:
+    assert reported(fn(old), fn(new)) == set()
+
+
+def test_class_parens_and_module_docstring_quote_style_are_not_changes() -> None:
+    old = '"""Doc."""\nclass A():\n    X = (1)\n'
+    assert reported(old, "'Doc.'\nclass A:\n    X = 1\n") == set()
+
+
+def test_quick_diff_keeps_string_margins() -> None:
+    """A re-hashed span is not dedented: that rewrote whitespace-only lines inside strings."""
+    old = 'class A:\n    def f(self):\n        return """x\n        \n        y"""\n'
+    new = old.replace('x\n        \n', 'x\n    \n')
+    assert reported(old, new) == {"A.f"}
+
+
+def test_quick_diff_counts_lines_as_the_compiler_does() -> None:
+    """A form feed inside a string is no line break (str.splitlines shifted every span)."""
+    old = 'X = "\x0c"\n\n\ndef f():\n    return 0\n\n\ndef g():\n    a = 1\n    return a\n'
+    assert reported(old, old.replace("a = 1", "a = 2")) == {"g"}
+
+
+def test_checksums_do_not_depend_on_the_position() -> None:
+    """The quick diff re-hashes a span alone; its checksum is the one the full index gives."""
+    inner = "class A:\n    def f(self):\n        return x[1:]\n"
+    top = index_source("m.py", inner)
+    nested = index_source("m.py", "if X:\n" + textwrap.indent(inner, "    "))
+    assert isinstance(top, FileUnits) and isinstance(nested, FileUnits)
+    assert top.by_qualname()["A.f"].checksum == nested.by_qualname()["A.f"].checksum
+
+
+def test_cache_key_names_the_algorithm(tmp_path: Path) -> None:
+    """Checksums cached by another algorithm are never reused."""
+    cache_file = tmp_path / "units.cache"
+    (tmp_path / "a.py").write_text("x = 1\n")
+    cache = UnitCache(cache_file)
+    index_tree(tmp_path, cache=cache)
+    cache.save()
+    assert CHECKSUM_ALGORITHM in _cache_key()
+    with open(cache_file, "rb") as f:
+        key, entries = pickle.load(f)
+    assert key == _cache_key() and entries
+    with open(cache_file, "wb") as f:  # the same entries under an older algorithm's key
+        pickle.dump((key.replace(CHECKSUM_ALGORITHM, "libcst-1"), entries), f)
+    assert UnitCache(cache_file).entries == {}

@@ -1,12 +1,14 @@
 """A fast path for the semantic diff of one file: re-hash only the units whose text changed.
 
-Indexing a whole file with libcst costs tens of milliseconds; a typical edit
-touches one or two functions. A unit's checksum depends only on its own text
+Indexing a whole file costs milliseconds to tens of milliseconds; a typical
+edit touches one or two functions. A unit's checksum depends only on its own text
 (a function or class is hashed from its own span; the module's top level from
 the statements outside the def/class bodies). So when both versions parse, define
 the same units in the same order and have the same module *skeleton* (the text
 with top-level def/class bodies removed), only units whose span text differs can
-have changed, and each is re-hashed alone (its dedented span indexed as a file).
+have changed, and each is re-hashed alone: its span is indexed as a file, under
+an ``if 1:`` when it is indented, so its text (string literals included) parses
+exactly as it does in place and gets the checksum the full index gives it.
 
 Whenever that reasoning does not apply (a unit added, removed or renamed, the
 skeleton changed, a span does not index on its own) :func:`quick_diff` returns
@@ -17,10 +19,12 @@ two agree on random edits.
 from __future__ import annotations
 
 import ast
-import textwrap
+import io
+import tokenize
 from dataclasses import dataclass
 
 from fastci.types import RelPath
+from fastci.unit_lines import _body_start
 from fastci.units import MODULE_QUALNAME, FileUnits, Unit, index_source, unit_id
 
 
@@ -31,10 +35,14 @@ class _Def:
     end: int
     body_start: int  # first body line (== start line of the def for one-liners)
     top: bool  # defined in the module scope (possibly inside if/try...)
+    owned_start: int  # first line the unit owns (as in the full index)
 
 
 def _layout(source: bytes) -> tuple[list[_Def], list[str]] | None:
     try:
+        encoding = tokenize.detect_encoding(io.BytesIO(source).readline)[0]
+        if encoding not in ("utf-8", "utf-8-sig"):
+            return None  # a span re-indexed alone is read as UTF-8, the file is not
         text = source.decode("utf-8")
         tree = ast.parse(source)
     except (SyntaxError, ValueError, UnicodeDecodeError):
@@ -47,7 +55,7 @@ def _layout(source: bytes) -> tuple[list[_Def], list[str]] | None:
                 start = min([child.lineno] + [d.lineno for d in child.decorator_list])
                 qual = ".".join((*scope, child.name))
                 defs.append(_Def(qual, start, child.end_lineno or child.lineno,
-                                 child.body[0].lineno, not scope))
+                                 child.body[0].lineno, not scope, _body_start(child)))
                 inner = (*scope, child.name) if isinstance(child, ast.ClassDef) \
                     else (*scope, child.name, "<locals>")
                 visit(child, inner)
@@ -56,7 +64,9 @@ def _layout(source: bytes) -> tuple[list[_Def], list[str]] | None:
 
     visit(tree, ())
     defs.sort(key=lambda d: (d.start, d.qualname))
-    return defs, text.splitlines(keepends=True)
+    # Lines as the compiler counts them (\n, \r\n, \r): str.splitlines also breaks at
+    # \f, \x1c, \u2028... inside strings and comments, which would shift every span.
+    return defs, io.StringIO(text, newline="").readlines()
 
 
 def _skeleton(defs: list[_Def], lines: list[str]) -> str:
@@ -73,15 +83,22 @@ def _segment(d: _Def, lines: list[str]) -> str:
 
 
 def _alone(path: RelPath, d: _Def, segment: str) -> Unit | None:
-    """Index one def's span on its own; None if that does not work."""
-    idx = index_source(path, textwrap.dedent(segment))
+    """Index one def's span on its own; None if that does not work.
+
+    An indented span goes under ``if 1:`` rather than being dedented: dedenting
+    would also strip the margin of lines inside multi-line strings (and blank
+    out whitespace-only ones), changing their values and so the checksum.
+    """
+    if segment[:1] in (" ", "\t", "\f"):
+        segment = "if 1:\n" + segment
+    idx = index_source(path, segment)
     if not isinstance(idx, FileUnits) or len(idx.units) < 2:
         return None
     unit = idx.units[1]
     if unit.qualname != d.qualname.rsplit(".", 1)[-1]:
         return None
     return Unit(unit_id(path, d.qualname), path, d.qualname, unit.kind, d.start, d.end,
-                d.body_start, unit.checksum, unit.parts)
+                d.owned_start, unit.checksum, unit.parts)
 
 
 def quick_diff(path: RelPath, old: bytes, new: bytes) -> list[tuple[Unit, Unit]] | None:

@@ -1,10 +1,11 @@
-"""Line ownership of units from the stdlib ``ast`` alone (no libcst).
+"""Line ownership of units, without checksums.
 
-The recorder runs in every test process, where importing libcst (0.17 s) and
-hashing with it would be overhead; it only needs to know which unit owns each
-executed line. :func:`line_index` gives exactly the qualnames and ownership of
-:func:`fastci.units.index_source` (a test checks they agree); checksums are
-computed later, at ingest. Re-exported by :mod:`fastci.units`.
+The recorder runs in every test process, where hashing every file it touches
+would be overhead; it only needs to know which unit owns each executed line.
+:func:`line_index` gives exactly the qualnames and ownership of
+:func:`fastci.units.index_source` (both walk :func:`scoped_defs`; a test checks
+they agree); checksums are computed later, at ingest. Re-exported by
+:mod:`fastci.units`.
 """
 
 from __future__ import annotations
@@ -66,15 +67,28 @@ class LineIndex:
         return MODULE_QUALNAME
 
 
+_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")  # where statements nest
+
+
 def _ast_scoped_defs(node: ast.AST, scope: tuple[tuple[str, str], ...],
                      out: list[tuple[_AstDef, tuple[tuple[str, str], ...]]]) -> None:
-    for child in ast.iter_child_nodes(node):
-        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            out.append((child, scope))
-            kind = "class" if isinstance(child, ast.ClassDef) else "function"
-            _ast_scoped_defs(child, scope + ((child.name, kind),), out)
-        else:
-            _ast_scoped_defs(child, scope, out)
+    # A def is a statement, so only statement blocks are searched, never expressions.
+    for name in _BLOCKS:
+        for child in getattr(node, name, None) or ():
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                out.append((child, scope))
+                kind = "class" if isinstance(child, ast.ClassDef) else "function"
+                _ast_scoped_defs(child, scope + ((child.name, kind),), out)
+            elif isinstance(child, ast.AST):
+                _ast_scoped_defs(child, scope, out)
+
+
+def scoped_defs(tree: ast.AST) -> list[tuple[_AstDef, tuple[tuple[str, str], ...]]]:
+    """Every def/class of ``tree`` in source order, with its enclosing (name, kind) scopes."""
+    defs: list[tuple[_AstDef, tuple[tuple[str, str], ...]]] = []
+    _ast_scoped_defs(tree, (), defs)
+    defs.sort(key=lambda d: (d[0].lineno, d[0].col_offset))
+    return defs
 
 
 def line_index(path: RelPath, source: str | bytes) -> LineIndex | ParseFailure:
@@ -85,12 +99,9 @@ def line_index(path: RelPath, source: str | bytes) -> LineIndex | ParseFailure:
     except (SyntaxError, ValueError) as exc:
         return ParseFailure(path, f"{path}: does not parse: {str(exc).splitlines()[0]}")
     n_lines = raw.count(b"\n") + 1
-    defs: list[tuple[_AstDef, tuple[tuple[str, str], ...]]] = []
-    _ast_scoped_defs(tree, (), defs)
-    defs.sort(key=lambda d: (d[0].lineno, d[0].col_offset))
     quals = [MODULE_QUALNAME]
     owner = [0] * n_lines
-    for a, scope in defs:
+    for a, scope in scoped_defs(tree):
         quals.append(_qualname(scope, a.name))
         for line in range(_body_start(a), (a.end_lineno or a.lineno) + 1):
             if line <= n_lines:

@@ -1,12 +1,14 @@
-"""Index a source tree into *units* with semantic checksums, using libcst.
+"""Index a source tree into *units* with semantic checksums of their stdlib ``ast``.
 
 A unit is a function or method body (nested defs excluded), a class body, or a
 module's top level; its id is ``path::qualname`` where ``qualname`` matches the
 code object's ``co_qualname`` (``Outer.meth``, ``outer.<locals>.inner``) and the
 module's top level is ``path::<module>``.
 
-Checksums ignore comments, docstrings, parentheses and formatting, but not
-defaults, decorators or literals. Each unit also carries *parts*: named
+Checksums ignore comments, docstrings, parentheses and formatting, but nothing
+the compiler sees: two versions of a unit have equal checksums exactly when
+their ``ast.dump`` (positions and docstrings left out) is equal, so ``x[:2]``
+and ``x[2:]`` differ while ``'a'`` and ``"a"`` do not. Each unit also carries *parts*: named
 checksums of its pieces (``decorators``, ``signature``, ``body`` for functions;
 one part per top-level statement for modules and class bodies, keyed by what
 the statement binds, e.g. ``assign:MAX_LEN``), so change analysis can say what
@@ -26,11 +28,10 @@ import hashlib
 import logging
 import os
 import pickle
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence, Union
-
-import libcst as cst
 
 from fastci.types import Checksum, RelPath, UnitId
 # Re-exported: fastci.units stays the one public API of units.
@@ -38,45 +39,9 @@ from fastci.unit_lines import MODULE_QUALNAME as MODULE_QUALNAME
 from fastci.unit_lines import LineIndex as LineIndex
 from fastci.unit_lines import ParseFailure as ParseFailure
 from fastci.unit_lines import line_index as line_index
-from fastci.unit_lines import _AstDef, _body_start, _qualname
+from fastci.unit_lines import _AstDef, _body_start, _qualname, scoped_defs
 
 LOG = logging.getLogger(__name__)
-
-
-# Nodes that carry only layout: skipped when hashing.
-_LAYOUT_TYPES: tuple[type[cst.CSTNode], ...] = (
-    cst.SimpleWhitespace,
-    cst.ParenthesizedWhitespace,
-    cst.TrailingWhitespace,
-    cst.EmptyLine,
-    cst.Newline,
-    cst.Comment,
-    cst.LeftParen,
-    cst.RightParen,
-    cst.Comma,
-    cst.Semicolon,
-    cst.Colon,
-    cst.Dot,
-    cst.Equal,
-    cst.AssignEqual,
-    cst.LeftSquareBracket,
-    cst.RightSquareBracket,
-    cst.LeftCurlyBrace,
-    cst.RightCurlyBrace,
-    cst.IndentedBlock,
-    cst.SimpleStatementLine,
-)
-# Layout nodes whose children still matter.
-_CONTAINER_TYPES: tuple[type[cst.CSTNode], ...] = (cst.IndentedBlock, cst.SimpleStatementLine)
-# Leaf nodes whose text is their meaning.
-_VALUE_TYPES: tuple[type[cst.CSTNode], ...] = (
-    cst.Name,
-    cst.Integer,
-    cst.Float,
-    cst.Imaginary,
-    cst.SimpleString,
-    cst.FormattedStringText,
-)
 
 
 @dataclass(frozen=True)
@@ -134,178 +99,202 @@ def split_unit_id(uid: UnitId) -> tuple[RelPath, str]:
 
 
 # --------------------------------------------------------------------------- hashing
+#
+# The checksums hash the stdlib ``ast`` of the source, which is the spec: two
+# versions of a unit have equal checksums iff their ``ast.dump`` (no positions,
+# no docstrings) is equal. Everything the compiler sees is in the token stream
+# (every field of every node, named, so an absent optional child such as a
+# slice bound, a relative-import level or an f-string ``=`` always shows); what
+# it does not see (comments, formatting, parentheses, quote style, numeric
+# spelling) never reaches it. An earlier version hashed a layout-stripped libcst
+# tree and lost absent fields and punctuation (``x[:2]`` == ``x[2:]``); hashing
+# the ast instead gets the compiler's equivalences for free (``elif`` == ``else:
+# if``, ``x[(a, b)]`` == ``x[a, b]``, ``'a' 'b'`` == ``"ab"``) and is faster.
+
+#: Part of the cache key: bump whenever the token stream of a unit changes, so
+#: checksums computed by an older algorithm are never reused.
+CHECKSUM_ALGORITHM = "ast-2"
+
+# ``ctx`` (Load/Store/Del) follows from the parent field; ``type_comment`` is
+# always None without ``type_comments=True``.
+_SKIP_FIELDS = frozenset({"ctx", "type_comment"})
+_DEF_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+_FIELDS: dict[type, tuple[str, ...]] = {}
+_NONE = "~"  # a None item inside a list (``kw_defaults``, ``Dict.keys`` of ``**m``)
 
 
 def _digest(chunks: Iterable[str]) -> Checksum:
-    h = hashlib.blake2b(digest_size=12)
-    for c in chunks:
-        h.update(c.encode())
-        h.update(b"\x00")
-    return h.hexdigest()
+    data = "\x00".join(chunks).encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(data, digest_size=12).hexdigest()
 
 
-def _is_docstring(stmt: cst.CSTNode) -> bool:
-    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
-        expr = stmt.body[0]
-        return isinstance(expr, cst.Expr) and isinstance(
-            expr.value, (cst.SimpleString, cst.ConcatenatedString)
-        )
-    return False
+def _walk(node: ast.AST, out: list[str]) -> None:
+    """Append ``node``'s token stream: ``Type field value ... )``; nested defs become stubs.
+
+    Fields that are None or empty are left out; every present field is named, so
+    ``Slice(upper=2)`` and ``Slice(lower=2)`` differ and the stream is unambiguous.
+    Fields new in a later Python with an empty default leave checksums alone.
+    """
+    t = type(node)
+    if t in _DEF_TYPES:
+        out.extend(_header_tokens(node))  # type: ignore[arg-type]
+        return
+    fields = _FIELDS.get(t)
+    if fields is None:
+        fields = _FIELDS[t] = tuple(f for f in t._fields if f not in _SKIP_FIELDS)
+    out.append(t.__name__)
+    if not fields:  # operators, Pass, Break...: the name is all
+        return
+    for name in fields:
+        value = getattr(node, name, None)
+        if value is None:
+            continue
+        if type(value) is list:
+            if not value:
+                continue
+            out.append(name)
+            out.append("[")
+            for item in value:
+                if isinstance(item, ast.AST):
+                    _walk(item, out)
+                elif item is None:
+                    out.append(_NONE)
+                else:  # Global/Nonlocal names, MatchClass kwd_attrs...
+                    out.append(repr(item))
+            out.append("]")
+        elif isinstance(value, ast.AST):
+            out.append(name)
+            _walk(value, out)
+        else:  # identifiers, constants (repr keeps 1, 1.0, True and '1' apart), levels
+            out.append(name)
+            out.append(repr(value))
+    out.append(")")
 
 
-def _hash_nodes(nodes: Sequence[cst.CSTNode]) -> Checksum:
+def _tokens(nodes: Iterable[ast.AST]) -> list[str]:
     out: list[str] = []
     for n in nodes:
-        _walk_nested(n, out)
-    return _digest(out)
-
-
-def _body_statements(body: cst.BaseSuite) -> list[cst.CSTNode]:
-    if isinstance(body, cst.IndentedBlock):
-        stmts: list[cst.CSTNode] = list(body.body)
-    else:  # SimpleStatementSuite: `def f(): return 1`
-        stmts = list(body.body)
-    if stmts and _is_docstring(stmts[0]):
-        stmts = stmts[1:]
-    return stmts
-
-
-def _header_stub(node: cst.FunctionDef | cst.ClassDef) -> str:
-    """What the enclosing scope executes for a nested def/class: name + decorators."""
-    deco = _hash_nodes([d.decorator for d in node.decorators])
-    if isinstance(node, cst.ClassDef):
-        bases = _hash_nodes([a for a in (*node.bases, *node.keywords)])
-        return f"class:{node.name.value}:{deco}:{bases}"
-    return f"def:{node.name.value}:{deco}"
-
-
-def _stmt_tokens(stmt: cst.CSTNode) -> list[str]:
-    """Tokens of a statement with nested def/class bodies replaced by their header stubs."""
-    if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
-        return [_header_stub(stmt)]
-    out: list[str] = []
-    _walk_nested(stmt, out)
+        _walk(n, out)
     return out
 
 
-_SKIP, _CONTAINER, _VALUE, _DEF, _NODE = range(5)
-_TYPE_INFO: dict[type, tuple[int, tuple[str, ...]]] = {}
+def _header_tokens(node: _AstDef) -> list[str]:
+    """What the enclosing scope executes for a nested def/class: its name and decorators.
+
+    Defaults and annotations are evaluated there too, but they are part of the
+    function's own ``signature`` part, so a default change shows on the function.
+    """
+    # ``def`` and ``async def`` bind the same way; which one it is shows in the signature.
+    out = ["class" if isinstance(node, ast.ClassDef) else "def", node.name, "decorators", "["]
+    for d in node.decorator_list:
+        _walk(d, out)
+    out.append("]")
+    if isinstance(node, ast.ClassDef):
+        out.append("bases")
+        out.append("[")
+        for b in (*node.bases, *node.keywords):
+            _walk(b, out)
+        out.append("]")
+    out.append(")")
+    return out
 
 
-def _type_info(t: type) -> tuple[int, tuple[str, ...]]:
-    """Classify a node type once: how to hash it and which fields to descend into."""
-    info = _TYPE_INFO.get(t)
-    if info is None:
-        names = tuple(f.name for f in dataclasses.fields(t))
-        if issubclass(t, (cst.FunctionDef, cst.ClassDef)):
-            info = (_DEF, ())
-        elif issubclass(t, _VALUE_TYPES):
-            info = (_VALUE, ())
-        elif issubclass(t, _CONTAINER_TYPES):
-            info = (_CONTAINER, names)
-        elif issubclass(t, _LAYOUT_TYPES):
-            info = (_SKIP, ())
-        else:
-            info = (_NODE, names)
-        _TYPE_INFO[t] = info
-    return info
+def _is_docstring(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) \
+        and isinstance(stmt.value.value, str)
 
 
-def _walk_nested(node: cst.CSTNode, out: list[str]) -> None:
-    """Append a layout-free token stream of ``node``; nested def/class become header stubs."""
-    kind, fields = _type_info(type(node))
-    if kind == _SKIP:
-        return
-    if kind == _VALUE:
-        out.append(f"{type(node).__name__}:{node.value}")  # type: ignore[attr-defined]
-        return
-    if kind == _DEF:
-        out.append(_header_stub(node))  # type: ignore[arg-type]
-        return
-    if kind == _NODE:
-        out.append(type(node).__name__)
-        out.append("(")
-    for name in fields:
-        value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
-            _walk_nested(value, out)
-        elif isinstance(value, (tuple, list)):
-            for item in value:
-                if isinstance(item, cst.CSTNode):
-                    _walk_nested(item, out)
-        elif kind == _NODE and isinstance(value, str):
-            out.append(value)
-    if kind == _NODE:
-        out.append(")")
+def _body_statements(body: list[ast.stmt]) -> list[ast.stmt]:
+    """A scope's statements without its docstring (what ``__doc__`` would hold)."""
+    return body[1:] if body and _is_docstring(body[0]) else body
 
 
-def _bound_names(target: cst.BaseExpression) -> list[str]:
-    if isinstance(target, cst.Name):
-        return [target.value]
-    if isinstance(target, (cst.Tuple, cst.List)):
+def _bound_names(target: ast.expr) -> list[str]:
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
         names: list[str] = []
-        for el in target.elements:
-            names.extend(_bound_names(el.value))
+        for el in target.elts:
+            names.extend(_bound_names(el))
         return names
-    if isinstance(target, cst.Attribute):
-        return [cst.Module([]).code_for_node(target)]
-    if isinstance(target, cst.StarredElement):
+    if isinstance(target, ast.Attribute):
+        return [ast.unparse(target)]
+    if isinstance(target, ast.Starred):
         return _bound_names(target.value)
     return []
 
 
-def statement_key(stmt: cst.CSTNode) -> str:
-    """A stable key for a top-level statement, naming what it binds."""
-    if isinstance(stmt, cst.FunctionDef):
-        return f"def:{stmt.name.value}"
-    if isinstance(stmt, cst.ClassDef):
-        return f"class:{stmt.name.value}"
-    if isinstance(stmt, cst.SimpleStatementLine):
-        names: list[str] = []
-        kind = "stmt"
-        for small in stmt.body:
-            if isinstance(small, cst.Assign):
-                kind = "assign"
-                for t in small.targets:
-                    names.extend(_bound_names(t.target))
-            elif isinstance(small, (cst.AnnAssign, cst.AugAssign)):
-                kind = "assign"
-                names.extend(_bound_names(small.target))
-            elif isinstance(small, (cst.Import, cst.ImportFrom)):
-                kind = "import"
-                if isinstance(small.names, cst.ImportStar):
-                    names.append("*")
-                else:
-                    for alias in small.names:
-                        ref = alias.asname.name if alias.asname else alias.name
-                        names.append(cst.Module([]).code_for_node(ref))
-        if names:
-            return f"{kind}:{','.join(names)}"
-    return f"stmt:{_digest(_stmt_tokens(stmt))}"
+def statement_key(stmt: ast.stmt, tokens: Sequence[str] | None = None) -> str:
+    """A stable key for a top-level statement, naming what it binds.
+
+    ``tokens`` (the statement's token stream, if already computed) saves
+    walking it again for a statement that binds nothing (``stmt:<digest>``).
+    """
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return f"def:{stmt.name}"
+    if isinstance(stmt, ast.ClassDef):
+        return f"class:{stmt.name}"
+    names: list[str] = []
+    kind = "stmt"
+    if isinstance(stmt, ast.Assign):
+        kind = "assign"
+        for t in stmt.targets:
+            names.extend(_bound_names(t))
+    elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
+        kind = "assign"
+        names.extend(_bound_names(stmt.target))
+    elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        kind = "import"
+        names.extend(a.asname or a.name for a in stmt.names)
+    if names:
+        return f"{kind}:{','.join(names)}"
+    return f"stmt:{_digest(tokens if tokens is not None else _tokens([stmt]))}"
 
 
-def _scope_parts(stmts: Sequence[cst.CSTNode]) -> tuple[tuple[str, Checksum], ...]:
+def _scope_parts(stmts: Sequence[ast.stmt]) -> tuple[tuple[str, Checksum], ...]:
     parts: dict[str, Checksum] = {}
     for stmt in stmts:
-        key = statement_key(stmt)
+        tokens = _tokens([stmt])
+        key = statement_key(stmt, tokens)
         base, n = key, 2
         while key in parts:  # the same name bound twice: keep both, in order
             key = f"{base}#{n}"
             n += 1
-        parts[key] = _digest(_stmt_tokens(stmt))
+        parts[key] = _digest(tokens)
     return tuple(parts.items())
 
 
-def _function_parts(node: cst.FunctionDef) -> tuple[tuple[str, Checksum], ...]:
-    deco = _hash_nodes([d.decorator for d in node.decorators])
-    sig_nodes: list[cst.CSTNode] = [node.params]
+def _function_parts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[str, Checksum], ...]:
+    deco = _digest(_tokens(node.decorator_list))
+    sig = [type(node).__name__]  # def vs async def
+    _walk(node.args, sig)
     if node.returns is not None:
-        sig_nodes.append(node.returns)
-    sig = _digest(["async" if node.asynchronous else "sync", _hash_nodes(sig_nodes)])
-    body: list[str] = []
-    for stmt in _body_statements(node.body):
-        body.extend(_stmt_tokens(stmt))
-    return (("decorators", deco), ("signature", sig), ("body", _digest(body)))
+        sig.append("returns")
+        _walk(node.returns, sig)
+    _extra_fields(node, _FUNCTION_FIELDS, sig)
+    return (("decorators", deco), ("signature", _digest(sig)),
+            ("body", _digest(_tokens(_body_statements(node.body)))))
+
+
+def _class_header(node: ast.ClassDef) -> Checksum:
+    out = ["decorators"] + _tokens(node.decorator_list) + ["bases"] + _tokens(node.bases) \
+        + ["keywords"] + _tokens(node.keywords)
+    _extra_fields(node, _CLASS_FIELDS, out)
+    return _digest(out)
+
+
+# The def/class fields hashed by name above; any other (``type_params`` since 3.12)
+# goes to the signature or header when set, so no field of a def is ever dropped.
+_FUNCTION_FIELDS = frozenset({"name", "args", "body", "decorator_list", "returns", "type_comment"})
+_CLASS_FIELDS = frozenset({"name", "bases", "keywords", "body", "decorator_list"})
+
+
+def _extra_fields(node: ast.AST, known: frozenset[str], out: list[str]) -> None:
+    for name in node._fields:
+        value = getattr(node, name, None)
+        if name not in known and value:
+            out.append(name)
+            out.extend(_tokens(value if isinstance(value, list) else [value]))
 
 
 def _combine(parts: tuple[tuple[str, Checksum], ...]) -> Checksum:
@@ -315,98 +304,75 @@ def _combine(parts: tuple[tuple[str, Checksum], ...]) -> Checksum:
 # --------------------------------------------------------------------------- indexing
 
 
-_DefNode = Union[cst.FunctionDef, cst.ClassDef]
-
-
-def _cst_defs(stmts: Sequence[cst.CSTNode], scope: tuple[tuple[str, str], ...],
-              out: list[tuple[_DefNode, tuple[tuple[str, str], ...]]]) -> None:
-    """Collect def/class nodes in source order with their enclosing scopes."""
-    for stmt in stmts:
-        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
-            out.append((stmt, scope))
-            kind = "function" if isinstance(stmt, cst.FunctionDef) else "class"
-            _cst_defs(_suite(stmt.body), scope + ((stmt.name.value, kind),), out)
-        elif isinstance(stmt, cst.BaseCompoundStatement):
-            for child in stmt.children:
-                if isinstance(child, cst.BaseSuite):
-                    _cst_defs(_suite(child), scope, out)
-                elif isinstance(child, (cst.BaseCompoundStatement, cst.ExceptHandler,
-                                        cst.ExceptStarHandler, cst.Else, cst.Finally,
-                                        cst.MatchCase)):
-                    _cst_defs([child], scope, out)
-        elif isinstance(stmt, (cst.ExceptHandler, cst.ExceptStarHandler, cst.Else,
-                               cst.Finally, cst.MatchCase)):
-            _cst_defs(_suite(stmt.body), scope, out)
-
-
-def _suite(body: cst.BaseSuite) -> list[cst.CSTNode]:
-    return list(body.body)
-
-
-def _ast_defs(tree: ast.AST) -> list[_AstDef]:
-    defs = [n for n in ast.walk(tree)
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
-    defs.sort(key=lambda n: (n.lineno, n.col_offset))
-    return defs
-
-
-def _def_unit(path: RelPath, node: _DefNode, scope: tuple[tuple[str, str], ...],
-              a: _AstDef) -> Unit:
+def _def_unit(path: RelPath, a: _AstDef, scope: tuple[tuple[str, str], ...]) -> Unit:
     start = min([a.lineno] + [d.lineno for d in a.decorator_list])
-    body_start = _body_start(a)
-    if isinstance(node, cst.FunctionDef):
-        kind = "function"
-        parts = _function_parts(node)
-    else:
+    if isinstance(a, ast.ClassDef):
         kind = "class"
-        parts = (("header", _header_stub(node).split(":", 2)[2]),) + _scope_parts(
-            _body_statements(node.body))
-    qual = _qualname(scope, node.name.value)
+        parts = (("header", _class_header(a)),) + _scope_parts(_body_statements(a.body))
+    else:
+        kind = "function"
+        parts = _function_parts(a)
+    qual = _qualname(scope, a.name)
     end = a.end_lineno or a.lineno
-    return Unit(unit_id(path, qual), path, qual, kind, start, end, body_start,
+    return Unit(unit_id(path, qual), path, qual, kind, start, end, _body_start(a),
                 _combine(parts), parts)
 
 
 def index_source(path: RelPath, source: str | bytes) -> IndexResult:
     """Index one file's source; a syntax error becomes a :class:`ParseFailure`.
 
-    libcst gives the semantic hashes; the stdlib ``ast`` (C-fast) gives line
-    positions, matched to libcst's def/class nodes by source order.
+    The stdlib ``ast`` gives both the checksums and the line positions, so the
+    units are exactly those of :func:`fastci.unit_lines.line_index`.
     """
     raw = source.encode() if isinstance(source, str) else source
     digest = hashlib.sha256(raw).hexdigest()
     try:
-        module = cst.parse_module(raw)
         tree = ast.parse(raw)
-    except (cst.ParserSyntaxError, SyntaxError, UnicodeDecodeError, ValueError) as exc:
+    except (SyntaxError, UnicodeDecodeError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return ParseFailure(path, f"{path}: does not parse: {first}")
     n_lines = raw.count(b"\n") + 1
-    mparts = _scope_parts(_body_statements_module(module))
-    units = [Unit(unit_id(path, MODULE_QUALNAME), path, MODULE_QUALNAME, "module", 1,
-                  n_lines, 1, _combine(mparts), mparts)]
-    cdefs: list[tuple[_DefNode, tuple[tuple[str, str], ...]]] = []
-    _cst_defs(module.body, (), cdefs)
-    adefs = _ast_defs(tree)
-    if len(cdefs) != len(adefs) or any(c.name.value != a.name for (c, _), a in zip(cdefs, adefs)):
-        return ParseFailure(path, f"{path}: libcst and ast disagree on its definitions")
-    owner = [0] * n_lines
-    for (node, scope), a in zip(cdefs, adefs):
-        unit = _def_unit(path, node, scope, a)
-        idx = len(units)
-        units.append(unit)
-        # Inner defs come later in source order, so they overwrite their parent's lines.
-        for line in range(unit.body_start, unit.end + 1):
-            if line <= n_lines:
-                owner[line - 1] = idx
-    return FileUnits(path, tuple(units), digest, tuple(owner))
+    try:
+        mparts = _scope_parts(_body_statements(tree.body))
+        units = [Unit(unit_id(path, MODULE_QUALNAME), path, MODULE_QUALNAME, "module", 1,
+                      n_lines, 1, _combine(mparts), mparts)]
+        owner = [0] * n_lines
+        for a, scope in scoped_defs(tree):
+            unit = _def_unit(path, a, scope)
+            idx = len(units)
+            units.append(unit)
+            # Inner defs come later in source order, so they overwrite their parent's lines.
+            for line in range(unit.body_start, unit.end + 1):
+                if line <= n_lines:
+                    owner[line - 1] = idx
+    except RecursionError:  # an expression nested past the interpreter's stack (generated code)
+        return ParseFailure(path, f"{path}: too deeply nested to index")
+    return FileUnits(path, _merge_same_names(units), digest, tuple(owner))
 
 
-def _body_statements_module(module: cst.Module) -> list[cst.CSTNode]:
-    stmts: list[cst.CSTNode] = list(module.body)
-    if stmts and _is_docstring(stmts[0]):
-        stmts = stmts[1:]
-    return stmts
+def _merge_same_names(units: list[Unit]) -> tuple[Unit, ...]:
+    """Give defs that share a qualname one checksum covering all of them.
+
+    A property getter and its setter, ``@overload`` stubs, or a def in both arms
+    of an ``if`` share their ``co_qualname`` and so their unit id: the recorder
+    cannot tell them apart, and whoever maps units by id keeps one of them. So
+    each carries the combined parts (per part key, the checksums of every def
+    in source order), and an edit to any of them changes the unit.
+    """
+    groups: dict[str, list[Unit]] = {}
+    for u in units:
+        groups.setdefault(u.qualname, []).append(u)
+    if all(len(g) == 1 for g in groups.values()):
+        return tuple(units)
+    merged: dict[str, tuple[tuple[str, Checksum], ...]] = {}
+    for qual, group in groups.items():
+        if len(group) > 1:
+            keys = list(dict.fromkeys(k for u in group for k, _ in u.parts))
+            dicts = [u.parts_dict for u in group]
+            merged[qual] = tuple((k, _digest([d.get(k, "-") for d in dicts])) for k in keys)
+    return tuple(dataclasses.replace(u, checksum=_combine(merged[u.qualname]),
+                                     parts=merged[u.qualname])
+                 if u.qualname in merged else u for u in units)
 
 
 def iter_python_files(root: Path, include: Sequence[str] = ("",)) -> Iterator[Path]:
@@ -428,7 +394,8 @@ class UnitCache:
     """A content-digest cache of index results, one pickle file (e.g. ``.fastci/units.cache``).
 
     Keyed by ``(path, sha256 of the bytes)`` and invalidated as a whole when
-    this module's source or libcst's version changes, so re-indexing an
+    :data:`CHECKSUM_ALGORITHM`, this module's source or the Python version
+    (whose ``ast`` is hashed) changes, so re-indexing an
     unchanged tree costs a read and a hash per file. A missing or unreadable
     cache file is an empty cache, never an error.
     """
@@ -480,19 +447,11 @@ class UnitCache:
 
 @functools.lru_cache(maxsize=1)
 def _cache_key() -> str:
+    """Cached results are valid only for this algorithm, this code and this Python's ``ast``."""
     here = Path(__file__).parent
     own = hashlib.sha256((here / "units.py").read_bytes()
                          + (here / "unit_lines.py").read_bytes()).hexdigest()[:16]
-    return f"{own}:{getattr(cst, 'LIBCST_VERSION', '')}:{_libcst_version()}"
-
-
-def _libcst_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("libcst")
-    except Exception:  # metadata missing: the module hash still guards the format
-        return "?"
+    return f"{CHECKSUM_ALGORITHM}:{own}:py{sys.version_info[0]}.{sys.version_info[1]}"
 
 
 def index_files(root: Path, paths: Iterable[Path], *,
