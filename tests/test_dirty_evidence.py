@@ -83,6 +83,12 @@ def test_ingest_from_a_dirty_tree_is_stamped_dirty_and_compared(
         kinds = plan_on_clean_head(repo, store)
     # The evidence describes the edit, not HEAD: scale's recorded checksum differs.
     assert DecisionKind.CHANGED_UNIT in kinds["//t:a"], kinds
+    with EvidenceStore.open(db) as store:
+        fp = store.latest_runs()["//t:a"].env_fingerprint
+        notes = analyze(repo.root, Config(), base="HEAD", declared=None, env_fingerprint=fp,
+                        store=store).selection.notes
+    assert any(n.startswith("some evidence was recorded from a modified tree (dirty:")
+               for n in notes), notes
 
     # Recorded again from the clean tree: stamped HEAD, trusted, nothing to run.
     run_test(repo, tmp_path / "traces2")

@@ -20,6 +20,7 @@ from typing import Iterable, Mapping
 from fastci.changes import FileDiff, UnitChange, diff_sources, stale_changes
 from fastci.git import WORKTREE, FileChange, Git
 from fastci.static_reach import HeadTree, Reach, static_reach
+from fastci.tree import DIRTY_PREFIX
 from fastci.types import Checksum, RelPath, UnitId
 from fastci.units import FileUnits, ParseFailure, index_source, split_unit_id
 
@@ -108,6 +109,11 @@ def scan(git: Git, base: str, head: str = WORKTREE, *,
             notes.append("some evidence has no recorded commit: compared every recorded file")
             continue
         if commit == base_id:
+            continue
+        if commit.startswith(DIRTY_PREFIX):
+            full_check = True
+            notes.append(f"some evidence was recorded from a modified tree ({commit[:18]}): "
+                         "compared every recorded file")
             continue
         if not git.has_revision(commit):
             full_check = True

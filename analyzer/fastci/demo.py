@@ -162,7 +162,7 @@ def prepare(echo: Callable[[str], None] = print, *, targets: str = TARGETS,
     ws, cache = base_dir / "workspace", base_dir / "evidence-cache"
     cache.mkdir(parents=True, exist_ok=True)
     cfg = load_config(ws, overrides={"targets": targets})
-    if reuse and (ws / ".git").exists() and cfg.path(ws, "store").exists() \
+    if reuse and (ws / ".git").exists() and _readable_store(cfg.path(ws, "store"), echo) \
             and not _git(ws, "status", "--porcelain", "--untracked-files=no").strip():
         commit = _git(ws, "rev-parse", "HEAD").strip()
         echo(f"== reusing the scratch snapshot {commit[:12]} in {ws} and its evidence")
@@ -176,8 +176,10 @@ def prepare(echo: Callable[[str], None] = print, *, targets: str = TARGETS,
     bazel = Bazel(ws, cfg.bazel, python=sys.executable)
     from fastci.evidence.environment import current_fingerprint
 
-    cached = cache / f"{digest}-{current_fingerprint()}.db"
-    if cached.exists():
+    from fastci.evidence.schema import SCHEMA_VERSION
+
+    cached = cache / f"{digest}-{current_fingerprint()}-v{SCHEMA_VERSION}.db"
+    if cached.exists() and _readable_store(cached, echo):
         shutil.copyfile(cached, store_path)
         echo(f"== evidence: reusing the recording cached for these example sources ({cached.name})")
         _restamp(store_path, commit, echo)
@@ -192,6 +194,18 @@ def prepare(echo: Callable[[str], None] = print, *, targets: str = TARGETS,
         echo(f"   recorded in {time.perf_counter() - started:.0f} s")
         shutil.copyfile(store_path, cached)
     return Scratch(ws, commit, cfg, bazel, store_path)
+
+
+def _readable_store(path: Path, echo: Callable[[str], None]) -> bool:
+    """Whether ``path`` is an evidence store this FastCI reads (another schema is re-recorded)."""
+    if not path.exists():
+        return False
+    try:
+        EvidenceStore.open(path).close()
+    except FastCIError as exc:
+        echo(f"== not reusing {path}: {exc}")
+        return False
+    return True
 
 
 def _restamp(store_path: Path, commit: str, echo: Callable[[str], None]) -> None:
