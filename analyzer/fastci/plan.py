@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from fastci.errors import PlanError
+from fastci.tree import UNKNOWN_TREE
 from fastci.types import TestId, WorkloadValue
 
 PLAN_VERSION = 1
@@ -35,7 +36,6 @@ DEFAULT_PATH = Path(".fastci/plan.json")
 _DIM_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TOP_KEYS = ("version", "base", "head", "tree", "mode", "reason", "tests", "skipped")
 #: The tree id runners use when the current tree cannot be computed (never equals a plan's).
-UNKNOWN_TREE = "unknown"
 _TEST_KEYS = ("id", "overrides", "priority", "why", "est_gpu_s")
 _SKIPPED_KEYS = ("id", "why")
 
@@ -155,22 +155,6 @@ def untied_note(plan: Plan) -> str | None:
         return None
     return ("the plan names no `tree`: it is not tied to a tree and is obeyed as written "
             "(a hand-written plan; `fastci plan` writes plans tied to the tree they analysed)")
-
-
-def current_tree(root: Path) -> str | None:
-    """The tree id of the working tree of the git repository containing ``root`` (None if unknown).
-
-    Always the repository's top level, so every runner digests the same files
-    whichever directory it starts from (``rules/bazelw`` does the same).
-    """
-    from fastci.errors import GitError
-    from fastci.git import repo_root
-    from fastci.tree import worktree_tree
-
-    try:
-        return worktree_tree(repo_root(Path(root)))
-    except GitError:
-        return None
 
 
 def for_tree(plan: Plan, tree: str | None) -> tuple[Plan, str | None]:

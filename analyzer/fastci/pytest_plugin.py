@@ -112,7 +112,8 @@ def pytest_configure(config: pytest.Config) -> None:
         else:
             from fastci import pytest_plan  # lazily: owned by the selection area
             from fastci.git import repo_root
-            from fastci.plan import current_tree, for_tree
+            from fastci.plan import for_tree
+            from fastci.tree import current_tree
 
             root = repo_root(Path(str(config.rootpath)))
             # A plan made for another tree is not obeyed, like a malformed one; a

@@ -31,7 +31,8 @@ from fastci.bazel.runner import Bazel
 from fastci.errors import BazelError
 from fastci.config import Config
 from fastci.git import Git
-from fastci.plan import Plan, current_tree, for_tree, normalize_test_id
+from fastci.plan import Plan, for_tree, normalize_test_id
+from fastci.tree import current_tree
 
 LOG = logging.getLogger(__name__)
 

@@ -34,6 +34,9 @@ from fastci.errors import GitError
 #: FastCI's own folder: what it writes there is never part of the tree (BUILD files are).
 OWN_DIR = ".fastci"
 
+#: The tree id runners use when they cannot compute one: it matches no plan.
+UNKNOWN_TREE = "unknown"
+
 #: Prefix of the commit stamp of evidence recorded from a modified tree.
 DIRTY_PREFIX = "dirty:"
 
@@ -132,6 +135,18 @@ def plan_tree(root: Path, head: str | None = None) -> str:
     if tree is None:
         raise GitError(f"{head}: no such revision (cannot name the tree the plan is for)")
     return tree
+
+
+def current_tree(root: Path) -> str | None:
+    """The tree id of the working tree of the git repository containing ``root`` (None if unknown).
+
+    Always the repository's top level, so every runner digests the same files
+    whichever directory it starts from (``rules/bazelw`` does the same).
+    """
+    try:
+        return worktree_tree(Path(_git(Path(root), ["rev-parse", "--show-toplevel"])))
+    except GitError:
+        return None
 
 
 def evidence_commit(root: Path) -> str | None:

@@ -4,7 +4,7 @@ Every command gets ``--repo_env=FASTCI_PLAN_DIGEST=<sha256 of .fastci/plan.json>
 so a plan that appears, changes or vanishes is always re-read (Bazel 4.2.3
 does not notice a plan file created after a run without one), and
 ``--repo_env=FASTCI_TREE_DIGEST=<git tree id of the working tree>``
-(:func:`fastci.plan.current_tree`, ``unknown`` outside git) so the rules obey a
+(:func:`fastci.tree.current_tree`, ``unknown`` outside git) so the rules obey a
 plan only on the tree it was made for (``rules/private/plan.bzl``); test
 commands get ``--test_env=FASTCI_VENV_DIGEST=<digest of pip freeze>`` because
 the venv is not an action input: without it a changed venv would serve stale
@@ -54,7 +54,7 @@ def tree_digest(workspace: Path) -> str:
     The same value ``rules/bazelw`` computes in shell and ``fastci plan`` writes
     into the plan's ``tree``.
     """
-    from fastci.plan import UNKNOWN_TREE, current_tree
+    from fastci.tree import UNKNOWN_TREE, current_tree
 
     try:
         return current_tree(workspace) or UNKNOWN_TREE

@@ -21,7 +21,8 @@ from fastci.bazel.query import TestDecl
 from fastci.commands import Command
 from fastci.errors import PlanError
 from fastci.workload import override_problems as workload_problems
-from fastci.plan import DEFAULT_PATH, Plan, current_tree, load_plan, normalize_test_id, tree_problem
+from fastci.plan import DEFAULT_PATH, Plan, load_plan, normalize_test_id, tree_problem
+from fastci.tree import current_tree
 
 
 def override_problems(plan: Plan, decls: Sequence[TestDecl]) -> list[str]:
