@@ -14,7 +14,7 @@ $(STAMP): third_party/requirements.txt pyproject.toml
 	touch $(STAMP)
 
 demo: setup
-	$(PY) -m fastci.demo
+	$(PY) -m bench.demo
 
 # Extra pytest flags, e.g. PYTEST_ARGS=--junitxml=build/pytest.xml, and a file
 # to receive pytest's own exit code (make turns every failure into 2); .ci/run uses both.

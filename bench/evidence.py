@@ -126,7 +126,7 @@ def overhead(work: Path, device: str = "cpu") -> list[str]:
 
 def indexing(work: Path) -> list[str]:
     """Index the repository's units cold and from the cache."""
-    from fastci.units import UnitCache, index_tree, iter_python_files
+    from fastci.units.index import UnitCache, index_tree, iter_python_files
 
     files = list(iter_python_files(REPO))
     lines = sum(p.read_bytes().count(b"\n") for p in files)

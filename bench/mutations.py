@@ -2,7 +2,7 @@
 
 The patches in ``bench/changes/`` are bugs someone thought of; mutants are bugs nobody
 picked. :func:`changed_units` applies each patch to copies of its files and asks FastCI's
-own change analysis (:func:`fastci.changes.diff_sources`) which units it changes;
+own change analysis (:func:`fastci.changes.semantic_diff.diff_sources`) which units it changes;
 :func:`generate` then makes single-site edits of those units with libcst:
 
 - ``slice``: move a bound (``x[:n]`` <-> ``x[n:]``, ``x[:-k]`` <-> ``x[k:]``), drop one of two
@@ -35,11 +35,11 @@ from typing import Callable, Iterable, Mapping, Sequence, Union
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
-from fastci.changes import ChangeKind, diff_sources
+from fastci.changes.semantic_diff import ChangeKind, diff_sources
 from fastci.config import first_match
 from fastci.errors import FastCIError
 from fastci.types import RelPath, UnitId
-from fastci.units import MODULE_QUALNAME, split_unit_id, unit_id
+from fastci.units.index import MODULE_QUALNAME, split_unit_id, unit_id
 
 #: The operators, in the order a report lists them.
 OPERATORS = ("slice", "compare", "constant", "drop", "swap")

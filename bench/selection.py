@@ -38,12 +38,12 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from bench.mutations import OPERATORS, Mutant, changed_units, generate, read_sources, sample_units
-from fastci.analyze import analyze
-from fastci.bazel.bep import parse_bep
-from fastci.bazel.query import list_gpu_tests
+from fastci.plan.build import analyze
+from fastci.integrations.bazel.bep import parse_bep
+from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.errors import FastCIError
 from fastci.evidence.store import EvidenceStore
-from fastci.plan import Plan, PlannedTest, dump_plan
+from fastci.plan.model import Plan, PlannedTest, dump_plan
 from fastci.select import DeclaredTest
 
 HERE = Path(__file__).resolve().parent
@@ -276,7 +276,7 @@ def run(workdir: Path, *, full: bool = False, only: Sequence[str] = (), fresh: b
         seed: int = 0, extra_units: int = 0, baseline: bool = True,
         echo: Callable[[str], None] = print) -> Result:
     """Run the benchmark: the changes, the mutation round, the scale part."""
-    from fastci.demo import prepare
+    from bench.demo import prepare
 
     lines: list[str] = []
     changes = sorted(p for p in CHANGES.glob("*.patch") if not only or any(o in p.stem for o in only))

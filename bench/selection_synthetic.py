@@ -44,7 +44,7 @@ def build(root: Path) -> dict[str, float]:
     """Create the synthetic repo and store under ``root``; return build timings."""
     from fastci.evidence.environment import current_fingerprint
     from fastci.evidence.store import EvidenceStore
-    from fastci.units import FileUnits, index_source
+    from fastci.units.index import FileUnits, index_source
 
     t0 = time.perf_counter()
     repo = root / "repo"
@@ -107,7 +107,7 @@ _MEASURE = r"""
 import json, resource, sys, time
 from pathlib import Path
 t0 = time.perf_counter()
-from fastci.analyze import analyze
+from fastci.plan.build import analyze
 from fastci.config import Config
 from fastci.evidence.store import EvidenceStore
 from fastci.evidence.environment import current_fingerprint

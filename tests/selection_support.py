@@ -9,11 +9,11 @@ from typing import Iterable, Iterator, Mapping
 
 import pytest
 
-from fastci.analyze import analyze
+from fastci.plan.build import analyze
 from fastci.config import Config
 from fastci.evidence.store import EvidenceStore, RunEvidence
 from fastci.select import DeclaredTest, Selection
-from fastci.units import FileUnits, index_source
+from fastci.units.index import FileUnits, index_source
 
 
 class Repo:

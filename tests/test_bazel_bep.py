@@ -1,4 +1,4 @@
-"""Unit tests of the pure parts of fastci.bazel (BEP folding, query XML, testlogs paths).
+"""Unit tests of the pure parts of fastci.integrations.bazel (BEP folding, query XML, testlogs paths).
 
 The real-Bazel side of each is exercised in tests/test_bazel_rules.py.
 """
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from fastci.bazel import testlogs
-from fastci.bazel.bep import parse_bep, parse_bep_lines
-from fastci.bazel.query import parse_query_xml
-from fastci.bazel.runner import Bazel, plan_digest
+from fastci.integrations.bazel import testlogs
+from fastci.integrations.bazel.bep import parse_bep, parse_bep_lines
+from fastci.integrations.bazel.query import parse_query_xml
+from fastci.integrations.bazel.runner import Bazel, plan_digest
 from fastci.errors import BazelError
 
 

@@ -2,7 +2,7 @@
 
 One workspace copy and one Bazel server (output base) for the whole module;
 every test writes the plan state it needs, and runs go through
-fastci.bazel.runner (so the plan digest knob and venv digest are passed the
+fastci.integrations.bazel.runner (so the plan digest knob and venv digest are passed the
 way fastci passes them). The order of the tests matters only for speed.
 """
 
@@ -21,9 +21,9 @@ from typing import Any, Iterator
 import pytest
 
 from fastci import cli
-from fastci.bazel import testlogs
-from fastci.bazel.bep import BuildReport, parse_bep
-from fastci.bazel.runner import Bazel, BazelResult
+from fastci.integrations.bazel import testlogs
+from fastci.integrations.bazel.bep import BuildReport, parse_bep
+from fastci.integrations.bazel.runner import Bazel, BazelResult
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = ("//gputests:a_test", "//gputests:b_test", "//gputests:c_test")

@@ -1,7 +1,7 @@
 """The Bazel rules obey a plan only on the tree it was made for (issue 9 item 6), real Bazel 4.2.3.
 
 tests/bazel_fixture copied into a temporary git repository, one output base,
-three `bazel test --config=fastci` runs through fastci.bazel.runner (which
+three `bazel test --config=fastci` runs through fastci.integrations.bazel.runner (which
 passes FASTCI_TREE_DIGEST the way rules/bazelw does):
 
 1. a plan made for the tree on disk is obeyed;
@@ -22,11 +22,11 @@ from typing import Iterator
 
 import pytest
 
-from fastci.bazel import testlogs
-from fastci.bazel.bep import BuildReport, parse_bep
-from fastci.bazel.runner import Bazel, BazelResult
-from fastci.plan import Plan, PlannedTest, SkippedTest, dump_plan
-from fastci.tree import head_tree, worktree_tree
+from fastci.integrations.bazel import testlogs
+from fastci.integrations.bazel.bep import BuildReport, parse_bep
+from fastci.integrations.bazel.runner import Bazel, BazelResult
+from fastci.plan.model import Plan, PlannedTest, SkippedTest, dump_plan
+from fastci.integrations.git.tree import head_tree, worktree_tree
 from selection_support import Repo
 
 REPO = Path(__file__).resolve().parents[1]

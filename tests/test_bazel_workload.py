@@ -25,9 +25,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from fastci.bazel import testlogs
-from fastci.bazel.bep import BuildReport, parse_bep
-from fastci.bazel.runner import Bazel, BazelResult
+from fastci.integrations.bazel import testlogs
+from fastci.integrations.bazel.bep import BuildReport, parse_bep
+from fastci.integrations.bazel.runner import Bazel, BazelResult
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -16,7 +16,7 @@ from bench import __main__ as bench_main
 from bench.mutations import (OPERATORS, Mutant, candidates, changed_units, generate, materialize,
                              own_code, patch_paths, read_sources, sample_units)
 from bench.selection import MutantOutcome, Outcome, exit_code, miss_lines, mutation_report
-from fastci.units import FileUnits, index_source
+from fastci.units.index import FileUnits, index_source
 
 REPO = Path(__file__).resolve().parents[1]
 LIBRARY = REPO / "examples" / "microllm" / "microllm"

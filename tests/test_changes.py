@@ -1,4 +1,4 @@
-"""Tests of fastci.changes (pure semantic diff) and fastci.change_scan (git + evidence)."""
+"""Tests of fastci.changes.semantic_diff (pure semantic diff) and fastci.changes.scan (git + evidence)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastci.change_scan import scan
-from fastci.changes import ChangeKind, diff_sources
-from fastci.git import WORKTREE, Git
+from fastci.changes.scan import scan
+from fastci.changes.semantic_diff import ChangeKind, diff_sources
+from fastci.integrations.git.repository import WORKTREE, Git
 from selection_support import Repo, units_of
 
 BASE = '''"""Module doc."""

@@ -1,4 +1,4 @@
-"""Property: unit checksums change exactly when the code's ``ast`` changes (fastci.units).
+"""Property: unit checksums change exactly when the code's ``ast`` changes (fastci.units.index).
 
 For every Python file git tracks in this repository (the analyzer, the example
 framework, the tests, the benches, the rules) and a variant of it that
@@ -10,7 +10,7 @@ every checksum, and semantic mutations at hypothesis-chosen sites (slice bounds,
 relative-import levels, f-string ``=``, comparison and arithmetic operators,
 constants, dropped statements, argument order, keyword vs positional, ``*``,
 ``await``, ``yield from``, ``async``, ``global``...), which must change one.
-The quick diff (:mod:`fastci.quickdiff`) must also find exactly the units whose
+The quick diff (:mod:`fastci.changes.fast_diff`) must also find exactly the units whose
 checksums the full index says changed.
 """
 
@@ -32,8 +32,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, reject, settings
 from hypothesis import strategies as st
 
-from fastci.quickdiff import quick_diff
-from fastci.units import FileUnits, ParseFailure, index_source
+from fastci.changes.fast_diff import quick_diff
+from fastci.units.index import FileUnits, ParseFailure, index_source
 
 REPO = Path(__file__).resolve().parents[1]
 

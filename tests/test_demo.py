@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastci import demo
-from fastci.units import FileUnits, index_source
+from bench import demo
+from fastci.units.index import FileUnits, index_source
 from selection_support import Repo
 
 

@@ -17,13 +17,13 @@ from typing import Any, Sequence
 import pytest
 
 from fastci import cli
-from fastci.analyze import analyze
-from fastci.bazel.runner import BazelResult
-from fastci.commands.record import record
+from fastci.plan.build import analyze
+from fastci.integrations.bazel.runner import BazelResult
+from fastci.cli.record import record
 from fastci.config import Config
 from fastci.evidence.store import EvidenceStore
 from fastci.select import DecisionKind
-from fastci.tree import worktree_tree
+from fastci.integrations.git.tree import worktree_tree
 from selection_support import MODEL, OTHER, Repo
 
 RUNNER = """\

@@ -15,10 +15,10 @@ from typing import Iterator
 import pytest
 
 from fastci import cli
-from fastci.bazel.runner import Bazel
-from fastci.commands.record import record
+from fastci.integrations.bazel.runner import Bazel
+from fastci.cli.record import record
 from fastci.evidence.store import EvidenceStore
-from fastci.units import FileUnits, index_source
+from fastci.units.index import FileUnits, index_source
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fastci import cli
-from fastci.explain import explain
+from fastci.select.explain import explain
 from selection_support import MODEL, World, world  # noqa: F401 (fixture)
 
 
@@ -57,7 +57,7 @@ def test_plan_cli_writes_plan_and_summary(world: World, capsys: pytest.CaptureFi
 
 def test_plan_cli_shadow_keeps_the_decisions_but_runs_everything(
         world: World, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from fastci.plan import load_plan
+    from fastci.plan.model import load_plan
 
     world.repo.write({"pkg/model.py": MODEL.replace("x * 2", "x * 3")})
     monkeypatch.delenv("FASTCI_STORE", raising=False)

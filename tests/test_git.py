@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fastci.errors import GitError
-from fastci.git import WORKTREE, FileChange, Git, parse_name_status
+from fastci.integrations.git.repository import WORKTREE, FileChange, Git, parse_name_status
 from selection_support import Repo
 
 
@@ -58,7 +58,7 @@ def test_parse_name_status_keeps_every_path() -> None:
 
 
 def test_repo_root_is_the_top_level_or_the_start(tmp_path: Path) -> None:
-    from fastci.git import repo_root
+    from fastci.integrations.git.repository import repo_root
 
     outside = tmp_path / "plain"
     outside.mkdir()

@@ -1,4 +1,4 @@
-"""Tests of the lock-file GPU pool (fastci.gpus) with fake device lists."""
+"""Tests of the lock-file GPU pool (fastci.run.gpus) with fake device lists."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fastci import gpus
+from fastci.run import gpus
 from fastci.errors import FastCIError
 
 
@@ -87,7 +87,7 @@ def test_cpu_only_host_fails_a_gpu_test_without_the_opt_in(tmp_path: Path, value
 
 _HOLDER = """
 import json, os, sys, time
-from fastci import gpus
+from fastci.run import gpus
 locks, marks, hold_s = sys.argv[1], sys.argv[2], float(sys.argv[3])
 env = {"FASTCI_FAKE_GPUS": "0,1", "FASTCI_GPU_LOCK_DIR": locks}
 with gpus.gpus_for(1, env) as devices:

@@ -1,4 +1,4 @@
-"""Tests of the gpu_test launcher (fastci.launch), run as Bazel would run it."""
+"""Tests of the gpu_test launcher (fastci.run.launch), run as Bazel would run it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from fastci import launch
+from fastci.run import launch
 from fastci.errors import FastCIError
 
 _MAIN = """
@@ -29,7 +29,7 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     outputs = tmp_path / "outputs"
     env = {
         "PATH": os.environ["PATH"],
-        "PYTHONPATH": str(Path(launch.__file__).parents[1]),
+        "PYTHONPATH": str(Path(launch.__file__).parents[2]),
         "FASTCI_WORKLOAD": json.dumps({"train_iters": 2, "dtype": "bf16"}),
         "FASTCI_MODE": "fastci",
         "FASTCI_TEST_ID": "//pkg:t",
@@ -45,7 +45,7 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def _launch(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    code = "import sys; from fastci.launch import main; sys.exit(main(sys.argv))"
+    code = "import sys; from fastci.run.launch import main; sys.exit(main(sys.argv))"
     return subprocess.run(
         [sys.executable, "-c", code, *args], cwd=tmp_path, env=env, capture_output=True, text=True, check=False
     )

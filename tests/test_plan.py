@@ -1,4 +1,4 @@
-"""Tests of the plan model (fastci.plan): round trips and precise rejections."""
+"""Tests of the plan model (fastci.plan.model): round trips and precise rejections."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastci.errors import PlanError
-from fastci.plan import Plan, PlannedTest, SkippedTest, dump_plan, load_plan, normalize_test_id
+from fastci.plan.model import Plan, PlannedTest, SkippedTest, dump_plan, load_plan, normalize_test_id
 
 _DESIGN_EXAMPLE = {
     "version": 1,
@@ -188,8 +188,8 @@ def test_validate_plan_command(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_overrides_checked_against_declarations() -> None:
-    from fastci.bazel.query import TestDecl
-    from fastci.commands.validate_plan import override_problems
+    from fastci.integrations.bazel.query import TestDecl
+    from fastci.cli.validate_plan import override_problems
 
     decl = TestDecl("//p:t", 1, {"steps": 100, "lr": 0.5, "dtype": "bf16"}, {"steps": 4}, (), (), ())
     plan = Plan.from_dict(
@@ -237,7 +237,7 @@ def test_tree_round_trips_and_must_be_a_string() -> None:
 
 
 def test_a_plan_is_obeyed_only_on_its_tree() -> None:
-    from fastci.plan import for_tree, tree_problem, untied_note
+    from fastci.plan.model import for_tree, tree_problem, untied_note
 
     plan = Plan.from_json(_with(tree=_TREE))
     assert tree_problem(plan, _TREE) is None and for_tree(plan, _TREE) == (plan, None)
@@ -273,7 +273,7 @@ def _world_with_ignores(root: Path) -> Any:
 
 def test_fastci_plan_names_the_tree_it_analysed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from fastci import cli
-    from fastci.tree import head_tree, worktree_tree
+    from fastci.integrations.git.tree import head_tree, worktree_tree
 
     w = _world_with_ignores(tmp_path)
     w.store.close()
@@ -314,7 +314,7 @@ def test_fastci_plan_warns_when_its_own_files_would_change_the_tree(tmp_path: Pa
 def test_a_tree_edited_during_the_analysis_gets_a_plan_that_runs_everything(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from fastci import cli
-    from fastci.commands import plan as plan_cmd
+    from fastci.cli import plan as plan_cmd
 
     w = _world_with_ignores(tmp_path)
     w.store.close()
@@ -340,7 +340,7 @@ def test_failed_fastci_plan_leaves_no_selective_plan(
         failure: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     from fastci import cli
-    from fastci.commands import plan as plan_cmd
+    from fastci.cli import plan as plan_cmd
 
     w = _world_with_ignores(tmp_path)
     w.store.close()
@@ -391,7 +391,7 @@ def test_validate_plan_says_whether_the_plan_is_for_this_tree(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from fastci import cli
     from selection_support import Repo
-    from fastci.tree import worktree_tree
+    from fastci.integrations.git.tree import worktree_tree
 
     repo = Repo(tmp_path)
     repo.commit({".gitignore": "/.fastci/plan.json\n", "a.py": "x = 1\n"})

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from fastci.plan import Plan, PlannedTest, SkippedTest, dump_plan
-from fastci.tree import head_tree, worktree_tree
+from fastci.plan.model import Plan, PlannedTest, SkippedTest, dump_plan
+from fastci.integrations.git.tree import head_tree, worktree_tree
 from selection_support import Repo
 
 REPO = Path(__file__).resolve().parents[1]

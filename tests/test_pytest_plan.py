@@ -13,8 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from fastci.plan import Plan, PlannedTest, SkippedTest
-from fastci.pytest_plan import PlanPlugin
+from fastci.plan.model import Plan, PlannedTest, SkippedTest
+from fastci.integrations.pytest.plan import PlanPlugin
 
 SUITE = '''
 import json, os
@@ -37,7 +37,7 @@ def test_unplanned():
 
 def run_with(tmp_path: Path, plan: Plan, suite: str = SUITE) -> str:
     (tmp_path / "test_suite.py").write_text(suite)
-    conftest = ("import json\nfrom fastci.plan import Plan\nfrom fastci.pytest_plan import PlanPlugin\n"
+    conftest = ("import json\nfrom fastci.plan.model import Plan\nfrom fastci.integrations.pytest.plan import PlanPlugin\n"
                 "def pytest_configure(config):\n"
                 f"    config.pluginmanager.register(PlanPlugin(Plan.from_json({plan.to_json()!r})))\n")
     (tmp_path / "conftest.py").write_text(conftest)
@@ -93,7 +93,7 @@ def test_plugin_restores_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_fastci_plan_option_end_to_end(tmp_path: Path) -> None:
-    """`pytest --fastci-plan PATH` (the plugin of fastci.pytest_plugin) applies the plan."""
+    """`pytest --fastci-plan PATH` (the plugin of fastci.integrations.pytest.plugin) applies the plan."""
     (tmp_path / "test_suite.py").write_text(SUITE)
     plan = Plan(mode="selective", tests=(PlannedTest("test_suite.py::test_b"),),
                 skipped=(SkippedTest("test_suite.py::test_a", "not affected"),
@@ -119,7 +119,7 @@ def test_repo_relative_plan_ids_match_from_a_sub_rootdir(tmp_path: Path) -> None
                 skipped=(SkippedTest("suite/test_suite.py::test_b", "not affected by the change"),))
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(plan.to_json())
-    res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "fastci.pytest_plugin",
+    res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "fastci.integrations.pytest.plugin",
                           "-s", "-v", "--fastci-plan", str(plan_file), "test_suite.py"],
                          cwd=suite, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr

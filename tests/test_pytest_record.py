@@ -1,4 +1,4 @@
-"""pytest -p fastci.pytest_plugin --fastci-record: per-node-id evidence, children, outcomes."""
+"""pytest -p fastci.integrations.pytest.plugin --fastci-record: per-node-id evidence, children, outcomes."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run_pytest(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1")
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "-p", "fastci.pytest_plugin", *args, "test_proj.py"],
+                           "-p", "fastci.integrations.pytest.plugin", *args, "test_proj.py"],
                           cwd=root, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -184,7 +184,7 @@ class Recorded:
         self.root, self.traces, self.store, self.base = root, traces, store, base
 
     def selected_after(self, rel: str, old: str, new: str) -> set[str]:
-        from fastci.analyze import analyze
+        from fastci.plan.build import analyze
         from fastci.config import Config
         from fastci.evidence.environment import current_fingerprint
 
@@ -212,7 +212,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
     traces = root.parent / "traces"
     env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "-p", "fastci.pytest_plugin", "--fastci-record",
+                          "-p", "fastci.integrations.pytest.plugin", "--fastci-record",
                           f"--fastci-trace-dir={traces}", "test_a.py", "test_b.py"],
                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
     assert "5 passed" in res.stdout, res.stdout + res.stderr

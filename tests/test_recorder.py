@@ -16,7 +16,7 @@ import pytest
 from fastci.evidence import trace
 from fastci.evidence.files import PathMapper
 from fastci.evidence.ingest import Checksums, merge_run
-from fastci.units import FileUnits, index_source
+from fastci.units.index import FileUnits, index_source
 
 WORK = '''
 import os

@@ -17,14 +17,14 @@ from typing import Iterator
 import pytest
 
 from fastci import cli
-from fastci.analyze import analyze, bazel_declared
-from fastci.bazel.runner import Bazel
-from fastci.tree import plan_tree
-from fastci.commands.record import record
+from fastci.plan.build import analyze, bazel_declared
+from fastci.integrations.bazel.runner import Bazel
+from fastci.integrations.git.tree import plan_tree
+from fastci.cli.record import record
 from fastci.config import Config
 from fastci.evidence.store import EvidenceStore
-from fastci.plan import Plan, PlannedTest, SkippedTest, dump_plan
-from fastci.run import RunReport, execute
+from fastci.plan.model import Plan, PlannedTest, SkippedTest, dump_plan
+from fastci.run.runner import RunReport, execute
 from selection_support import Repo
 
 REPO = Path(__file__).resolve().parents[1]
@@ -122,7 +122,7 @@ def test_breaking_change_is_planned_and_fails(ws: Ws, capsys: pytest.CaptureFixt
 
 
 def test_planned_targets_are_the_universe_plus_planned_labels_outside_it() -> None:
-    from fastci.run import planned_targets
+    from fastci.run.runner import planned_targets
 
     plan = Plan(mode="selective", tests=(
         PlannedTest("//a:t"), PlannedTest("tests/x.py::test_y"), PlannedTest("//examples/llm:t"),
@@ -171,7 +171,7 @@ def test_run_cli_with_unreadable_store_runs_without_recording_and_keeps_it(
 
 
 def test_shadow_runs_everything_and_reports_what_the_plan_would_have_missed(ws: Ws) -> None:
-    from fastci.plan import PlannedTest, SkippedTest
+    from fastci.plan.model import PlannedTest, SkippedTest
 
     ws.repo.write({"pkg/alpha.py": "def step(x):\n    return x + 2\n"})  # alpha_test now fails
     try:

@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from fastci.bazel import bep
+from fastci.integrations.bazel import bep
 from fastci.errors import StoreError
 from fastci.evidence.schema import SCHEMA, SCHEMA_VERSION
 from fastci.evidence.store import EvidenceStore
-from fastci.plan import Plan, PlannedTest
-from fastci.run import _record
+from fastci.plan.model import Plan, PlannedTest
+from fastci.run.runner import _record
 from fastci.select import DeclaredTest, DecisionKind, Selection
 from selection_support import World, world  # noqa: F401 (fixture)
 
@@ -114,7 +114,7 @@ def test_old_store_is_refused_and_the_plan_widens(tmp_path: Path, world: World) 
     for suffix in ("-wal", "-shm"):
         (world.root / ".fastci" / f"evidence.db{suffix}").unlink(missing_ok=True)
     (world.root / ".fastci" / "evidence.db").write_bytes(before)
-    from fastci.analyze import analyze
+    from fastci.plan.build import analyze
     from fastci.config import Config
 
     a = analyze(world.root, Config(), base=world.base, declared=world.declared)

@@ -12,12 +12,12 @@ from typing import Iterator, Mapping, Sequence
 
 import pytest
 
-from fastci.analyze import analyze
-from fastci.changes import ChangeKind, diff_sources
+from fastci.plan.build import analyze
+from fastci.changes.semantic_diff import ChangeKind, diff_sources
 from fastci.config import Config
 from fastci.evidence.store import EvidenceStore
 from fastci.select import DecisionKind, Selection
-from fastci.static_facts import (compiled_functions, discovers_files, open_namespace, parse,
+from fastci.changes.static_facts import (compiled_functions, discovers_files, open_namespace, parse,
                                  registrable_classes)
 from selection_support import Repo, env_now, ingest, units_of
 

@@ -1,4 +1,4 @@
-"""The tree digest a plan and a recording carry (fastci.tree), on real git repositories."""
+"""The tree digest a plan and a recording carry (fastci.integrations.git.tree), on real git repositories."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fastci.errors import GitError
-from fastci.tree import DIRTY_PREFIX, evidence_commit, head_tree, tree_state, worktree_tree
+from fastci.integrations.git.tree import DIRTY_PREFIX, evidence_commit, head_tree, tree_state, worktree_tree
 from selection_support import Repo
 
 

@@ -1,4 +1,4 @@
-"""Units and checksums on tricky sources (fastci.units)."""
+"""Units and checksums on tricky sources (fastci.units.index)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fastci.changes import diff_sources
-from fastci.units import (CHECKSUM_ALGORITHM, MODULE_QUALNAME, FileUnits, LineIndex, ParseFailure,
+from fastci.changes.semantic_diff import diff_sources
+from fastci.units.index import (CHECKSUM_ALGORITHM, MODULE_QUALNAME, FileUnits, LineIndex, ParseFailure,
                           UnitCache, _cache_key, index_files, index_source, index_tree, line_index,
                           split_unit_id, unit_id)
 

@@ -1,4 +1,4 @@
-"""Tests of fastci.workload: the safe constraint evaluator and the override rules.
+"""Tests of fastci.plan.workload: the safe constraint evaluator and the override rules.
 
 The cases live in rules/tests/constraint_cases.json, shared with the Starlark
 twin (rules/private/constraints.bzl, run by //rules/tests:constraints_test), so
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from fastci import workload as wl
+from fastci.plan import workload as wl
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES_FILE = ROOT / "rules" / "tests" / "constraint_cases.json"

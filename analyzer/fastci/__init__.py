@@ -8,8 +8,27 @@ The package is laid out in pipeline order: ``units`` (what code is),
 
 from __future__ import annotations
 
+import importlib
 import logging
+from typing import Callable, Mapping
 
 __version__ = "0.1.0"
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
+
+
+def lazy_exports(module: str, exports: Mapping[str, str]) -> Callable[[str], object]:
+    """A module ``__getattr__`` that imports a stage's public names on first use.
+
+    Stage packages list their public API in ``__init__`` without importing every
+    submodule at once: a test process that needs ``fastci.units.lines`` must not
+    pay for libcst, which ``fastci.units.index`` imports.
+    """
+
+    def __getattr__(name: str) -> object:
+        target = exports.get(name)
+        if target is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(target), name)
+
+    return __getattr__

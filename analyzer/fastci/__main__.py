@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from fastci.cli import main
+from fastci.cli.app import main
 
 sys.exit(main())

@@ -10,7 +10,7 @@ Precedence, lowest first (a later source replaces a key of an earlier one):
 Every key and every environment variable is documented in ``docs/CONFIG.md``.
 
 The *decision keys* (:data:`DECISION_KEYS`: what decides which tests run) are
-not taken from the change being planned: :mod:`fastci.analyze` rebuilds them
+not taken from the change being planned: :mod:`fastci.plan.build` rebuilds them
 from the base revision's ``fastci.yaml`` with :func:`with_rules_from`, keeping
 whatever the environment or command line set, so a change cannot rewrite the
 rules that judge it.

@@ -1,9 +1,9 @@
-"""The constraint language of gpu_test, evaluated in Starlark (twin of `fastci.workload`).
+"""The constraint language of gpu_test, evaluated in Starlark (twin of `fastci.plan.workload`).
 
 A constraint such as `num_layers % pp == 0` relates workload dimensions.
 `check_constraint(expr, workload)` returns `struct(ok, error)`: `ok` is the
 bool result when `error` is None. The language (a safe subset of Python
-expressions) and the algorithm are those of `analyzer/fastci/workload.py`:
+expressions) and the algorithm are those of `analyzer/fastci/plan/workload.py`:
 a tokenizer, a shunting-yard pass to reverse Polish notation, and a value
 stack; Starlark has no recursion or `while`, so every loop is a bounded `for`.
 `//rules/tests:constraints_test` and `tests/test_workload.py` run the same
@@ -336,7 +336,7 @@ def check_constraint(expr, workload):
     return run_program(compiled, workload)
 
 def render(value):
-    """Renders a workload value in a message as fastci.workload does (strings JSON-quoted: one line)."""
+    """Renders a workload value in a message as fastci.plan.workload does (strings JSON-quoted: one line)."""
     if type(value) == "string":
         return json.encode(value)
     return str(value)

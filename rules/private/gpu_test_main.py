@@ -1,10 +1,10 @@
-"""Entry point of every gpu_test: hands over to the launcher in ``fastci.launch``."""
+"""Entry point of every gpu_test: hands over to the launcher in ``fastci.run.launch``."""
 
 from __future__ import annotations
 
 import sys
 
-from fastci.launch import main
+from fastci.run.launch import main
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv))

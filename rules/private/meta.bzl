@@ -3,7 +3,7 @@
 Native `py_test` cannot carry custom attributes, so `gpu_test` adds a sibling
 `{name}__fastci_meta` (tagged manual, never built) holding what the analyzer
 needs. Read every declaration with
-`bazel query 'kind(fastci_meta, //...)' --output=xml` (`fastci.bazel.query`).
+`bazel query 'kind(fastci_meta, //...)' --output=xml` (`fastci.integrations.bazel.query`).
 Workload and floor values are JSON-encoded strings so their types survive.
 """
 

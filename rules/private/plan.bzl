@@ -10,19 +10,19 @@ What Bazel 4.2.3 re-reads (measured, docs/BAZEL.md):
   file re-runs this rule on the next command.
 - A plan that *appears* after a run without one is not seen until this rule
   re-runs: `fastci` tools pass `--repo_env=FASTCI_PLAN_DIGEST=<sha256>`, which
-  re-runs it whenever the digest changes (`fastci.bazel.runner`, `rules/bazelw`).
+  re-runs it whenever the digest changes (`fastci.integrations.bazel.runner`, `rules/bazelw`).
 - A malformed file never breaks the build: it is checked with python3 before
   `json.decode` (which would fail hard) and falls back to "run everything".
 
 Stale plans: a plan made by `fastci plan` names the tree it was made for
 (`tree`, a git tree id); the tools pass the tree on disk as
 `--repo_env=FASTCI_TREE_DIGEST=<tree id | unknown>` (`rules/bazelw`,
-`fastci.bazel.runner`). A different or unknown tree falls back to "every
+`fastci.integrations.bazel.runner`). A different or unknown tree falls back to "every
 gpu_test at full workload", printed loudly. The fallback status names only the
 plan's tree, not the current one, so that editing files under a stale plan does
 not also change every test's FASTCI_PLAN_STATUS (a cache key under
 --config=fastci). A plan without `tree` (written by hand) is obeyed as written,
-with a warning. Python twin: `fastci.plan.for_tree`.
+with a warning. Python twin: `fastci.plan.model.for_tree`.
 """
 
 load(":plan_model.bzl", "fallback", "parse_plan")

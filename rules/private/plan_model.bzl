@@ -4,7 +4,7 @@
 `@fastci_plan//:plan.bzl` exports as `PLAN`; `decide_test` applies it to one
 gpu_test. Neither touches the file system: `plan.bzl` (the repository rule)
 reads the file, these are unit-tested by `//rules/tests:plan_model_test`.
-The Python twin of the schema is `fastci.plan` (keep both in step).
+The Python twin of the schema is `fastci.plan.model` (keep both in step).
 """
 
 load(":constraints.bzl", "constraint_problems", "render")
@@ -119,7 +119,7 @@ def parse_plan(plan, read_problem = None):
 def override_problems(workload, floors, constraints, overrides):
     """Returns why `overrides` cannot apply to a test's workload (empty = they can).
 
-    Twin of `fastci.workload.override_problems` (same corpus: rules/tests/
+    Twin of `fastci.plan.workload.override_problems` (same corpus: rules/tests/
     constraint_cases.json). Only a dimension with a floor is reducible (no
     floor = frozen); its value must have the full value's type (an int is
     accepted for a float) and lie in `floor <= value <= full`; then every

@@ -2,7 +2,7 @@
 """The shared constraint/override corpus, for the Starlark tests."""
 
 CASES_JSON = r'''{
-  "about": "Shared corpus: fastci.workload (Python) and rules/private/constraints.bzl (Starlark) must agree on every case; a constraint case without a workload uses default_workload; an error is a substring of the message, a problem a prefix. After editing, run: python3 rules/tests/sync_cases.py",
+  "about": "Shared corpus: fastci.plan.workload (Python) and rules/private/constraints.bzl (Starlark) must agree on every case; a constraint case without a workload uses default_workload; an error is a substring of the message, a problem a prefix. After editing, run: python3 rules/tests/sync_cases.py",
   "default_workload": {"num_layers": 4, "pp": 2, "tp": 2, "hidden_size": 128, "num_heads": 8, "gbs": 8, "mbs": 2, "lr": 0.5, "dtype": "bf16", "resume": false, "load_pp": 1, "neg": -7},
   "constraints": [
     {"expr": "num_layers % pp == 0", "result": true},

@@ -1,6 +1,6 @@
 """Runs the shared corpus (constraint_cases.json, via constraint_cases.bzl) on the Starlark twin.
 
-tests/test_workload.py runs the same cases on `fastci.workload`, and checks
+tests/test_workload.py runs the same cases on `fastci.plan.workload`, and checks
 that constraint_cases.bzl embeds the current JSON.
 """
 

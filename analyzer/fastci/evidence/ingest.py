@@ -28,7 +28,7 @@ from fastci.errors import TraceError
 from fastci.evidence import trace
 from fastci.evidence.store import EvidenceStore, RunEvidence
 from fastci.types import ContextSig
-from fastci.units import FileUnits, UnitCache, index_source
+from fastci.units.index import FileUnits, UnitCache, index_source
 
 LOG = logging.getLogger(__name__)
 
@@ -55,8 +55,8 @@ _BAZEL_ERRORS = frozenset({"NO_STATUS", "FAILED_TO_BUILD", "TOOL_HALTED_BEFORE_T
 
 
 def results_from_bep(path: Path) -> dict[str, TestResult]:
-    """Outcomes and durations per label from a build event JSON file (fastci.bazel.bep)."""
-    from fastci.bazel.bep import parse_bep
+    """Outcomes and durations per label from a build event JSON file (fastci.integrations.bazel.bep)."""
+    from fastci.integrations.bazel.bep import parse_bep
 
     report = parse_bep(path)
     out = {}

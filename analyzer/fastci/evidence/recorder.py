@@ -5,7 +5,7 @@
 its path. While running it collects
 
 * executed lines of repo files (coverage.py's public API, in memory), mapped
-  to units with :func:`fastci.unit_lines.line_index` (checksums are added at
+  to units with :func:`fastci.units.lines.line_index` (checksums are added at
   ingest, from the file content the trace names by sha256);
 * context signatures per unit (:mod:`fastci.evidence.contexts`);
 * files opened for reading under the repo (:mod:`fastci.evidence.files`);
@@ -36,7 +36,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Mapping
 
-from fastci import unit_lines as units_mod
+from fastci.units import lines as units_mod
 from fastci.evidence import environment, trace
 from fastci.evidence.children import ChildEnvironment
 from fastci.evidence.contexts import ContextProfiler

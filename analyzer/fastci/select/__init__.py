@@ -1,10 +1,10 @@
 """Safe test selection: which tests a change reaches, each with its reasons.
 
-:func:`select_tests` is pure over its inputs (a :class:`~fastci.change_scan.ChangeSet`,
+:func:`select_tests` is pure over its inputs (a :class:`~fastci.changes.scan.ChangeSet`,
 the evidence store's read side, the config, the declared tests, the environment
 fingerprint): it applies every rule in :mod:`fastci.select.rules`, keeps the
 union, and never drops a test without a reason. Gathering the inputs (git, SQLite,
-``bazel query``) happens in :mod:`fastci.analyze`.
+``bazel query``) happens in :mod:`fastci.plan.build`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Mapping
 
-from fastci.change_scan import ChangeSet
+from fastci.changes.scan import ChangeSet
 from fastci.config import Config
 from fastci.select.decisions import (SKIP_KINDS, WIDEN_KINDS, Decision, DecisionKind, Reason,
                                      Selection)
@@ -60,7 +60,7 @@ def select_tests(changes: ChangeSet, store: EvidenceReader, config: Config, *,
     """Decide every test of the universe (declared ∪ recorded) for ``changes``.
 
     Args:
-        changes: what changed (see :func:`fastci.change_scan.scan`).
+        changes: what changed (see :func:`fastci.changes.scan.scan`).
         store: the evidence store's read side.
         config: the effective configuration.
         declared: the declared tests (``bazel query``), or None when unknown.

@@ -13,12 +13,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Protocol
 
-from fastci.change_scan import ChangeSet, is_python
-from fastci.changes import ChangeKind, UnitChange
+from fastci.changes.scan import ChangeSet, is_python
+from fastci.changes.semantic_diff import ChangeKind, UnitChange
 from fastci.config import Config, first_match, glob_match
 from fastci.evidence.files import sha256_file
 from fastci.select.decisions import DecisionKind, Reason
-from fastci.static_reach import ReachKind
+from fastci.changes.static_reach import ReachKind
 from fastci.types import RelPath, TestId, UnitId
 
 LOG = logging.getLogger(__name__)

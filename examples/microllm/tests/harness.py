@@ -73,7 +73,7 @@ def coerce(full: Any, raw: Any, dim: str) -> Any:
 
 def check_constraints(workload: Mapping[str, Any], constraints: Sequence[str]) -> None:
     """Check each constraint with FastCI's own evaluator (the rules use its Starlark twin; no eval)."""
-    from fastci.workload import constraint_problems
+    from fastci.plan.workload import constraint_problems
 
     problems = constraint_problems(constraints, workload)
     if problems:

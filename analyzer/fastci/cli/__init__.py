@@ -1,0 +1,19 @@
+"""The ``fastci`` command line: ``main(argv) -> int`` over one module per subcommand.
+
+``command`` holds the ``Command`` record and the registry; each subcommand module
+(``record``, ``ingest``, ``evidence``, ``plan``, ``explain``, ``run``,
+``validate-plan``, ``targets``) parses its options and calls the stage that does
+the work. Commands never import each other.
+"""
+
+from __future__ import annotations
+
+
+from typing import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``fastci`` CLI (the console script's entry point) and return its exit code."""
+    from fastci.cli.app import main as run_cli
+
+    return run_cli(argv)

@@ -1,0 +1,51 @@
+"""``fastci run``: run a plan (or plan first) through Bazel and record the results."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from fastci import config as config_mod
+from fastci.cli.command import Command
+from fastci.errors import PlanError, StoreError
+from fastci.plan.model import Plan, load_plan
+from fastci.run.runner import execute
+
+OK, FAIL = 0, 1
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plan", help="plan file to run (default: config `plan`)")
+    p.add_argument("--store", help="evidence store to record results in (default: config `store`)")
+    p.add_argument("--root", type=Path, default=Path("."), help="workspace root (default: .)")
+    p.add_argument("--no-record", action="store_true", help="do not record results in the store")
+
+
+def _run(args: argparse.Namespace) -> int:
+    root = args.root.resolve()
+    cfg = config_mod.load(root, overrides={"plan": args.plan, "store": args.store})
+    try:
+        plan = load_plan(cfg.path(root, "plan"))
+    except PlanError as exc:
+        print(f"fastci run: {exc}: running every test at full workload")
+        plan = Plan.run_all(str(exc))
+    store = None
+    if not args.no_record:
+        from fastci.evidence.store import EvidenceStore
+
+        try:
+            store = EvidenceStore.open(cfg.path(root, "store"), create=True)
+        except StoreError as exc:
+            # The tests matter more than their history: run them, record nothing,
+            # and leave the store as it is for a person to look at.
+            print(f"fastci run: {exc}: running the plan without recording results")
+    try:
+        report = execute(root, plan, cfg, store=store)
+    finally:
+        if store is not None:
+            store.close()
+    return OK if report.failed == 0 else FAIL
+
+
+COMMAND = Command("run", "run the plan through Bazel, record outcomes, print N passed, N failed",
+                  _add_arguments, _run)

@@ -1,0 +1,198 @@
+"""The pytest side of a plan: deselect skipped tests (with reasons), order the rest.
+
+``fastci.integrations.pytest.plugin`` registers :class:`PlanPlugin` for ``--fastci-plan PATH``.
+Tests are matched by pytest node id. A test the plan does not mention runs (the
+safe side); a plan in mode ``all`` or ``shadow`` deselects nothing.
+
+Workload overrides follow the Bazel rules: a planned test's overrides reach it
+as ``FASTCI_WORKLOAD`` (JSON) while it runs only when the test declares its
+workload with the ``fastci_workload`` marker and the overrides pass
+:func:`fastci.plan.workload.override_problems` (declared dimension with a floor,
+same type, ``floor <= value <= full``, constraints hold). Otherwise the test
+runs at full workload (the variable is left as it was) and the reason is
+shown: a warning on the test and a line in the terminal summary. A suite
+declares a test's workload like this (its conftest can attach the marker to
+collected items)::
+
+    @pytest.mark.fastci_workload(workload={"train_iters": 8, "tp": 2},
+                                 floors={"train_iters": 2},
+                                 constraints=["train_iters % 2 == 0"],
+                                 scope=["parallel_parity"])
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generator, Mapping
+
+import pytest
+
+from fastci.plan.model import Plan
+
+LOG = logging.getLogger(__name__)
+
+WORKLOAD_ENV = "FASTCI_WORKLOAD"
+MARKER = "fastci_workload"
+MARKER_LINE = (f"{MARKER}(workload, floors={{}}, constraints=[], scope=[]): the test's declared "
+               "workload (dimension -> full value), floors (no floor = frozen), constraints and "
+               "scope; a FastCI plan may reduce it within these only")
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """A test's workload declaration, from its ``fastci_workload`` marker."""
+
+    workload: Mapping[str, Any]
+    floors: Mapping[str, Any]
+    constraints: tuple[str, ...]
+    scope: tuple[str, ...]
+
+
+def declaration(item: pytest.Item) -> Declaration | None:
+    """The item's ``fastci_workload`` declaration, None when it has none.
+
+    Raises:
+        ValueError: the marker is malformed (the caller runs the test at full workload).
+    """
+    marker = item.get_closest_marker(MARKER)
+    if marker is None:
+        return None
+    kwargs = dict(marker.kwargs)
+    if marker.args:
+        kwargs.setdefault("workload", marker.args[0])
+    unknown = sorted(set(kwargs) - {"workload", "floors", "constraints", "scope"})
+    if unknown:
+        raise ValueError(f"unknown argument(s) {', '.join(unknown)}")
+    workload, floors = kwargs.get("workload"), kwargs.get("floors", {})
+    constraints, scope = kwargs.get("constraints", ()), kwargs.get("scope", ())
+    if not isinstance(workload, Mapping) or not isinstance(floors, Mapping):
+        raise ValueError("workload and floors must be dicts")
+    if isinstance(constraints, str) or not all(isinstance(c, str) for c in constraints):
+        raise ValueError("constraints must be a list of strings")
+    if isinstance(scope, str) or not all(isinstance(c, str) for c in scope):
+        raise ValueError("scope must be a list of strings")
+    return Declaration(dict(workload), dict(floors), tuple(constraints), tuple(scope))
+
+
+def register_marker(config: pytest.Config) -> None:
+    """Register the ``fastci_workload`` marker (once), so ``--strict-markers`` accepts it."""
+    if not any(line.split("(")[0] == MARKER for line in config.getini("markers")):
+        config.addinivalue_line("markers", MARKER_LINE)
+
+
+class PlanPlugin:
+    """Apply a :class:`~fastci.plan.model.Plan` to a pytest session."""
+
+    def __init__(self, plan: Plan, root: Path | None = None) -> None:
+        self.plan = plan
+        # Evidence (and so plans) name tests relative to the repo root; pytest's
+        # node ids are relative to its rootdir. Match either.
+        self.root = root
+        self.order = {t.id: i for i, t in enumerate(plan.tests)}
+        self.skip_why = {s.id: s.why for s in plan.skipped} if plan.mode == "selective" else {}
+        self.overrides = {t.id: dict(t.overrides) for t in plan.tests if t.overrides}
+        self.deselected: list[tuple[str, str]] = []
+        self.applied: dict[str, dict[str, Any]] = {}  # plan id -> overrides it ran with
+        self.ignored: list[tuple[str, str]] = []  # (plan id, why it ran at full workload)
+
+    def pytest_configure(self, config: pytest.Config) -> None:
+        """Register the ``fastci_workload`` marker."""
+        register_marker(config)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
+        """Deselect the plan's skipped tests and sort the rest by plan order."""
+        keep: list[pytest.Item] = []
+        dropped: list[pytest.Item] = []
+        for item in items:
+            tid = self._plan_id(item)
+            why = self.skip_why.get(tid)
+            if why is None:
+                keep.append(item)
+            else:
+                dropped.append(item)
+                self.deselected.append((tid, why or "skipped by the plan"))
+        unplanned = len(self.order)
+        position = {id(item): i for i, item in enumerate(keep)}
+        keep.sort(key=lambda it: (self.order.get(self._plan_id(it), unplanned), position[id(it)]))
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item,
+                                nextitem: pytest.Item | None) -> Generator[None, Any, None]:
+        """Run a test with its plan overrides in ``FASTCI_WORKLOAD``, if they are acceptable."""
+        tid = self._plan_id(item)
+        overrides = self.overrides.get(tid)
+        why = self._problem(item, overrides) if overrides else None
+        if why is not None:
+            msg = f"fastci: {tid}: overrides {_render(overrides or {})} ignored ({why}): " \
+                  "runs at full workload"
+            self.ignored.append((tid, why))
+            LOG.warning(msg)
+            item.warn(pytest.PytestWarning(msg))
+        if not overrides or why is not None:
+            yield
+            return
+        self.applied[tid] = dict(overrides)
+        old = os.environ.get(WORKLOAD_ENV)
+        os.environ[WORKLOAD_ENV] = json.dumps(overrides, sort_keys=True)
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop(WORKLOAD_ENV, None)
+            else:
+                os.environ[WORKLOAD_ENV] = old
+
+    @staticmethod
+    def _problem(item: pytest.Item, overrides: Mapping[str, Any]) -> str | None:
+        """Why ``overrides`` cannot apply to ``item`` (None: they can), as Bazel decides."""
+        from fastci.plan.workload import override_problems
+
+        try:
+            decl = declaration(item)
+        except ValueError as exc:
+            return f"its {MARKER} marker is malformed: {exc}"
+        if decl is None:
+            return f"the test declares no workload (no @pytest.mark.{MARKER})"
+        try:
+            problems = override_problems(decl.workload, decl.floors, decl.constraints, overrides)
+        except Exception as exc:  # noqa: BLE001 - any doubt runs the full workload
+            return f"they cannot be checked: {exc}"
+        return "; ".join(problems) if problems else None
+
+    def _plan_id(self, item: pytest.Item) -> str:
+        """The id the plan uses for ``item``: its node id, or its repo-relative id."""
+        if self.root is None or item.nodeid in self.order or item.nodeid in self.skip_why:
+            return item.nodeid
+        from fastci.integrations.pytest.plugin import test_id_for
+
+        return test_id_for(item, self.root)
+
+    def pytest_report_header(self, config: pytest.Config) -> str:
+        """Say which plan is in effect."""
+        return (f"fastci plan: mode {self.plan.mode}, {len(self.plan.tests)} planned, "
+                f"{len(self.plan.skipped)} skipped" + (f" ({self.plan.reason})" if self.plan.reason else ""))
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """List every deselected test, and every test whose overrides were ignored, with why."""
+        if self.ignored:
+            terminalreporter.section("fastci: overrides ignored, ran at full workload")
+            for nodeid, why in self.ignored:
+                terminalreporter.write_line(f"{nodeid}: {why}")
+        if not self.deselected:
+            return
+        terminalreporter.section("fastci: skipped by the plan")
+        for nodeid, why in self.deselected:
+            terminalreporter.write_line(f"{nodeid}: {why}")
+
+
+def _render(overrides: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in sorted(overrides.items()))

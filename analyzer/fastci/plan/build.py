@@ -1,0 +1,284 @@
+"""The application behind ``fastci plan``: gather inputs, select, build the plan.
+
+The I/O shell around the pure selector: git (:mod:`fastci.integrations.git.repository`), the evidence
+store, ``bazel query`` for the declared tests and the environment fingerprint.
+Any error on the way becomes a plan that runs everything, with the error as its
+reason: selection never narrows silently.
+
+Two inputs are deliberately not taken from where the planner stands:
+
+* the decision rules (:data:`fastci.config.DECISION_KEYS`) come from the *base*
+  revision's config file, so a change cannot rewrite the rules that judge it; a
+  change to the config file itself runs everything;
+* the environment fingerprint is the *test runner's* (its interpreter is run to
+  compute it), compared with the fingerprints the test processes recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from fastci.changes.scan import ChangeSet, scan
+from fastci import config as config_mod
+from fastci.config import Config
+from fastci.errors import FastCIError
+from fastci.integrations.git.repository import WORKTREE, Git
+from fastci.plan.model import Plan, PlannedTest, SkippedTest
+from fastci.select import (DeclaredTest, DecisionKind, Reason, Selection, select_tests,
+                           widen_everything)
+from fastci.select.decisions import SKIP_KINDS
+from fastci.select.rules import own_output
+from fastci.types import TestId
+
+LOG = logging.getLogger(__name__)
+
+DeclaredProvider = Callable[[Path, Config], Mapping[TestId, DeclaredTest]]
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What ``fastci plan`` computed: the selection, the plan, the changes, the time."""
+
+    selection: Selection
+    plan: Plan
+    changes: ChangeSet | None
+    elapsed_s: float
+
+
+def label_to_path(label: str) -> str:
+    """``//pkg/sub:file.py`` -> ``pkg/sub/file.py`` (source labels of the main repository)."""
+    label = label[1:] if label.startswith("@//") else label
+    pkg, _, name = label.lstrip("/").partition(":")
+    return f"{pkg}/{name}" if pkg else name
+
+
+def bazel_declared(root: Path, config: Config, *, bazel: Any = None) -> dict[TestId, DeclaredTest]:
+    """The declared gpu_tests from ``bazel query`` (:mod:`fastci.integrations.bazel.query`)."""
+    from fastci.integrations.bazel.query import list_gpu_tests  # imported lazily: it shells out
+    from fastci.integrations.bazel.runner import Bazel
+
+    out: dict[TestId, DeclaredTest] = {}
+    for d in list_gpu_tests(bazel or Bazel(root, config.bazel), config.targets):
+        srcs = tuple(label_to_path(s) for s in d.srcs)
+        out[d.id] = DeclaredTest(d.id, int(d.gpus), dict(d.workload), srcs)
+    return out
+
+
+def evidence_commits(store: Any) -> set[str | None]:
+    """The commits the held evidence was recorded at (None = unknown, forces a full compare).
+
+    A store without :meth:`~fastci.evidence.store.EvidenceStore.evidence_commits` (a
+    test double) answers ``{None}``: every recorded file is compared, the safe side.
+    """
+    method = getattr(store, "evidence_commits", None)
+    return set(method()) if method is not None else {None}
+
+
+def to_plan(selection: Selection, *, base: str | None, head: str | None) -> Plan:
+    """Turn a selection into a version-1 plan (every selected test at full workload)."""
+    tests = tuple(PlannedTest(d.test, {}, d.priority, d.why, d.est_gpu_s)
+                  for d in selection.selected)
+    if selection.widen:
+        reason = "; ".join(dict.fromkeys(r.sentence for r in selection.widen))
+        return Plan(mode="all", reason=reason, tests=tests, base=base, head=head)
+    skipped = tuple(SkippedTest(d.test, d.why) for d in selection.skipped)
+    reason = f"{selection.summary}; {len(tests)} of {len(tests) + len(skipped)} tests selected"
+    return Plan(mode="selective", reason=reason, tests=tests, skipped=skipped, base=base, head=head)
+
+
+def analyze(root: Path, config: Config, *, base: str | None = None, head: str = WORKTREE,
+            declared: Mapping[TestId, DeclaredTest] | DeclaredProvider | None = bazel_declared,
+            env_fingerprint: str | None | Callable[[], str] = None,
+            store: Any = None) -> Analysis:
+    """Analyze the change ``base`` -> ``head`` and return the selection and its plan.
+
+    Args:
+        root: the repository root.
+        config: the effective configuration (from :func:`fastci.config.load`). Its
+            decision keys are replaced by the base revision's (see :func:`decision_rules`);
+            a Config built in code (no ``origin``) keeps its own.
+        base: the base revision (``config.base`` when None).
+        head: a revision, or :data:`fastci.integrations.git.repository.WORKTREE` for the working tree.
+        declared: the declared tests, a provider of them (default: ``bazel query``), or
+            None to use the tests in the store only (e.g. for pytest suites).
+        env_fingerprint: the test runner's fingerprint, a callable giving it, or None to
+            compute it by running the runner's interpreter (:func:`runner_python`).
+        store: an open evidence store (opened from ``config.store`` when None).
+    """
+    started = time.perf_counter()
+    base = base or config.base
+    decl: Mapping[TestId, DeclaredTest] | None = None
+    opened = None
+    changes: ChangeSet | None = None
+    git = Git(root)
+    rules, rules_changed, rules_error = config, None, None
+    try:
+        rules, rules_changed = decision_rules(git, root, config, base, head)
+    except Exception as exc:  # noqa: BLE001 - raised below, once the universe is known
+        rules_error = exc
+    try:
+        decl = declared(root, rules) if callable(declared) else declared
+        if rules_error is not None:
+            raise rules_error
+        if store is None:
+            from fastci.evidence.store import EvidenceStore
+
+            store = opened = EvidenceStore.open(config.path(root, "store"))
+        fingerprint = _fingerprint(env_fingerprint, root, rules)
+        changes = scan(git, base, head, recorded=store.unit_checksums(),
+                       evidence_commits=evidence_commits(store))
+        # FastCI's own outputs are no change; a rename keeps its old path (a file moved
+        # into .fastci/ is a deletion for the tests that read it).
+        changes = replace(changes, others=tuple(
+            o for o in changes.others
+            if not all(own_output(p, config) for p in (o.path, o.old_path) if p)))
+        selection = select_tests(changes, store, rules, declared=decl,
+                                 env_fingerprint=fingerprint)
+        if rules_changed is not None:
+            selection = widen(selection, rules_changed)
+    except Exception as exc:  # noqa: BLE001 - any failure must widen, never narrow
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if not isinstance(exc, FastCIError):
+            LOG.exception("unexpected error during change analysis")
+            message = f"{type(exc).__name__}: {message}"
+        LOG.warning("widening to every test: %s", message)
+        reason = Reason(DecisionKind.ERROR, f"change analysis failed ({message}): everything runs",
+                        via="safety rule: any error widens the plan")
+        selection = widen_everything(reason, store, decl)
+    finally:
+        if opened is not None:
+            opened.close()
+    head_name = head if head != WORKTREE else "worktree"
+    plan = to_plan(selection, base=changes.base if changes else base, head=(
+        changes.head if changes and changes.head != WORKTREE else head_name))
+    return Analysis(selection, plan, changes, time.perf_counter() - started)
+
+
+def decision_rules(git: Git, root: Path, config: Config, base: str,
+                   head: str) -> tuple[Config, Reason | None]:
+    """The configuration to decide with, and the widening reason if the config file changed.
+
+    The decision keys come from the config file as of ``base`` (built-in defaults
+    when ``base`` has none), with the environment's and command line's values on
+    top: the head's file, or the working tree's, never decides. A config file that
+    differs between ``base`` and ``head`` (edited, added, deleted, unparsable) runs
+    everything, whatever either version's ``run_all`` says. A config file outside
+    the repository is the CI's own and is used as loaded; so is a Config built in
+    code (no ``origin``), though a change to ``<root>/fastci.yaml`` still widens.
+
+    Raises:
+        GitError: ``base`` does not exist.
+        ConfigError: the base revision's config file is invalid.
+    """
+    rel = config_mod.repo_config_path(root, config)
+    if rel is None:
+        return config, None
+    base_id = git.resolve(base)
+    old = git.read(base_id, rel)
+    new = git.read(head, rel)
+    changed = None
+    if old != new:
+        what = "added" if old is None else "deleted" if new is None else "changed"
+        changed = Reason(
+            DecisionKind.RUN_ALL_PATH,
+            f"{rel} {what}: decisions use the base's rules, and a change to the rules runs "
+            "everything", path=rel,
+            via="safety rule: the configuration is read at the base revision")
+    if config.origin is None:
+        return config, changed
+    return config_mod.with_rules_from(config, old, f"{rel} at {base_id[:12]}"), changed
+
+
+def widen(selection: Selection, reason: Reason) -> Selection:
+    """``selection`` with every runnable test selected for ``reason`` (a plan-wide widening).
+
+    ``reason`` comes first (it is why everything runs); tests the change already
+    reached keep their other reasons and run first, in their order; a test no longer
+    declared by the build stays out (it cannot run).
+    """
+    decisions = []
+    for d in selection.decisions:
+        if d.reasons and all(r.kind is DecisionKind.NOT_DECLARED for r in d.reasons):
+            decisions.append(d)
+            continue
+        kept = tuple(r for r in d.reasons if r.kind not in SKIP_KINDS)
+        decisions.append(replace(d, reasons=(reason,) + kept))
+    return replace(selection, decisions=tuple(decisions), widen=(reason,) + selection.widen)
+
+
+def runner_python(root: Path, config: Config) -> str:
+    """The interpreter the tests run with, whose environment the fingerprint must describe.
+
+    ``runner_python`` from the config: a path (relative to ``root``), a command on
+    ``PATH``, or ``auto``: the lookup of the Bazel Python toolchain
+    (``rules/private/python_interpreter.bzl``) -- ``$FASTCI_PYTHON``,
+    ``$VIRTUAL_ENV/bin/python3``, ``<root>/.venv/bin/python3`` -- then this process's
+    interpreter (a pytest suite run with the planner's Python).
+
+    Raises:
+        FastCIError: a configured command is not on ``PATH``.
+    """
+    value = config.runner_python
+    if value != "auto":
+        if "/" in value:
+            path = Path(value).expanduser()
+            return str(path if path.is_absolute() else Path(root) / path)
+        found = shutil.which(value)
+        if found is None:
+            raise FastCIError(f"runner_python {value!r} is not on PATH")
+        return found
+    if os.environ.get("FASTCI_PYTHON"):
+        return os.environ["FASTCI_PYTHON"]
+    if os.environ.get("VIRTUAL_ENV"):
+        return os.path.join(os.environ["VIRTUAL_ENV"], "bin", "python3")
+    venv = Path(root) / ".venv" / "bin" / "python3"
+    return str(venv) if venv.exists() else sys.executable
+
+
+def _fingerprint(value: str | None | Callable[[], str], root: Path, config: Config) -> str | None:
+    if isinstance(value, str):
+        return value
+    try:
+        if callable(value):
+            return value()
+        from fastci.evidence.environment import fingerprint_of_interpreter
+
+        return fingerprint_of_interpreter(runner_python(root, config), cwd=root)
+    except Exception as exc:  # noqa: BLE001 - unknown environment: every test re-runs
+        LOG.warning("cannot compute the test runner's environment fingerprint: %s", exc)
+        return None
+
+
+def summarize(analysis: Analysis) -> list[str]:
+    """The human summary ``fastci plan`` prints."""
+    sel, plan = analysis.selection, analysis.plan
+    n_sel, n_all = len(sel.selected), len(sel.decisions)
+    known = [d.est_gpu_s for d in sel.selected if d.est_gpu_s is not None]
+    every = [d.est_gpu_s for d in sel.decisions if d.est_gpu_s is not None]
+    if plan.mode == "all":
+        lines = [f"fastci plan: all: every test runs at full workload ({n_all} known)"]
+    else:
+        lines = [f"fastci plan: {plan.mode}: {n_sel} of {n_all} tests selected, "
+                 f"{n_all - n_sel} skipped ({sel.summary})"]
+    unknown = n_sel - len(known)
+    lines.append(f"  estimated GPU-seconds: {sum(known):.1f} of {sum(every):.1f} for all"
+                 + (f" (+{unknown} tests never timed)" if unknown else ""))
+    for r in sel.widen:
+        lines.append(f"  widened: {r.sentence}")
+    for note in sel.notes:
+        lines.append(f"  note: {note}")
+    by_kind: dict[str, int] = {}
+    for d in sel.decisions:
+        key = d.reasons[0].kind.value if d.reasons else "?"
+        by_kind[key] = by_kind.get(key, 0) + 1
+    for kind, n in sorted(by_kind.items(), key=lambda kv: -kv[1]):
+        lines.append(f"  {n:4d}  {kind}")
+    lines.append(f"  analysis took {analysis.elapsed_s:.2f} s")
+    return lines

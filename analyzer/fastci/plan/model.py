@@ -1,0 +1,311 @@
+"""The plan: which tests run, with which workload overrides, and why (schema v1).
+
+A plan is the output of the analysis and the input of every runner: the Bazel
+rules (``@fastci_plan``, whose Starlark twin is ``rules/private/plan_model.bzl``
+— keep both in step), the pytest plugin and ``fastci run``. Format:
+docs/PLAN_FORMAT.md. Bad input raises :class:`~fastci.errors.PlanError` with a
+one-line message naming the exact place, e.g.
+``plan.json: tests[2].overrides.train_iters: expected int, float, str or bool, got list``.
+
+A plan made by ``fastci plan`` carries ``tree``: the git tree id of the content it
+analysed (:mod:`fastci.integrations.git.tree`). A runner that finds another tree must not obey it:
+:func:`tree_problem` says why, and :func:`for_tree` turns it into the plan to run
+(every test at full workload). A plan without ``tree`` (written by hand) makes no
+claim about any tree: it is obeyed as written, with a warning (:func:`untied_note`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from fastci.errors import PlanError
+from fastci.integrations.git.tree import UNKNOWN_TREE
+from fastci.types import TestId, WorkloadValue
+
+PLAN_VERSION = 1
+MODES = ("selective", "all", "shadow")
+DEFAULT_PATH = Path(".fastci/plan.json")
+
+_DIM_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_TOP_KEYS = ("version", "base", "head", "tree", "mode", "reason", "tests", "skipped")
+#: The tree id runners use when the current tree cannot be computed (never equals a plan's).
+_TEST_KEYS = ("id", "overrides", "priority", "why", "est_gpu_s")
+_SKIPPED_KEYS = ("id", "why")
+
+
+@dataclass(frozen=True)
+class PlannedTest:
+    """A test the plan runs, with its workload overrides (empty = full workload)."""
+
+    id: TestId
+    overrides: Mapping[str, WorkloadValue] = field(default_factory=dict)
+    priority: float | None = None
+    why: str = ""
+    est_gpu_s: float | None = None
+
+
+@dataclass(frozen=True)
+class SkippedTest:
+    """A test the plan does not run, and why (e.g. ``pruned: same contexts as //x:y``)."""
+
+    id: TestId
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A version-1 plan. ``mode``: ``selective`` | ``all`` | ``shadow``.
+
+    ``tree`` is the git tree id of the content the plan was made for (None: a
+    hand-written plan, tied to no tree).
+    """
+
+    mode: str
+    reason: str = ""
+    tests: tuple[PlannedTest, ...] = ()
+    skipped: tuple[SkippedTest, ...] = ()
+    base: str | None = None
+    head: str | None = None
+    tree: str | None = None
+
+    @classmethod
+    def run_all(cls, reason: str) -> Plan:
+        """A plan that runs every test at full workload (the safe side)."""
+        return cls(mode="all", reason=reason)
+
+    @classmethod
+    def from_json(cls, text: str, *, source: str = "plan.json") -> Plan:
+        """Parse and validate plan JSON text.
+
+        Raises:
+            PlanError: the text is not JSON or does not follow schema version 1.
+        """
+        try:
+            data = json.loads(text, parse_constant=_reject_constant)
+        except (json.JSONDecodeError, ValueError) as exc:
+            raise PlanError(f"{source}: not valid JSON: {exc}") from exc
+        return cls.from_dict(data, source=source)
+
+    @classmethod
+    def from_dict(cls, data: object, *, source: str = "plan.json") -> Plan:
+        """Validate decoded JSON and build the plan (see :meth:`from_json`)."""
+        return _parse(data, source)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of this plan (optional fields left out when unset)."""
+        out: dict[str, Any] = {"version": PLAN_VERSION}
+        if self.base is not None:
+            out["base"] = self.base
+        if self.head is not None:
+            out["head"] = self.head
+        if self.tree is not None:
+            out["tree"] = self.tree
+        out["mode"] = self.mode
+        out["reason"] = self.reason
+        out["tests"] = [_test_dict(t) for t in self.tests]
+        out["skipped"] = [{"id": s.id, "why": s.why} for s in self.skipped]
+        return out
+
+    def to_json(self) -> str:
+        """Serialize as pretty, stable JSON text (ends with a newline)."""
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    def planned(self, test: TestId) -> PlannedTest | None:
+        """Return the entry of ``test`` in ``tests``, if any."""
+        return next((t for t in self.tests if t.id == test), None)
+
+
+def _test_dict(t: PlannedTest) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": t.id, "overrides": dict(t.overrides)}
+    if t.priority is not None:
+        out["priority"] = t.priority
+    if t.why:
+        out["why"] = t.why
+    if t.est_gpu_s is not None:
+        out["est_gpu_s"] = t.est_gpu_s
+    return out
+
+
+def tree_problem(plan: Plan, tree: str | None) -> str | None:
+    """Why ``plan`` must not be obeyed on the tree ``tree``, or None when it may be (pure).
+
+    ``tree`` is the current tree id (:func:`fastci.integrations.git.tree.worktree_tree`); None or
+    :data:`UNKNOWN_TREE` when it could not be computed, which never matches. A plan
+    in mode ``all`` runs everything anyway, and a plan without ``tree`` claims no
+    tree (see :func:`untied_note`): neither has a problem. The Starlark twin is in
+    ``rules/private/plan.bzl``.
+    """
+    if plan.mode == "all" or plan.tree is None:
+        return None
+    if tree is not None and tree != UNKNOWN_TREE and plan.tree == tree:
+        return None
+    return f"plan made for tree {plan.tree}, this tree is {tree or UNKNOWN_TREE}"
+
+
+def untied_note(plan: Plan) -> str | None:
+    """The warning for a plan that selects but names no ``tree`` (hand-written), else None."""
+    if plan.mode == "all" or plan.tree is not None:
+        return None
+    return ("the plan names no `tree`: it is not tied to a tree and is obeyed as written "
+            "(a hand-written plan; `fastci plan` writes plans tied to the tree they analysed)")
+
+
+def for_tree(plan: Plan, tree: str | None) -> tuple[Plan, str | None]:
+    """The plan a runner on the tree ``tree`` obeys, and the warning to print loudly (or None).
+
+    A plan made for another tree (or an unknown one) becomes "every test at full
+    workload", the reason naming both trees; a plan without ``tree`` is kept, with
+    :func:`untied_note` as the warning.
+    """
+    problem = tree_problem(plan, tree)
+    if problem is not None:
+        return Plan.run_all(f"stale plan: {problem}"), f"{problem}: running every test at full workload"
+    return plan, untied_note(plan)
+
+
+def normalize_test_id(test_id: TestId) -> TestId:
+    """Normalize a Bazel label like the rules do (``@//p:t``, ``//p`` -> ``//p:t``); other ids as is."""
+    if not test_id.startswith(("//", "@")):
+        return test_id
+    if test_id.startswith("@//"):
+        test_id = test_id[1:]
+    if ":" not in test_id:
+        test_id = f"{test_id}:{test_id.rsplit('/', 1)[-1]}"
+    return test_id
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def _tname(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_keys(where: str, obj: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+    for key in obj:
+        if key not in allowed:
+            raise PlanError(f"{where}: unknown key {key!r} (allowed: {', '.join(allowed)})")
+
+
+def _parse_overrides(where: str, raw: object) -> dict[str, WorkloadValue]:
+    if not isinstance(raw, dict):
+        raise PlanError(f"{where}: expected an object, got {_tname(raw)}")
+    out: dict[str, WorkloadValue] = {}
+    for dim, value in raw.items():
+        if not _DIM_RE.fullmatch(dim):
+            raise PlanError(f"{where}: {dim!r} is not a dimension name")
+        if not isinstance(value, (int, float, str, bool)):
+            raise PlanError(f"{where}.{dim}: expected int, float, str or bool, got {_tname(value)}")
+        out[dim] = value
+    return out
+
+
+def _parse_entry(where: str, raw: object, allowed: tuple[str, ...]) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise PlanError(f"{where}: expected an object, got {_tname(raw)}")
+    _check_keys(where, raw, allowed)
+    if not isinstance(raw.get("id"), str) or not raw["id"]:
+        raise PlanError(f"{where}.id: expected a non-empty string (a label or pytest node id), got {raw.get('id')!r}")
+    if not isinstance(raw.get("why", ""), str):
+        raise PlanError(f"{where}.why: expected a string, got {_tname(raw['why'])}")
+    for key in ("priority", "est_gpu_s"):
+        if key in raw and not _is_number(raw[key]):
+            raise PlanError(f"{where}.{key}: expected a number, got {_tname(raw[key])}")
+    return raw
+
+
+def _parse(data: object, source: str) -> Plan:
+    if not isinstance(data, dict):
+        raise PlanError(f"{source}: expected a JSON object at the top level, got {_tname(data)}")
+    if "version" not in data:
+        raise PlanError(f"{source}: missing key 'version'")
+    version = data["version"]
+    if type(version) is not int or version != PLAN_VERSION:
+        raise PlanError(f"{source}: unknown version {version!r} (this FastCI reads version {PLAN_VERSION})")
+    _check_keys(source, data, _TOP_KEYS)
+    if data.get("mode") not in MODES:
+        raise PlanError(f"{source}: mode: expected one of {', '.join(MODES)}, got {data.get('mode')!r}")
+    for key in ("reason", "base", "head", "tree"):
+        if key in data and not isinstance(data[key], str):
+            raise PlanError(f"{source}: {key}: expected a string, got {_tname(data[key])}")
+    seen: dict[str, str] = {}
+    tests: list[PlannedTest] = []
+    skipped: list[SkippedTest] = []
+    for key, allowed in (("tests", _TEST_KEYS), ("skipped", _SKIPPED_KEYS)):
+        entries = data.get(key, [])
+        if not isinstance(entries, list):
+            raise PlanError(f"{source}: {key}: expected a list, got {_tname(entries)}")
+        for i, raw in enumerate(entries):
+            where = f"{source}: {key}[{i}]"
+            entry = _parse_entry(where, raw, allowed)
+            test_id = entry["id"]
+            label = normalize_test_id(test_id)
+            if label in seen:
+                raise PlanError(f"{where}.id: {label} is listed twice (also in {seen[label]})")
+            seen[label] = f"{key}[{i}]"
+            if key == "tests":
+                tests.append(
+                    PlannedTest(
+                        id=test_id,
+                        overrides=_parse_overrides(f"{where}.overrides", entry.get("overrides", {})),
+                        priority=entry.get("priority"),
+                        why=entry.get("why", ""),
+                        est_gpu_s=entry.get("est_gpu_s"),
+                    )
+                )
+            else:
+                skipped.append(SkippedTest(id=test_id, why=entry.get("why", "")))
+    return Plan(
+        mode=data["mode"],
+        reason=data.get("reason", ""),
+        tests=tuple(tests),
+        skipped=tuple(skipped),
+        base=data.get("base"),
+        head=data.get("head"),
+        tree=data.get("tree"),
+    )
+
+
+def load_plan(path: Path | str) -> Plan:
+    """Read and validate a plan file.
+
+    Raises:
+        PlanError: the file is missing, unreadable, or invalid.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise PlanError(f"{path}: no such plan file") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlanError(f"{path}: cannot read: {exc}") from exc
+    return Plan.from_json(text, source=path.name)
+
+
+def dump_plan(plan: Plan, path: Path | str) -> None:
+    """Write ``plan`` to ``path`` atomically (a reader never sees half a file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(plan.to_json())
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,28 @@
+"""Stage 6, running: a plan in, test results (and recorded history) out.
+
+``runner`` is ``fastci run``: it runs the plan through Bazel and records each
+test's outcome in the store. ``launch`` is the main of every ``gpu_test`` under
+Bazel, and ``gpus`` the lock-file pool that gives parallel tests disjoint GPUs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fastci import lazy_exports
+
+if TYPE_CHECKING:
+    from fastci.run.runner import (
+        RunReport as RunReport,
+        execute as execute,
+    )
+
+__all__ = [
+    "RunReport",
+    "execute",
+]
+
+__getattr__ = lazy_exports(__name__, {
+    "RunReport": "fastci.run.runner",
+    "execute": "fastci.run.runner",
+})

@@ -1,0 +1,109 @@
+"""Line ownership of units, without checksums.
+
+The recorder runs in every test process, where hashing every file it touches
+would be overhead; it only needs to know which unit owns each executed line.
+:func:`line_index` gives exactly the qualnames and ownership of
+:func:`fastci.units.index.index_source` (both walk :func:`scoped_defs`; a test checks
+they agree); checksums are computed later, at ingest. Re-exported by
+:mod:`fastci.units.index`.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Union
+
+from fastci.types import RelPath
+
+MODULE_QUALNAME = "<module>"
+
+_AstDef = Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef]
+
+
+@dataclass(frozen=True)
+class ParseFailure:
+    """A file that could not be indexed; callers must widen, never narrow."""
+
+    path: RelPath
+    message: str
+
+
+def _qualname(scope: tuple[tuple[str, str], ...], name: str) -> str:
+    parts: list[str] = []
+    for scope_name, kind in scope:
+        parts.append(scope_name)
+        if kind == "function":
+            parts.append("<locals>")
+    parts.append(name)
+    return ".".join(parts)
+
+
+def _body_start(a: _AstDef) -> int:
+    """First line a def/class owns: its first statement (a function's docstring excluded)."""
+    body = a.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str) and len(body) > 1:
+        return body[1].lineno if not isinstance(a, ast.ClassDef) else body[0].lineno
+    return body[0].lineno
+
+
+@dataclass(frozen=True)
+class LineIndex:
+    """Which unit owns each line of a file, from the stdlib ``ast`` alone (no checksums).
+
+    Cheap enough for every recorded test process (``ast`` is C); the same
+    qualnames and ownership as :func:`index_source`.
+    """
+
+    path: RelPath
+    qualnames: tuple[str, ...]  # index 0 is the module
+    _owner: tuple[int, ...] = field(default=(), repr=False)
+
+    def qualname_for_line(self, line: int) -> str:
+        """The qualname of the innermost unit owning ``line``; the module for unknown lines."""
+        if 1 <= line <= len(self._owner):
+            return self.qualnames[self._owner[line - 1]]
+        return MODULE_QUALNAME
+
+
+_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")  # where statements nest
+
+
+def _ast_scoped_defs(node: ast.AST, scope: tuple[tuple[str, str], ...],
+                     out: list[tuple[_AstDef, tuple[tuple[str, str], ...]]]) -> None:
+    # A def is a statement, so only statement blocks are searched, never expressions.
+    for name in _BLOCKS:
+        for child in getattr(node, name, None) or ():
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                out.append((child, scope))
+                kind = "class" if isinstance(child, ast.ClassDef) else "function"
+                _ast_scoped_defs(child, scope + ((child.name, kind),), out)
+            elif isinstance(child, ast.AST):
+                _ast_scoped_defs(child, scope, out)
+
+
+def scoped_defs(tree: ast.AST) -> list[tuple[_AstDef, tuple[tuple[str, str], ...]]]:
+    """Every def/class of ``tree`` in source order, with its enclosing (name, kind) scopes."""
+    defs: list[tuple[_AstDef, tuple[tuple[str, str], ...]]] = []
+    _ast_scoped_defs(tree, (), defs)
+    defs.sort(key=lambda d: (d[0].lineno, d[0].col_offset))
+    return defs
+
+
+def line_index(path: RelPath, source: str | bytes) -> LineIndex | ParseFailure:
+    """Line ownership of one file (see :class:`LineIndex`)."""
+    raw = source.encode() if isinstance(source, str) else source
+    try:
+        tree = ast.parse(raw)
+    except (SyntaxError, ValueError) as exc:
+        return ParseFailure(path, f"{path}: does not parse: {str(exc).splitlines()[0]}")
+    n_lines = raw.count(b"\n") + 1
+    quals = [MODULE_QUALNAME]
+    owner = [0] * n_lines
+    for a, scope in scoped_defs(tree):
+        quals.append(_qualname(scope, a.name))
+        for line in range(_body_start(a), (a.end_lineno or a.lineno) + 1):
+            if line <= n_lines:
+                owner[line - 1] = len(quals) - 1
+    return LineIndex(path, tuple(quals), tuple(owner))
