@@ -273,3 +273,26 @@ def test_segments_take_what_runs_between_begin_and_end(repo: Path, tmp_path: Pat
     (sig,) = [t.contexts[i] for f in inner.files for u in f.units for i in u.contexts]
     assert sig.startswith("args(i=7)|caller=drive.py::main")  # not the test's own calls
     assert list(t.shared) == ["sess/c3"]
+
+
+def test_files_a_test_writes_or_removes_are_not_its_inputs(tmp_path: Path) -> None:
+    from fastci.evidence.files import OpenRecorder, PathMapper
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "in.txt").write_text("input\n")
+    rec = OpenRecorder(PathMapper(tmp_path, extra_roots=[]))
+    rec.start()
+    try:
+        (tmp_path / "data" / "in.txt").read_text()
+        ckpt = tmp_path / "iter_0000002"
+        ckpt.write_bytes(b"weights")  # saved, then loaded back: output, not input
+        ckpt.read_bytes()
+        scratch = tmp_path / "scratch.tmp"
+        scratch.write_text("x")
+        os.chmod(scratch, 0o644)
+        with open(scratch) as f:
+            f.read()
+        scratch.unlink()
+    finally:
+        reads = rec.stop()
+    assert reads == {"data/in.txt": hashlib.sha256(b"input\n").hexdigest()}

@@ -149,11 +149,21 @@ def _is_read(mode: Any, flags: Any) -> bool:
     return True
 
 
+def _is_write(mode: Any, flags: Any) -> bool:
+    if isinstance(mode, str):
+        return any(c in mode for c in "wax+")
+    if isinstance(flags, int):
+        return (flags & os.O_ACCMODE) in (os.O_WRONLY, os.O_RDWR) or bool(flags & os.O_CREAT)
+    return False
+
+
 class _Auditor:
     """The process-wide audit hook (hooks cannot be removed, so it is installed once)."""
 
     def __init__(self) -> None:
         self.sink: Callable[[str], None] | None = None
+        # Files opened for writing: what a test writes and reads back is output, not input.
+        self.write_sink: Callable[[str], None] | None = None
         # Called with the code object of every ``exec`` (module bodies included:
         # importlib runs them with ``exec``); the pytest collection recorder uses it.
         self.exec_sink: Callable[[Any], None] | None = None
@@ -181,9 +191,14 @@ class _Auditor:
         if isinstance(path, int) or path is None:
             return
         try:
-            if not _is_read(args[1] if len(args) > 1 else None, args[2] if len(args) > 2 else None):
-                return
+            mode, flags = (args[1] if len(args) > 1 else None), (args[2] if len(args) > 2 else None)
             name = os.fsdecode(os.fspath(path))
+            if _is_write(mode, flags):
+                on_write = self.write_sink
+                if on_write is not None:
+                    on_write(name)
+            if not _is_read(mode, flags):
+                return
         except Exception:  # never break the test over bookkeeping
             return
         if name.endswith(_SOURCE_SUFFIXES):
@@ -217,11 +232,16 @@ class OpenRecorder:
         # Reads while a segment (shared evidence, see the recorder) is open go to it.
         self.segment: str | None = None
         self.by_segment: dict[str, set[str]] = {}
+        self.written: set[str] = set()
 
     def start(self) -> None:
         """Become the process's open-file sink."""
         _AUDITOR.install()
         _AUDITOR.sink = self._add
+        _AUDITOR.write_sink = self._wrote
+
+    def _wrote(self, name: str) -> None:
+        self.written.add(os.path.abspath(name))
 
     def _add(self, name: str) -> None:
         if not os.path.isabs(name):
@@ -235,14 +255,22 @@ class OpenRecorder:
         """Stop collecting; return repo path -> sha256 of each file read."""
         if _AUDITOR.sink == self._add:
             _AUDITOR.sink = None
+        if _AUDITOR.write_sink == self._wrote:
+            _AUDITOR.write_sink = None
         return self.resolve(self.raw)
 
     def resolve(self, names: set[str]) -> dict[RelPath, str]:
-        """Repo path -> sha256 of each of ``names`` under the repo (directories skipped)."""
+        """Repo path -> sha256 of each of ``names`` under the repo that is an input.
+
+        Not inputs: directories, files this process opened for writing (a checkpoint
+        it saved and loads back), and files gone by now (temporary files it made and
+        removed): none of them can differ before the next run starts.
+        """
         out: dict[RelPath, str] = {}
         for name in sorted(names):
             rel = self.mapper.rel(name)
-            if rel is None or rel in out or os.path.isdir(name):
+            if rel is None or rel in out or os.path.isdir(name) \
+                    or os.path.abspath(name) in self.written or not os.path.exists(name):
                 continue
             out[rel] = sha256_file(Path(name))
         return out
