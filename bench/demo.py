@@ -74,10 +74,10 @@ def source_files(repo: Path) -> list[str]:
 
 #: What recorded evidence depends on: the example, the rules and launcher, the unit indexer
 #: and the recorder. The evidence cache is keyed by these files only.
-EVIDENCE_INPUTS = ("examples/**", "rules/**", "analyzer/BUILD.bazel", "analyzer/fastci/units/index.py",
-                   "analyzer/fastci/evidence/**", "analyzer/fastci/run/launch.py",
-                   "analyzer/fastci/run/gpus.py", "WORKSPACE", "BUILD.bazel", ".bazelrc",
-                   ".fastci/BUILD*", "third_party/**")
+# All of FastCI is an input: the recorder, the line index, the checksums at ingest and the
+# launcher all shape what the evidence says (a stale cache would measure old code).
+EVIDENCE_INPUTS = ("examples/**", "rules/**", "analyzer/**", "WORKSPACE", "BUILD.bazel",
+                   ".bazelrc", ".fastci/BUILD*", "third_party/**")
 
 
 def make_workspace(repo: Path, ws: Path) -> tuple[str, str]:
