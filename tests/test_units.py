@@ -12,6 +12,7 @@ from fastci.changes.semantic_diff import diff_sources
 from fastci.units.index import (CHECKSUM_ALGORITHM, MODULE_QUALNAME, FileUnits, LineIndex, ParseFailure,
                           UnitCache, _cache_key, index_files, index_source, index_tree, line_index,
                           split_unit_id, unit_id)
+from fastci.units.lines import UnitKind
 
 BASE = '''\
 """Module doc."""
@@ -65,6 +66,20 @@ def units(src: str) -> dict[str, str]:
 def changed(before: str, after: str) -> set[str]:
     a, b = units(before), units(after)
     return {q for q in a.keys() | b.keys() if a.get(q) != b.get(q)}
+
+
+def test_unit_kinds_are_a_closed_str_enum() -> None:
+    res = index_source("pkg/m.py", BASE)
+    assert isinstance(res, FileUnits)
+    by = res.by_qualname()
+    assert by[MODULE_QUALNAME].kind is UnitKind.MODULE
+    assert by["Layer"].kind is UnitKind.CLASS
+    assert {by[q].kind for q in ("linear", "linear.<locals>.inner", "Layer.forward")} \
+        == {UnitKind.FUNCTION}
+    assert all(isinstance(u.kind, UnitKind) for u in res.units)
+    # A str enum: equal to the strings earlier code (and recorded data) used.
+    assert UnitKind.FUNCTION == "function" and f"{UnitKind.CLASS}" == "class"
+    assert {k.value for k in UnitKind} == {"module", "class", "function"}
 
 
 def test_units_and_qualnames_match_code_objects() -> None:

@@ -24,7 +24,7 @@ import tokenize
 from dataclasses import dataclass
 
 from fastci.types import RelPath
-from fastci.units.lines import _body_start
+from fastci.units.lines import body_start
 from fastci.units.index import MODULE_QUALNAME, FileUnits, Unit, index_source, unit_id
 
 
@@ -55,7 +55,7 @@ def _layout(source: bytes) -> tuple[list[_Def], list[str]] | None:
                 start = min([child.lineno] + [d.lineno for d in child.decorator_list])
                 qual = ".".join((*scope, child.name))
                 defs.append(_Def(qual, start, child.end_lineno or child.lineno,
-                                 child.body[0].lineno, not scope, _body_start(child)))
+                                 child.body[0].lineno, not scope, body_start(child)))
                 inner = (*scope, child.name) if isinstance(child, ast.ClassDef) \
                     else (*scope, child.name, "<locals>")
                 visit(child, inner)

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field, replace
 from fastci.types import Checksum, RelPath, UnitId
 from fastci.changes.fast_diff import quick_diff
 from fastci.changes.static_facts import compiled_functions, open_namespace, registrable_classes
-from fastci.units.index import MODULE_QUALNAME, FileUnits, ParseFailure, Unit, index_source, unit_id
+from fastci.units.index import (MODULE_QUALNAME, FileUnits, ParseFailure, Unit, UnitKind,
+                                index_source, unit_id)
 
 
 class ChangeKind(enum.Enum):
@@ -179,16 +180,17 @@ def _part_kinds(unit: Unit, old: dict[str, Checksum], new: dict[str, Checksum],
     kinds: list[ChangeKind] = []
     keys: list[str] = []
     detail: str | None = None
+    in_class = unit.kind == UnitKind.CLASS
     for key in sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k)):
         prefix, _, names = key.partition(":")
         bound = set(names.split("#")[0].split(","))
-        if unit.kind == "function":
+        if unit.kind == UnitKind.FUNCTION:
             kind = {"body": ChangeKind.BODY, "signature": ChangeKind.SIGNATURE,
                     "decorators": ChangeKind.DECORATOR}.get(key, ChangeKind.BODY)
         elif prefix == "header":
             kind = ChangeKind.CLASS_HEADER
         elif prefix in ("def", "class"):
-            if key not in old and unit.kind == "module" and not bound & facts.decorated \
+            if key not in old and unit.kind == UnitKind.MODULE and not bound & facts.decorated \
                     and not bound & (_bound_before(old) | _BUILTINS):
                 # A plain new function or class shadowing nothing: its own unit is ADDED and
                 # whatever calls it changed too. (In a class, a new method may override a
@@ -207,15 +209,15 @@ def _part_kinds(unit: Unit, old: dict[str, Checksum], new: dict[str, Checksum],
                 if kind not in kinds:
                     kinds.append(kind)
                 continue
-            kind = ChangeKind.CLASS_METHODS if unit.kind == "class" else ChangeKind.MODULE_DEFINITIONS
+            kind = ChangeKind.CLASS_METHODS if in_class else ChangeKind.MODULE_DEFINITIONS
         elif prefix == "assign" and bound & facts.literals:
             kind = ChangeKind.CONFIG_LITERAL
         elif prefix == "assign":
-            kind = ChangeKind.CLASS_ATTRIBUTE if unit.kind == "class" else ChangeKind.MODULE_ASSIGNMENT
+            kind = ChangeKind.CLASS_ATTRIBUTE if in_class else ChangeKind.MODULE_ASSIGNMENT
         elif prefix == "import":
             kind = ChangeKind.MODULE_IMPORT
         else:
-            kind = ChangeKind.CLASS_ATTRIBUTE if unit.kind == "class" else ChangeKind.MODULE_STATEMENT
+            kind = ChangeKind.CLASS_ATTRIBUTE if in_class else ChangeKind.MODULE_STATEMENT
         keys.append(key)
         if kind not in kinds:
             kinds.append(kind)
@@ -326,7 +328,7 @@ def _pair_changes(path: RelPath, pairs: list[tuple[Unit, Unit]], old: bytes,
                   new: bytes) -> list[UnitChange]:
     if not pairs:
         return []
-    scoped = any(n.kind != "function" for _, n in pairs)  # only scopes use the syntax facts
+    scoped = any(n.kind != UnitKind.FUNCTION for _, n in pairs)  # only scopes use the syntax facts
     facts_old, facts_new = (scope_facts(old), scope_facts(new)) if scoped else ({}, {})
     out = []
     for o, n in pairs:

@@ -5,9 +5,11 @@ coverage.py does not follow child processes, so a recording process exports
 ``sitecustomize.py`` (plus the directory that holds the ``fastci`` package) to
 ``PYTHONPATH``. Every Python child started with the inherited environment
 (``subprocess.run([sys.executable, ...])``, ``torch.multiprocessing.spawn``,
-``torchrun``) imports it at start-up, starts a child :class:`Recorder` for the
-same test and run, and writes its own trace at exit into the same directory;
-``fastci ingest`` merges the run's traces into one test's evidence.
+``torchrun``) imports it at start-up, which calls
+:func:`fastci.evidence.child_start.start_child`: a child recorder for the
+same test and run, writing its own trace at exit into the same directory;
+``fastci ingest`` merges the run's traces into one test's evidence. This module
+only sets the environment up (the recorder uses it), so it imports no recorder.
 
 Forked children (no exec) are handled by the recorder itself
 (``Recorder._forked``). Limits: a child started with a scrubbed environment
@@ -16,11 +18,9 @@ Forked children (no exec) are handled by the recorder itself
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ import sys as _sys
 
 _here = _os.path.dirname(_os.path.abspath(__file__))
 try:
-    from fastci.evidence.children import start_child as _start_child
+    from fastci.evidence.child_start import start_child as _start_child
     _start_child()
 except Exception as _exc:  # never break the child over recording
     _sys.stderr.write("fastci: child recording not started: %r\\n" % (_exc,))
@@ -54,9 +54,6 @@ finally:
     if _mine is not None:
         _sys.modules["sitecustomize"] = _mine
 '''
-
-
-_CHILD: Any = None  # this process's child recorder, if any
 
 
 class ChildEnvironment:
@@ -93,44 +90,3 @@ class ChildEnvironment:
         if self._tmp:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
-
-
-_INFRASTRUCTURE = (b"multiprocessing.resource_tracker", b"multiprocessing.forkserver")
-
-
-def is_infrastructure() -> bool:
-    """Whether this process is multiprocessing's helper (resource tracker, fork server).
-
-    Those outlive the test's main process; recording them would race the test's
-    end and could leave a trace that looks incomplete.
-    """
-    try:
-        cmdline = Path("/proc/self/cmdline").read_bytes()
-    except OSError:
-        return False
-    return any(marker in cmdline for marker in _INFRASTRUCTURE)
-
-
-def start_child() -> None:
-    """Start recording this process as a child of a recorded test (from sitecustomize)."""
-    out_dir = os.environ.get(ENV_DIR)
-    test_id = os.environ.get(ENV_TEST)
-    if not out_dir or not test_id or is_infrastructure():
-        return
-    from fastci.evidence.recorder import Recorder
-
-    meta = json.loads(os.environ.get(ENV_META) or "{}")
-    rec = Recorder(test_id, Path(out_dir), repo_root=Path(os.environ.get(ENV_REPO) or "."),
-                   workload=meta.get("workload", {}), gpus=int(meta.get("gpus", 0)),
-                   role="child", run_id=os.environ.get(ENV_RUN) or None)
-    rec.start()
-    atexit.register(_stop_child, rec)
-    global _CHILD
-    _CHILD = rec
-
-
-def _stop_child(rec: Any) -> None:
-    try:
-        rec.stop("")
-    except Exception as exc:  # at exit: report, never raise
-        sys.stderr.write(f"fastci: child trace not written: {exc!r}\n")

@@ -53,7 +53,7 @@ from fastci.evidence import covplugin, environment, files as files_mod, trace
 from fastci.evidence.contexts import ContextProfiler
 from fastci.evidence.covplugin import make_coverage
 from fastci.evidence.files import OpenRecorder, PathMapper
-from fastci.evidence.recorder import _OWN_DIR, fill_files
+from fastci.evidence.recorder import EVIDENCE_CODE_DIR, fill_files
 
 SHARED_ROLE = "shared"
 
@@ -75,7 +75,7 @@ class CollectionRecorder:
     def __init__(self, repo_root: Path, session: str | None = None) -> None:
         self.repo_root = Path(repo_root).resolve()
         self.session = session or uuid.uuid4().hex
-        self.mapper = PathMapper(self.repo_root, omit_dirs=(_OWN_DIR,))
+        self.mapper = PathMapper(self.repo_root, omit_dirs=(EVIDENCE_CODE_DIR,))
         self._ctx: list[_Context] = [_Context("session")]
         self._stack: list[tuple[int, CodeType | None]] = [(0, None)]
         self._by_file: dict[str, int] = {}     # module file -> its context
@@ -104,7 +104,7 @@ class CollectionRecorder:
         self._started_at = time.time()
         sources = list(self.mapper.roots)
         cov = make_coverage(sources, ["*/.venv/*", "*/site-packages/*", "*/dist-packages/*",
-                                      f"{_OWN_DIR}/*"], contexts=True)
+                                      f"{EVIDENCE_CODE_DIR}/*"], contexts=True)
         self._cov = cov
         self._collecting = True
         self._install_import_hooks()

@@ -46,7 +46,9 @@ from fastci.evidence.files import OpenRecorder, PathMapper
 LOG = logging.getLogger(__name__)
 
 OUTCOMES = ("passed", "failed", "error", "skipped", "")
-_OWN_DIR = os.path.dirname(os.path.realpath(__file__))
+#: The directory of FastCI's recording code (this package): never measured as the
+#: tests' code, by the per-test recorder or by the collection recorder.
+EVIDENCE_CODE_DIR = os.path.dirname(os.path.realpath(__file__))
 # The recording running in this process, for the fork hook.
 _CURRENT: "Recorder | None" = None
 _FORK_HOOK = False
@@ -79,7 +81,7 @@ class Recorder:
         self.run_id = run_id or uuid.uuid4().hex
         self.path = self.out_dir / trace.file_name(test_id, self.run_id, os.getpid())
         # The recorder's own package is machinery, not evidence.
-        self.mapper = PathMapper(self.repo_root, omit_dirs=(_OWN_DIR,))
+        self.mapper = PathMapper(self.repo_root, omit_dirs=(EVIDENCE_CODE_DIR,))
         self._contexts = ContextProfiler(self.mapper) if contexts else None
         self._opens = OpenRecorder(self.mapper)
         self._children = children and role == "main"
@@ -118,7 +120,7 @@ class Recorder:
             self._child_env.install()
         sources = list(self.mapper.roots)
         cov = make_coverage(sources, ["*/.venv/*", "*/site-packages/*", "*/dist-packages/*",
-                                      os.path.join(_OWN_DIR, "*")],
+                                      os.path.join(EVIDENCE_CODE_DIR, "*")],
                             contexts=self._contexts is not None)
         self._cov = cov
         self._opens.start()

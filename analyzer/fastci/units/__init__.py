@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     )
     from fastci.units.lines import (
         MODULE_QUALNAME as MODULE_QUALNAME,
+        UnitKind as UnitKind,
         LineIndex as LineIndex,
         ParseFailure as ParseFailure,
         line_index as line_index,
@@ -41,6 +42,7 @@ __all__ = [
     "split_unit_id",
     "UnitCache",
     "MODULE_QUALNAME",
+    "UnitKind",
     "LineIndex",
     "ParseFailure",
     "line_index",
@@ -56,6 +58,7 @@ __getattr__ = lazy_exports(__name__, {
     "split_unit_id": "fastci.units.index",
     "UnitCache": "fastci.units.index",
     "MODULE_QUALNAME": "fastci.units.lines",
+    "UnitKind": "fastci.units.lines",
     "LineIndex": "fastci.units.lines",
     "ParseFailure": "fastci.units.lines",
     "line_index": "fastci.units.lines",

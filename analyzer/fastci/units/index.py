@@ -39,7 +39,8 @@ from fastci.units.lines import MODULE_QUALNAME as MODULE_QUALNAME
 from fastci.units.lines import LineIndex as LineIndex
 from fastci.units.lines import ParseFailure as ParseFailure
 from fastci.units.lines import line_index as line_index
-from fastci.units.lines import _AstDef, _body_start, _qualname, scoped_defs
+from fastci.units.lines import UnitKind as UnitKind
+from fastci.units.lines import AstDef, Scope, body_start, scoped_defs, scoped_qualname
 
 LOG = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class Unit:
     id: UnitId
     path: RelPath
     qualname: str
-    kind: str  # "module" | "class" | "function"
+    kind: UnitKind
     start: int  # first line, decorators included
     end: int  # last line
     body_start: int  # first line owned by this unit (module: 1)
@@ -178,7 +179,7 @@ def _tokens(nodes: Iterable[ast.AST]) -> list[str]:
     return out
 
 
-def _header_tokens(node: _AstDef) -> list[str]:
+def _header_tokens(node: AstDef) -> list[str]:
     """What the enclosing scope executes for a nested def/class: its name and decorators.
 
     Defaults and annotations are evaluated there too, but they are part of the
@@ -304,17 +305,17 @@ def _combine(parts: tuple[tuple[str, Checksum], ...]) -> Checksum:
 # --------------------------------------------------------------------------- indexing
 
 
-def _def_unit(path: RelPath, a: _AstDef, scope: tuple[tuple[str, str], ...]) -> Unit:
+def _def_unit(path: RelPath, a: AstDef, scope: Scope) -> Unit:
     start = min([a.lineno] + [d.lineno for d in a.decorator_list])
     if isinstance(a, ast.ClassDef):
-        kind = "class"
+        kind = UnitKind.CLASS
         parts = (("header", _class_header(a)),) + _scope_parts(_body_statements(a.body))
     else:
-        kind = "function"
+        kind = UnitKind.FUNCTION
         parts = _function_parts(a)
-    qual = _qualname(scope, a.name)
+    qual = scoped_qualname(scope, a.name)
     end = a.end_lineno or a.lineno
-    return Unit(unit_id(path, qual), path, qual, kind, start, end, _body_start(a),
+    return Unit(unit_id(path, qual), path, qual, kind, start, end, body_start(a),
                 _combine(parts), parts)
 
 
@@ -334,7 +335,7 @@ def index_source(path: RelPath, source: str | bytes) -> IndexResult:
     n_lines = raw.count(b"\n") + 1
     try:
         mparts = _scope_parts(_body_statements(tree.body))
-        units = [Unit(unit_id(path, MODULE_QUALNAME), path, MODULE_QUALNAME, "module", 1,
+        units = [Unit(unit_id(path, MODULE_QUALNAME), path, MODULE_QUALNAME, UnitKind.MODULE, 1,
                       n_lines, 1, _combine(mparts), mparts)]
         owner = [0] * n_lines
         for a, scope in scoped_defs(tree):

@@ -11,6 +11,7 @@ they agree); checksums are computed later, at ingest. Re-exported by
 from __future__ import annotations
 
 import ast
+import enum
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -18,7 +19,20 @@ from fastci.types import RelPath
 
 MODULE_QUALNAME = "<module>"
 
-_AstDef = Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef]
+#: A ``def`` or ``class`` statement: the statements that start a unit of their own.
+AstDef = Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef]
+
+
+class UnitKind(enum.StrEnum):
+    """What a unit is. A ``str`` enum: it compares equal to its value (``"function"``)."""
+
+    MODULE = "module"
+    CLASS = "class"
+    FUNCTION = "function"
+
+
+#: The scopes enclosing a def, outermost first: (name, kind) per enclosing def/class.
+Scope = tuple[tuple[str, UnitKind], ...]
 
 
 @dataclass(frozen=True)
@@ -29,18 +43,23 @@ class ParseFailure:
     message: str
 
 
-def _qualname(scope: tuple[tuple[str, str], ...], name: str) -> str:
+def scoped_qualname(scope: Scope, name: str) -> str:
+    """The ``co_qualname`` of ``name`` defined in ``scope`` (``Outer.meth``, ``f.<locals>.g``)."""
     parts: list[str] = []
     for scope_name, kind in scope:
         parts.append(scope_name)
-        if kind == "function":
+        if kind == UnitKind.FUNCTION:
             parts.append("<locals>")
     parts.append(name)
     return ".".join(parts)
 
 
-def _body_start(a: _AstDef) -> int:
-    """First line a def/class owns: its first statement (a function's docstring excluded)."""
+def body_start(a: AstDef) -> int:
+    """First line a def/class owns: its first statement (a function's docstring excluded).
+
+    The lines before it (decorators, the header) run when the enclosing scope runs,
+    so they belong to the enclosing unit.
+    """
     body = a.body
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
             and isinstance(body[0].value.value, str) and len(body) > 1:
@@ -70,22 +89,21 @@ class LineIndex:
 _BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")  # where statements nest
 
 
-def _ast_scoped_defs(node: ast.AST, scope: tuple[tuple[str, str], ...],
-                     out: list[tuple[_AstDef, tuple[tuple[str, str], ...]]]) -> None:
+def _ast_scoped_defs(node: ast.AST, scope: Scope, out: list[tuple[AstDef, Scope]]) -> None:
     # A def is a statement, so only statement blocks are searched, never expressions.
     for name in _BLOCKS:
         for child in getattr(node, name, None) or ():
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 out.append((child, scope))
-                kind = "class" if isinstance(child, ast.ClassDef) else "function"
+                kind = UnitKind.CLASS if isinstance(child, ast.ClassDef) else UnitKind.FUNCTION
                 _ast_scoped_defs(child, scope + ((child.name, kind),), out)
             elif isinstance(child, ast.AST):
                 _ast_scoped_defs(child, scope, out)
 
 
-def scoped_defs(tree: ast.AST) -> list[tuple[_AstDef, tuple[tuple[str, str], ...]]]:
+def scoped_defs(tree: ast.AST) -> list[tuple[AstDef, Scope]]:
     """Every def/class of ``tree`` in source order, with its enclosing (name, kind) scopes."""
-    defs: list[tuple[_AstDef, tuple[tuple[str, str], ...]]] = []
+    defs: list[tuple[AstDef, Scope]] = []
     _ast_scoped_defs(tree, (), defs)
     defs.sort(key=lambda d: (d[0].lineno, d[0].col_offset))
     return defs
@@ -102,8 +120,8 @@ def line_index(path: RelPath, source: str | bytes) -> LineIndex | ParseFailure:
     quals = [MODULE_QUALNAME]
     owner = [0] * n_lines
     for a, scope in scoped_defs(tree):
-        quals.append(_qualname(scope, a.name))
-        for line in range(_body_start(a), (a.end_lineno or a.lineno) + 1):
+        quals.append(scoped_qualname(scope, a.name))
+        for line in range(body_start(a), (a.end_lineno or a.lineno) + 1):
             if line <= n_lines:
                 owner[line - 1] = len(quals) - 1
     return LineIndex(path, tuple(quals), tuple(owner))

@@ -31,6 +31,7 @@ from typing import Any, Generator, Mapping
 
 import pytest
 
+from fastci.integrations.pytest.ids import test_id_for
 from fastci.plan.model import Plan
 
 LOG = logging.getLogger(__name__)
@@ -172,8 +173,6 @@ class PlanPlugin:
         """The id the plan uses for ``item``: its node id, or its repo-relative id."""
         if self.root is None or item.nodeid in self.order or item.nodeid in self.skip_why:
             return item.nodeid
-        from fastci.integrations.pytest.plugin import test_id_for
-
         return test_id_for(item, self.root)
 
     def pytest_report_header(self, config: pytest.Config) -> str:

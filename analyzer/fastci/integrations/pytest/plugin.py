@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any, Generator
 
 import pytest
 
+from fastci.integrations.pytest.ids import test_id_for
+
 if TYPE_CHECKING:
     from fastci.evidence.collection import CollectionRecorder
     from fastci.evidence.recorder import Recorder
@@ -125,17 +127,6 @@ def pytest_configure(config: pytest.Config) -> None:
                 config.issue_config_time_warning(pytest.PytestWarning(msg), stacklevel=2)
             if obeyed is plan:
                 config.pluginmanager.register(pytest_plan.PlanPlugin(plan, root), "fastci-plan")
-
-
-def test_id_for(item: pytest.Item, root: Path) -> str:
-    """The item's node id with its file path relative to the repo root."""
-    nodeid = item.nodeid
-    _, sep, rest = nodeid.partition("::")
-    try:
-        rel = Path(str(item.path)).resolve().relative_to(root).as_posix()
-    except ValueError:
-        return nodeid
-    return f"{rel}{sep}{rest}"
 
 
 def _declared_and_overrides(item: pytest.Item) -> tuple[dict[str, Any], dict[str, Any] | None]:
