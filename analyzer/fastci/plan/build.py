@@ -23,7 +23,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from fastci.changes.scan import ChangeSet, scan
 from fastci import config as config_mod
@@ -34,8 +34,11 @@ from fastci.plan.model import Plan, PlannedTest, SkippedTest
 from fastci.select import (DeclaredTest, DecisionKind, Reason, Selection, select_tests,
                            widen_everything)
 from fastci.select.decisions import SKIP_KINDS
-from fastci.select.rules import own_output
+from fastci.select.rules import EvidenceReader, own_output
 from fastci.types import TestId
+
+if TYPE_CHECKING:
+    from fastci.evidence.store import EvidenceStore
 
 LOG = logging.getLogger(__name__)
 
@@ -71,16 +74,6 @@ def bazel_declared(root: Path, config: Config, *, bazel: Any = None) -> dict[Tes
     return out
 
 
-def evidence_commits(store: Any) -> set[str | None]:
-    """The commits the held evidence was recorded at (None = unknown, forces a full compare).
-
-    A store without :meth:`~fastci.evidence.store.EvidenceStore.evidence_commits` (a
-    test double) answers ``{None}``: every recorded file is compared, the safe side.
-    """
-    method = getattr(store, "evidence_commits", None)
-    return set(method()) if method is not None else {None}
-
-
 def to_plan(selection: Selection, *, base: str | None, head: str | None) -> Plan:
     """Turn a selection into a version-1 plan (every selected test at full workload)."""
     tests = tuple(PlannedTest(d.test, {}, d.priority, d.why, d.est_gpu_s)
@@ -96,7 +89,7 @@ def to_plan(selection: Selection, *, base: str | None, head: str | None) -> Plan
 def analyze(root: Path, config: Config, *, base: str | None = None, head: str = WORKTREE,
             declared: Mapping[TestId, DeclaredTest] | DeclaredProvider | None = bazel_declared,
             env_fingerprint: str | None | Callable[[], str] = None,
-            store: Any = None) -> Analysis:
+            store: EvidenceReader | None = None) -> Analysis:
     """Analyze the change ``base`` -> ``head`` and return the selection and its plan.
 
     Args:
@@ -115,7 +108,7 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
     started = time.perf_counter()
     base = base or config.base
     decl: Mapping[TestId, DeclaredTest] | None = None
-    opened = None
+    opened: EvidenceStore | None = None
     changes: ChangeSet | None = None
     git = Git(root)
     rules, rules_changed, rules_error = config, None, None
@@ -133,7 +126,7 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
             store = opened = EvidenceStore.open(config.path(root, "store"))
         fingerprint = _fingerprint(env_fingerprint, root, rules)
         changes = scan(git, base, head, recorded=store.unit_checksums(),
-                       evidence_commits=evidence_commits(store))
+                       evidence_commits=store.evidence_commits())
         # FastCI's own outputs are no change; a rename keeps its old path (a file moved
         # into .fastci/ is a deletion for the tests that read it).
         changes = replace(changes, others=tuple(
@@ -282,3 +275,38 @@ def summarize(analysis: Analysis) -> list[str]:
         lines.append(f"  {n:4d}  {kind}")
     lines.append(f"  analysis took {analysis.elapsed_s:.2f} s")
     return lines
+
+
+def change_config(root: Path, *, base: str | None = None, store: str | None = None,
+                  plan: str | None = None) -> Config:
+    """The effective config of a command that analyses a change (its options win, level 4).
+
+    Args:
+        root: the repository root.
+        base: ``--base`` (None: the config's ``base``).
+        store: ``--store`` (None: the config's ``store``).
+        plan: ``--out``, the plan file to write (None: the config's ``plan``).
+    """
+    return config_mod.load(root, overrides={"base": base, "store": store, "plan": plan})
+
+
+def analyze_change(root: Path, *, base: str | None = None, head: str | None = None,
+                   store: str | None = None, plan: str | None = None,
+                   query_bazel: bool = True) -> tuple[Config, Analysis]:
+    """Analyze a change described the way ``fastci plan`` and ``fastci explain`` take it.
+
+    Args:
+        root: the repository root.
+        base: the base revision (None: the config's ``base``).
+        head: the head revision (None: the working tree, untracked files included).
+        store: the evidence store (None: the config's ``store``).
+        plan: the plan file (None: the config's ``plan``); only part of the config.
+        query_bazel: take the declared tests from ``bazel query``; False: the
+            universe is the store's tests.
+
+    Returns:
+        The effective config and the analysis (:func:`analyze`).
+    """
+    cfg = change_config(root, base=base, store=store, plan=plan)
+    return cfg, analyze(root, cfg, base=cfg.base, head=head or WORKTREE,
+                        declared=bazel_declared if query_bazel else None)

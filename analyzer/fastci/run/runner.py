@@ -24,7 +24,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from fastci.integrations.bazel.bep import BuildReport, parse_bep
 from fastci.integrations.bazel.runner import Bazel
@@ -33,10 +33,33 @@ from fastci.config import Config
 from fastci.integrations.git.repository import Git
 from fastci.plan.model import Plan, for_tree, normalize_test_id
 from fastci.integrations.git.tree import current_tree
+from fastci.select.rules import RunLike
+from fastci.types import TestId
 
 LOG = logging.getLogger(__name__)
 
 RUNS_DIR = Path(".fastci/runs")
+
+
+class ResultHistory(Protocol):
+    """The part of the evidence store ``fastci run`` uses: the newest runs, and new results.
+
+    :class:`fastci.evidence.store.EvidenceStore` implements it (see its
+    ``record_result`` for what the arguments mean).
+    """
+
+    def latest_runs(self) -> Mapping[TestId, RunLike]: ...
+    def record_result(self, test: TestId, *, outcome: str, duration_s: float,
+                      commit: str | None, gpus: int, workload: Mapping[str, Any],
+                      source: str, overrides: Mapping[str, Any] | None = None) -> None: ...
+
+
+if TYPE_CHECKING:
+    from fastci.evidence.store import EvidenceStore
+
+    def _store_conforms(store: EvidenceStore) -> ResultHistory:
+        """Never called: mypy checks here that the real store fits the protocol."""
+        return store
 
 
 @dataclass(frozen=True)
@@ -119,7 +142,7 @@ def _echo_misses(plan: Plan, misses: tuple[tuple[str, str], ...], path: Path,
         echo(f"  MISSED     {test} (the plan said: {why})")
 
 
-def _workload(label: str, testlogs: Path | None, last: Any = None,
+def _workload(label: str, testlogs: Path | None, last: RunLike | None = None,
               planned: Mapping[str, Any] | None = None
               ) -> tuple[dict[str, Any], dict[str, Any] | None, int | None]:
     """(declared workload, overrides applied or None if not known, GPUs) of one Bazel run.
@@ -155,16 +178,17 @@ def _workload(label: str, testlogs: Path | None, last: Any = None,
             not planned or status.startswith("fallback") or "overrides ignored" in status
             or "not in the plan" in status)):
         return effective, {}, gpus  # Bazel ran the declared workload as it is
-    known = last is not None and last.overrides is not None
-    if planned and known and all(k in last.workload for k in planned):
-        declared = {**effective, **{k: last.workload[k] for k in planned}}
+    # The last run's declared workload, when that run knew what it overrode.
+    known = last.workload if last is not None and last.overrides is not None else None
+    if planned and known is not None and all(k in known for k in planned):
+        declared = {**effective, **{k: known[k] for k in planned}}
         return declared, {k: effective.get(k, v) for k, v in planned.items()}, gpus
-    if planned is None and known and effective == dict(last.workload):
+    if planned is None and known is not None and effective == dict(known):
         return effective, {}, gpus  # the workload its last run declared: full
     return effective, None, gpus
 
 
-def execute(root: Path, plan: Plan, config: Config, *, store: Any = None,
+def execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | None = None,
             bazel: Bazel | None = None, flags: tuple[str, ...] = (),
             echo: Callable[[str], None] = print) -> RunReport:
     """Run ``plan`` under Bazel in the workspace ``root``; record results in ``store``.
@@ -243,7 +267,7 @@ def _all_skipped(plan: Plan, bep: Path, exc: BazelError) -> bool:
     return not report.outcomes and bool(report.skipped) and set(report.skipped) <= listed
 
 
-def _record(root: Path, report: BuildReport, store: Any, bazel: Bazel,
+def _record(root: Path, report: BuildReport, store: ResultHistory, bazel: Bazel,
             plan: Plan | None = None) -> int:
     """Add each test's result to the store's history, its declared workload and overrides apart.
 

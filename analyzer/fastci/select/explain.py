@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import difflib
 import logging
-from typing import Any, Mapping
+from typing import Mapping, Sequence
 
 from fastci.select import Decision, Selection
 from fastci.select.decisions import Reason
+from fastci.select.rules import EvidenceReader
 from fastci.types import TestId
 
 LOG = logging.getLogger(__name__)
@@ -21,19 +22,19 @@ _MAX_CONTEXTS = 3
 _MAX_CONTEXT_CHARS = 100
 
 
-def _contexts_of(store: Any, test: TestId) -> Mapping[str, list[str]]:
+def _contexts_of(store: EvidenceReader | None, test: TestId) -> Mapping[str, Sequence[str]]:
     """Unit -> contexts the test exercised it in (read once per explained test)."""
     if store is None:
         return {}
     try:
-        units: Mapping[str, list[str]] = store.units_of_test(test)
-        return units
+        return store.units_of_test(test)
     except Exception as exc:  # noqa: BLE001 - explanation is best effort, the decision stands
         LOG.debug("cannot read contexts of %s: %s", test, exc)
         return {}
 
 
-def chain(reason: Reason, test: TestId, contexts: Mapping[str, list[str]] | None = None) -> list[str]:
+def chain(reason: Reason, test: TestId,
+          contexts: Mapping[str, Sequence[str]] | None = None) -> list[str]:
     """The chain of one reason, one step per line; ``contexts`` as from ``units_of_test``."""
     steps: list[str] = []
     if reason.unit:
@@ -54,7 +55,7 @@ def chain(reason: Reason, test: TestId, contexts: Mapping[str, list[str]] | None
     return steps
 
 
-def explain(selection: Selection, test: TestId, store: Any = None) -> list[str]:
+def explain(selection: Selection, test: TestId, store: EvidenceReader | None = None) -> list[str]:
     """Lines explaining the decision for ``test`` (or that the test is unknown)."""
     decision: Decision | None = selection.by_test.get(test)
     if decision is None:

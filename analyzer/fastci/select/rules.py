@@ -11,7 +11,7 @@ import fnmatch
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
 
 from fastci.changes.scan import ChangeSet, is_python
 from fastci.changes.semantic_diff import ChangeKind, UnitChange
@@ -19,7 +19,7 @@ from fastci.config import Config, first_match, glob_match
 from fastci.evidence.files import sha256_file
 from fastci.select.decisions import DecisionKind, Reason
 from fastci.changes.static_reach import ReachKind
-from fastci.types import RelPath, TestId, UnitId
+from fastci.types import Checksum, ContextSig, RelPath, TestId, UnitId
 
 LOG = logging.getLogger(__name__)
 
@@ -34,14 +34,21 @@ class RunLike(Protocol):
     ``last_full`` the test's newest run known to be at full workload.
     """
 
-    commit: str | None
-    env_fingerprint: str
-    workload: Mapping[str, Any]
-    duration_s: float
-    gpus: int
-    outcome: str
-    complete: bool
-
+    # Read-only members (properties), so a frozen record such as ``RunRecord`` satisfies it.
+    @property
+    def commit(self) -> str | None: ...
+    @property
+    def env_fingerprint(self) -> str: ...
+    @property
+    def workload(self) -> Mapping[str, Any]: ...
+    @property
+    def duration_s(self) -> float: ...
+    @property
+    def gpus(self) -> int: ...
+    @property
+    def outcome(self) -> str: ...
+    @property
+    def complete(self) -> bool: ...
     @property
     def overrides(self) -> Mapping[str, Any] | None: ...
 
@@ -50,7 +57,11 @@ class RunLike(Protocol):
 
 
 class EvidenceReader(Protocol):
-    """The read side of the evidence store that selection uses (CONTRACTS.md)."""
+    """The read side of the evidence store that planning and selection use (CONTRACTS.md).
+
+    :class:`fastci.evidence.store.EvidenceStore` implements it; so must any double
+    a test passes instead (there is no fallback for a missing method).
+    """
 
     def test_ids(self) -> list[TestId]: ...
     def latest_runs(self) -> Mapping[TestId, RunLike]: ...
@@ -59,6 +70,23 @@ class EvidenceReader(Protocol):
     def tests_for_modules(self, paths: Iterable[RelPath]) -> Mapping[RelPath, set[TestId]]: ...
     def file_digests(self, paths: Iterable[RelPath] | None = None) -> \
         Iterable[tuple[RelPath, TestId, str]]: ...
+    def unit_checksums(self) -> Mapping[UnitId, Checksum]:
+        """Unit id -> checksum when recorded (the change scan compares against it)."""
+        ...
+    def evidence_commits(self) -> set[str | None]:
+        """The commits the held evidence was recorded at (None: not known)."""
+        ...
+    def units_of_test(self, test: TestId) -> Mapping[UnitId, Sequence[ContextSig]]:
+        """Unit id -> the contexts ``test`` exercised it in (for ``fastci explain``)."""
+        ...
+
+
+if TYPE_CHECKING:
+    from fastci.evidence.store import EvidenceStore, RunRecord
+
+    def _store_conforms(store: EvidenceStore, run: RunRecord) -> tuple[EvidenceReader, RunLike]:
+        """Never called: mypy checks here that the real store fits the protocols."""
+        return store, run
 
 
 @dataclass(frozen=True)
