@@ -1,0 +1,150 @@
+"""The package's shape: stages in pipeline order, no import circles, no upward imports.
+
+The import graph is built from the source (``ast``), every import counted: top-level,
+inside functions, and under ``TYPE_CHECKING``. Each module belongs to a stage; a
+module may import its own stage and the stages below it, never one above.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "analyzer" / "fastci"
+
+#: Stages from the bottom up, by module-name prefix (the longest prefix wins).
+STAGES: tuple[tuple[str, ...], ...] = (
+    ("fastci", "fastci.errors", "fastci.types", "fastci.config"),  # shared leaves
+    ("fastci.integrations", "fastci.integrations.bazel", "fastci.integrations.git"),  # adapters to CLIs
+    ("fastci.units",),
+    ("fastci.evidence",),
+    ("fastci.changes",),
+    ("fastci.select",),
+    ("fastci.plan",),
+    ("fastci.run",),
+    ("fastci.integrations.pytest", "fastci.pytest_plugin"),
+    ("fastci.cli", "fastci.__main__"),
+)
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if not p.name.endswith("_pb2.py")}
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """The fastci modules ``name`` imports (``from pkg import sub`` counts as ``pkg.sub``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    is_pkg = path.name == "__init__.py"
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = name.split(".") if is_pkg else name.split(".")[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base
+                       for a in node.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in known:
+                t = t.rpartition(".")[0]
+            if t and t != name and t.startswith("fastci"):
+                out.add(t)
+    return out
+
+
+def stage_of(name: str) -> int:
+    best, level = -1, -1
+    for i, prefixes in enumerate(STAGES):
+        for p in prefixes:
+            if (name == p or name.startswith(p + ".")) and len(p) > best:
+                best, level = len(p), i
+    assert level >= 0, f"{name} belongs to no stage: add it to STAGES"
+    return level
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    known = set(mods)
+    return {name: imports_of(name, path, known) for name, path in mods.items()}
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    color: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n: str) -> list[str] | None:
+        color[n] = 1
+        stack.append(n)
+        for m in sorted(edges.get(n, ())):
+            if color.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if m not in color:
+                found = visit(m)
+                if found:
+                    return found
+        stack.pop()
+        color[n] = 2
+        return None
+
+    for n in sorted(edges):
+        if n not in color:
+            found = visit(n)
+            if found:
+                return found
+    return None
+
+
+def test_no_import_circle() -> None:
+    cycle = find_cycle(graph())
+    assert cycle is None, "import circle: " + " -> ".join(cycle or [])
+
+
+def test_no_stage_imports_a_later_stage() -> None:
+    bad = [f"{a} (stage {stage_of(a)}) imports {b} (stage {stage_of(b)})"
+           for a, targets in sorted(graph().items()) for b in sorted(targets)
+           if stage_of(b) > stage_of(a)]
+    assert not bad, "upward imports:\n" + "\n".join(bad)
+
+
+def test_package_lists_stage_folders_and_a_few_shared_modules() -> None:
+    files = sorted(p.name for p in PACKAGE.iterdir() if p.is_file() and p.suffix == ".py")
+    others = [f for f in files if f not in ("__init__.py", "__main__.py")]
+    assert len(others) <= 4, others
+    folders = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert folders == ["changes", "cli", "evidence", "integrations", "plan", "run", "select",
+                       "units"]
+    for folder in folders:
+        init = PACKAGE / folder / "__init__.py"
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
+        assert doc and len(doc.split()) >= 15, f"{init} needs a docstring saying what the stage takes and gives"
+
+
+def test_no_private_helper_crosses_a_module() -> None:
+    mods = modules()
+    bad = []
+    for name, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fastci"):
+                bad += [f"{name} imports {node.module}.{a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_checker_sees_a_circle_and_an_upward_import() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+    assert stage_of("fastci.evidence.store") < stage_of("fastci.select.rules")
+    assert stage_of("fastci.integrations.bazel.bep") < stage_of("fastci.evidence.ingest")
+    assert stage_of("fastci.integrations.pytest.plugin") > stage_of("fastci.plan.model")
