@@ -186,7 +186,7 @@ def prepare(echo: Callable[[str], None] = print, *, targets: str = TARGETS,
     else:
         echo(f"== recording evidence: bazel test {targets} --config=fastci_record "
              "(cold; cached for the next run)")
-        from fastci.cli.record import record
+        from fastci.evidence.record import record
 
         started = time.perf_counter()
         out = record(ws, [targets], store_path, bazel=bazel)

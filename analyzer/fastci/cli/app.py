@@ -2,7 +2,9 @@
 
 ``main(argv) -> int`` parses arguments, configures logging (only the CLI does),
 runs one subcommand and turns a :class:`~fastci.errors.FastCIError` into a
-one-line message and its exit code.
+one-line message and its exit code. A command with an ``on_error`` hook
+(:class:`~fastci.cli.command.Command`) hears of its failure first, whether its
+arguments did not parse or its run raised.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import argparse
 import importlib
 import logging
 import sys
-from typing import Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from fastci import __version__
 from fastci.cli.command import COMMAND_MODULES, Command
@@ -19,6 +21,20 @@ from fastci.errors import FastCIError
 
 OK = 0
 ERR = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` that calls ``on_usage_error(description)`` before it exits with 2."""
+
+    def __init__(self, *args: Any, on_usage_error: Callable[[str], None] | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.on_usage_error = on_usage_error
+
+    def error(self, message: str) -> NoReturn:
+        if self.on_usage_error is not None:
+            self.on_usage_error(f"bad arguments: {message}")
+        super().error(message)
 
 
 def _load_commands() -> list[Command]:
@@ -29,9 +45,13 @@ def _load_commands() -> list[Command]:
     return commands
 
 
-def build_parser(commands: Sequence[Command]) -> argparse.ArgumentParser:
-    """Build the top-level parser with one sub-parser per command."""
-    parser = argparse.ArgumentParser(
+def build_parser(commands: Sequence[Command], argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """Build the top-level parser with one sub-parser per command.
+
+    ``argv`` is the command line about to be parsed: a command's ``on_error`` hook
+    gets it when its arguments do not parse.
+    """
+    parser = _Parser(
         prog="fastci",
         description="Select, prune, prioritize and shrink GPU-heavy tests from runtime evidence.",
     )
@@ -39,16 +59,42 @@ def build_parser(commands: Sequence[Command]) -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for cmd in commands:
-        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
+        hook = _bind(cmd.on_error, argv)
+        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help, on_usage_error=hook)
         cmd.add_arguments(p)
-        p.set_defaults(_run=cmd.run)
+        p.set_defaults(_run=cmd.run, _on_error=hook, _parser=p)
     return parser
+
+
+def _bind(on_error: Callable[[str, Sequence[str]], None] | None,
+          argv: Sequence[str]) -> Callable[[str], None] | None:
+    if on_error is None:
+        return None
+    frozen = tuple(argv)
+
+    def hook(description: str) -> None:
+        on_error(description, frozen)
+
+    return hook
+
+
+def describe(exc: BaseException) -> str:
+    """A failure in one line: a FastCIError's message, else the exception's type and message."""
+    if isinstance(exc, FastCIError):
+        return str(exc)
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return its exit code."""
-    parser = build_parser(_load_commands())
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_load_commands(), argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # Reported by the command's own parser, so that its usage (and its hook) applies.
+        args._parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(
         level=logging.DEBUG if args.verbose > 1 else logging.INFO if args.verbose else logging.WARNING,
         format="fastci: %(levelname)s: %(message)s",
@@ -57,12 +103,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         rc: int = args._run(args)
         return rc
-    except FastCIError as exc:
-        print(f"fastci: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("fastci: interrupted", file=sys.stderr)
-        return 130
+    except BaseException as exc:
+        if args._on_error is not None:
+            args._on_error(describe(exc))
+        if isinstance(exc, FastCIError):
+            print(f"fastci: {exc}", file=sys.stderr)
+            return exc.exit_code
+        if isinstance(exc, KeyboardInterrupt):
+            print("fastci: interrupted", file=sys.stderr)
+            return 130
+        raise
 
 
 if __name__ == "__main__":

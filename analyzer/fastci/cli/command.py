@@ -1,6 +1,8 @@
 """Subcommands of ``fastci``: one module each, listed here in help order.
 
-A command module defines ``COMMAND = Command(name, help, add_arguments, run)``.
+A command module defines ``COMMAND = Command(name, help, add_arguments, run)``,
+parses its options and calls the stages that do the work; command modules never
+import each other (options several commands share live in :mod:`fastci.cli.options`).
 Only commands that exist are listed, so ``fastci --help`` never shows a stub.
 """
 
@@ -8,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 COMMAND_MODULES: tuple[str, ...] = (
     "fastci.cli.record",
@@ -24,9 +26,24 @@ COMMAND_MODULES: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class Command:
-    """One ``fastci`` subcommand."""
+    """One ``fastci`` subcommand.
+
+    Attributes:
+        name: the subcommand's name.
+        help: one line for ``fastci --help``.
+        add_arguments: declares the subcommand's options on its parser.
+        run: does the work; returns the exit code (a ``FastCIError`` it raises becomes
+            a one-line message and its exit code).
+        on_error: called when the command fails, before the failure is reported:
+            with a one-line description and the whole command line (``argv`` as
+            :func:`fastci.cli.app.main` got it) when the arguments do not parse
+            (argparse then exits with 2), or when ``run`` raises (the exception is
+            then reported or re-raised as usual). For a command whose failure must
+            leave something safe behind (``fastci plan``: no selective plan).
+    """
 
     name: str
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
+    on_error: Callable[[str, Sequence[str]], None] | None = None

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from fastci.cli.command import Command
-from fastci.cli.plan import add_change_arguments, run_analysis
+from fastci.cli.options import add_change_arguments
+from fastci.plan.build import analyze_change
 from fastci.select.explain import explain
 
 
@@ -15,12 +16,14 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    cfg, analysis = run_analysis(args)
+    root = args.root.resolve()
+    cfg, analysis = analyze_change(root, base=args.base, head=args.head, store=args.store,
+                                   query_bazel=not args.no_bazel)
     store = None
     try:
         from fastci.evidence.store import EvidenceStore
 
-        store = EvidenceStore.open(cfg.path(args.root.resolve(), "store"))
+        store = EvidenceStore.open(cfg.path(root, "store"))
     except Exception:  # noqa: BLE001 - contexts are optional detail; the decision is known
         store = None
     try:

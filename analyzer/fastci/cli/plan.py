@@ -5,7 +5,9 @@ working tree's content, or of ``--head REV``), so that every runner can tell a
 stale plan from a current one. A ``fastci plan`` that fails — a config error,
 unusable arguments, an analysis error or crash — leaves no selective plan
 behind: it replaces the plan file that is there with a plan that runs every
-test at full workload, its reason naming the error (:func:`withdraw_plan`).
+test at full workload, its reason naming the error (:func:`withdraw_plan`, the
+command's ``on_error`` hook, which :mod:`fastci.cli.app` calls for unusable
+arguments and for a run that raises alike).
 """
 
 from __future__ import annotations
@@ -16,28 +18,16 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Sequence
+from typing import Any, Callable, Sequence
 
 from fastci import config as config_mod
-from fastci.plan.build import Analysis, analyze, bazel_declared, summarize
 from fastci.cli.command import Command
-from fastci.errors import FastCIError, GitError
+from fastci.cli.options import add_change_arguments
+from fastci.errors import FastCIError
 from fastci.integrations.git.repository import WORKTREE, repo_root
-from fastci.plan.model import DEFAULT_PATH, Plan, dump_plan
 from fastci.integrations.git.tree import plan_tree
-
-
-def add_change_arguments(p: argparse.ArgumentParser) -> None:
-    """Options shared by ``plan``, ``explain`` and ``run``: the change and the inputs."""
-    p.add_argument("--base", help="base revision (default: config `base`, HEAD)")
-    group = p.add_mutually_exclusive_group()
-    group.add_argument("--head", help="head revision (default: the working tree)")
-    group.add_argument("--worktree", action="store_true",
-                       help="compare against the working tree, untracked files included (default)")
-    p.add_argument("--store", help="evidence store (default: config `store`)")
-    p.add_argument("--root", type=Path, default=Path("."), help="repository root (default: .)")
-    p.add_argument("--no-bazel", action="store_true",
-                   help="do not `bazel query` the declared tests; the universe is the store's tests")
+from fastci.plan.build import analyze, bazel_declared, change_config, summarize
+from fastci.plan.model import DEFAULT_PATH, Plan, dump_plan
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
@@ -46,22 +36,6 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shadow", action="store_true",
                    help="shadow mode: run everything, and have `fastci run` report failures "
                         "the plan would have skipped")
-    _withdraw_on_usage_error(p)
-
-
-def load_config(args: argparse.Namespace) -> config_mod.Config:
-    """The effective config for a command's arguments (CLI is precedence level 4)."""
-    root = args.root.resolve()
-    return config_mod.load(root, overrides={"base": args.base, "store": args.store,
-                                            "plan": getattr(args, "out", None)})
-
-
-def run_analysis(args: argparse.Namespace) -> tuple[config_mod.Config, Analysis]:
-    """Run the analysis described by the common arguments."""
-    cfg = load_config(args)
-    head = args.head or WORKTREE  # --head and --worktree are mutually exclusive
-    return cfg, analyze(args.root.resolve(), cfg, base=cfg.base, head=head,
-                        declared=None if args.no_bazel else bazel_declared)
 
 
 def _plan(args: argparse.Namespace, echo: Callable[[str], None]) -> int:
@@ -70,7 +44,9 @@ def _plan(args: argparse.Namespace, echo: Callable[[str], None]) -> int:
     # The tree is taken before the analysis reads any file, and again after: an edit
     # made while analysing makes the two differ, and such a plan describes no tree.
     tree_before = plan_tree(root, None if head == WORKTREE else head)
-    cfg, analysis = run_analysis(args)
+    cfg = change_config(root, base=args.base, store=args.store, plan=args.out)
+    analysis = analyze(root, cfg, base=cfg.base, head=head,
+                       declared=None if args.no_bazel else bazel_declared)
     tree = plan_tree(root, None if head == WORKTREE else head)
     out = cfg.path(root, "plan")
     plan = dataclasses.replace(analysis.plan, tree=tree)
@@ -174,52 +150,18 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr)
 
 
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, FastCIError):
-        return str(exc)
-    if isinstance(exc, KeyboardInterrupt):
-        return "interrupted"
-    return f"{type(exc).__name__}: {exc}".splitlines()[0]
-
-
 def _run(args: argparse.Namespace) -> int:
-    try:
-        return _plan(args, print)
-    except BaseException as exc:
-        withdraw_plan(intended_plan_path(args.root.resolve(), args.out), _describe(exc), _stderr)
-        raise
+    return _plan(args, print)
 
 
-def _withdraw_on_usage_error(p: argparse.ArgumentParser) -> None:
-    """Make unusable ``fastci plan`` arguments withdraw the plan too.
-
-    argparse reports them before :func:`_run` could, and sends unknown options
-    to the top-level parser; this parser rejects those itself, so every usage
-    error passes through :func:`_usage_error` before argparse exits with 2.
-    """
-    original_error, original_parse = p.error, p.parse_known_args
-    seen: list[Sequence[str]] = []
-
-    def error(message: str) -> NoReturn:
-        root, out = _lenient_root_and_out(seen[-1] if seen else sys.argv[2:])
-        withdraw_plan(intended_plan_path(root, out), f"bad arguments: {message}", _stderr)
-        original_error(message)
-
-    def parse_known_args(args: Sequence[str] | None = None,
-                         namespace: argparse.Namespace | None = None,
-                         ) -> tuple[argparse.Namespace, list[str]]:
-        seen.append(list(sys.argv[2:] if args is None else args))
-        ns, extra = original_parse(args, namespace)
-        if extra:
-            error(f"unrecognized arguments: {' '.join(extra)}")
-        return ns, extra
-
-    p.error = error  # type: ignore[method-assign]
-    p.parse_known_args = parse_known_args  # type: ignore[method-assign,assignment]
+def _on_error(why: str, argv: Sequence[str]) -> None:
+    """Withdraw the plan after a failed ``fastci plan``, however it failed."""
+    root, out = _lenient_root_and_out(argv)
+    withdraw_plan(intended_plan_path(root, out), why, _stderr)
 
 
 def _lenient_root_and_out(argv: Sequence[str]) -> tuple[Path, str | None]:
-    """``--root`` and ``--out`` from arguments that do not parse as a whole."""
+    """``--root`` and ``--out`` from arguments that may not parse as a whole."""
     p = argparse.ArgumentParser(add_help=False, exit_on_error=False)
     p.add_argument("--root", default=".")
     p.add_argument("--out")
@@ -231,4 +173,4 @@ def _lenient_root_and_out(argv: Sequence[str]) -> tuple[Path, str | None]:
 
 
 COMMAND = Command("plan", "analyze a change and write the plan (.fastci/plan.json)",
-                  _add_arguments, _run)
+                  _add_arguments, _run, on_error=_on_error)

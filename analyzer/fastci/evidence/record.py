@@ -1,0 +1,128 @@
+"""Filling the evidence store: the routines behind ``fastci record`` and ``fastci ingest``.
+
+:func:`record` runs tests under the recorder with Bazel (``--config=fastci_record``)
+and ingests their traces; :func:`ingest_paths` ingests trace files already on disk
+(``bazel-testlogs``, pytest trace directories). Both stamp the evidence with
+:func:`fastci.integrations.git.tree.evidence_commit` of the tree the traces come
+from, taken before anything runs: ``HEAD`` for a clean tree, ``dirty:<tree id>``
+for a modified one, which never passes for a commit, so plans compare every
+recorded file with what they analyse instead of trusting it as ``HEAD``'s.
+
+(:mod:`fastci.evidence.recorder` is the other end: the recorder inside a test process.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from fastci.errors import BazelError, FastCIError
+from fastci.evidence.ingest import IngestReport, find_traces, ingest, results_from_bep
+from fastci.evidence.store import EvidenceStore
+from fastci.integrations.bazel.runner import Bazel
+from fastci.integrations.git.tree import DIRTY_PREFIX, evidence_commit
+
+
+def summary(report: IngestReport) -> str:
+    """One line saying what an ingest did."""
+    line = (f"ingested {report.traces} trace(s): {report.runs_added} run(s) added, "
+            f"{report.runs_skipped} already known, {len(report.tests)} test(s)")
+    if report.incomplete_tests:
+        line += f", {len(report.incomplete_tests)} with incomplete evidence"
+    if report.corrupt:
+        line += f", {len(report.corrupt)} corrupt trace(s) skipped"
+    return line
+
+
+def dirty_note(commit: str | None) -> list[str]:
+    """The line saying evidence was stamped as a modified tree's (none for a commit)."""
+    if commit is None or not commit.startswith(DIRTY_PREFIX):
+        return []
+    return [f"recorded from a modified tree: evidence stamped {commit[:len(DIRTY_PREFIX) + 12]}…; "
+            "plans compare every recorded file"]
+
+
+def guess_source(paths: Sequence[Path]) -> str:
+    """``bazel`` when a path is under a ``bazel-testlogs`` tree, else ``pytest``."""
+    return "bazel" if any("testlogs" in str(p) for p in paths) else "pytest"
+
+
+def ingest_paths(store_path: Path, paths: Sequence[Path], *, source: str | None = None,
+                 bep: Path | None = None, commit: str | None = None,
+                 source_root: Path) -> tuple[IngestReport, str | None]:
+    """Merge the trace files under ``paths`` into the store at ``store_path`` (created if absent).
+
+    Args:
+        store_path: the evidence store.
+        paths: trace files or directories; every one must exist.
+        source: ``bazel`` or ``pytest`` (None: :func:`guess_source`).
+        bep: a build event JSON file: its outcomes and durations win over the traces',
+            and only its tests' traces are read.
+        commit: the commit the traces were recorded at (None: the
+            :func:`~fastci.integrations.git.tree.evidence_commit` of ``source_root``).
+        source_root: the tree the traces were recorded from (unit checksums are taken from it).
+
+    Returns:
+        The ingest report and the commit the evidence was stamped with (None outside
+        a git repository: evidence of an unknown revision).
+
+    Raises:
+        FastCIError: a path does not exist (nothing is ingested).
+    """
+    missing = [p for p in paths if not p.exists()]
+    if missing:
+        raise FastCIError(f"{missing[0]}: no such file or directory")
+    results = results_from_bep(bep) if bep else None
+    # The tree the unit checksums are computed from, taken before the store is created.
+    commit = commit or evidence_commit(source_root)
+    store = EvidenceStore.open(store_path, create=True)
+    try:
+        report = ingest(store, find_traces(paths), source=source or guess_source(paths),
+                        commit=commit, results=results, root=source_root,
+                        only=set(results) if results is not None else None)
+    finally:
+        store.close()
+    return report, commit
+
+
+def record(workspace: Path, targets: list[str], store_path: Path, *,
+           flags: Sequence[str] = (), bazel: Bazel | None = None) -> str:
+    """Run ``bazel test --config=fastci_record`` and ingest; return the summary text.
+
+    Args:
+        workspace: the Bazel workspace (its tree stamps the evidence).
+        targets: target patterns to test.
+        store_path: the evidence store (created if absent).
+        flags: extra flags for ``bazel test``.
+        bazel: the Bazel adapter to use (default: one for ``workspace``).
+
+    Raises:
+        BazelError: Bazel reported no test results although tests were built.
+    """
+    bz = bazel or Bazel(workspace)
+    # The tree the tests run on: taken before the run writes anything into the workspace.
+    commit = evidence_commit(workspace)
+    bep = workspace / ".fastci" / "runs" / "record-bep.json"
+    bep.parent.mkdir(parents=True, exist_ok=True)
+    res = bz.test(targets, flags=["--config=fastci_record", *flags], bep_path=bep)
+    testlogs = Path(bz.info("bazel-testlogs"))
+    results = results_from_bep(bep)
+    if not results and not res.no_tests:
+        raise BazelError(f"bazel test reported no test results in {bep}")
+    store = EvidenceStore.open(store_path, create=True)
+    try:
+        report = ingest(store, find_traces([testlogs]) if testlogs.exists() else iter(()),
+                        source="bazel", commit=commit, results=results,
+                        root=workspace, only=set(results))
+        stats = store.stats()
+    finally:
+        store.close()
+    passed = sum(1 for r in results.values() if r.outcome == "passed")
+    lines = [f"{passed} passed, {len(results) - passed} failed",
+             summary(report),
+             f"store {store_path}: {stats['test']} tests, {stats['unit']} units, "
+             f"{stats['context']} contexts, {stats['file_read']} file reads, "
+             f"{stats['evidence']} evidence rows, {stats['bytes'] / 1e6:.2f} MB"]
+    lines += [f"fastci: {m}" for m in report.corrupt]
+    lines += dirty_note(commit)
+    return "\n".join(lines)
