@@ -16,6 +16,7 @@ from fastci.integrations.bazel.bep import parse_bep, parse_bep_lines
 from fastci.integrations.bazel.query import parse_query_xml
 from fastci.integrations.bazel.runner import Bazel, plan_digest
 from fastci.errors import BazelError
+from fastci.types import LabelError
 
 
 def _result(label: str, status: str, ms: int, cached: bool = False, attempt: int = 1) -> str:
@@ -56,6 +57,21 @@ def test_bep_folds_attempts_and_summaries() -> None:
     assert report.summary_line() == "2 passed, 1 failed"
 
 
+def test_bep_labels_are_canonical_test_ids() -> None:
+    # Outcomes are looked up by normalize_test_id(plan id): a label in another
+    # spelling must land on the same key, never on a second one.
+    lines = [
+        _result("@//p:a", "PASSED", 10),
+        _summary("//p:a", "PASSED", 10),
+        _result("//p/q", "FAILED", 10),
+        json.dumps({"id": {"targetCompleted": {"label": "@//p:d"}}, "aborted": {"reason": "SKIPPED"}}),
+    ]
+    report = parse_bep_lines(lines)
+    assert sorted(report.outcomes) == ["//p/q:q", "//p:a"]
+    assert report.outcomes["//p:a"].attempts == 1 and not report.outcomes["//p/q:q"].passed
+    assert report.skipped == ("//p:d",)
+
+
 def test_bep_corrupt_middle_line_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / "bep.json"
     path.write_text("not json\n" + _summary("//p:a", "PASSED", 1) + "\n")
@@ -91,11 +107,18 @@ def test_query_xml_decodes_json_values() -> None:
     assert (decl.scope, decl.constraints, decl.srcs, decl.main) == (("parallel_parity",), (), ("//p:a_test.py",), "a_test.py")
     with pytest.raises(BazelError, match="malformed XML"):
         parse_query_xml("<query")
+    (short,) = parse_query_xml(_XML.replace('value="//p:a_test"', 'value="@//p/a_test"'))
+    assert short.id == "//p/a_test:a_test"  # one spelling per test, whatever Bazel printed
 
 
 def test_testlogs_reads_plain_and_zipped_outputs(tmp_path: Path) -> None:
     assert testlogs.test_dir(tmp_path, "//p/q:t") == tmp_path / "p/q/t"
     assert testlogs.test_dir(tmp_path, "@r//p:t") == tmp_path / "external/r/p/t"
+    assert testlogs.test_dir(tmp_path, "@//p/q") == tmp_path / "p/q/q"
+    assert testlogs.test_dir(tmp_path, "//:t") == tmp_path / "t"
+    assert testlogs.test_dir(tmp_path, "@r") == tmp_path / "external/r/r"
+    with pytest.raises(LabelError, match="target name after ':' is empty"):
+        testlogs.test_dir(tmp_path, "//p:")
     outputs = tmp_path / "p" / "t" / "test.outputs"
     outputs.mkdir(parents=True)
     with zipfile.ZipFile(outputs / "outputs.zip", "w") as zf:

@@ -135,9 +135,10 @@ def test_plain_run_is_full_workload_on_disjoint_gpus(ws: Workspace) -> None:
     # The plan on disk (PLAN_A) must not matter without --config=fastci.
     res, report = ws.test(targets=("//gputests:all", "@fastci//rules/tests:all"))
     assert res.returncode == 0, res.stderr[-3000:]
-    assert report.summary_line() == "6 passed, 0 failed"
+    assert report.summary_line() == "7 passed, 0 failed"
     assert set(report.outcomes) == set(TESTS) | {
-        "@fastci//rules/tests:validate_test", "@fastci//rules/tests:plan_model_test", "@fastci//rules/tests:constraints_test"
+        "@fastci//rules/tests:validate_test", "@fastci//rules/tests:plan_model_test", "@fastci//rules/tests:constraints_test",
+        "@fastci//rules/tests:plan_corpus_test",
     }
     for label in TESTS:
         record = ws.record(label)

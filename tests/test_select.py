@@ -140,9 +140,16 @@ def test_plan_model_round_trip(world: World) -> None:
 
 
 def test_label_to_path() -> None:
+    import pytest
+
     from fastci.plan.build import label_to_path
+    from fastci.types import LabelError
 
     assert label_to_path("//examples/microllm/tests:tp_parity_test.py") == \
         "examples/microllm/tests/tp_parity_test.py"
     assert label_to_path("@//pkg:sub/x.py") == "pkg/sub/x.py"
     assert label_to_path("//:top.py") == "top.py"
+    # Another repository's file has no path in this one (it used to become "@r//p/x.py").
+    assert label_to_path("@r//p:x.py") is None
+    with pytest.raises(LabelError, match="is not a valid Bazel label"):
+        label_to_path("//pkg:")

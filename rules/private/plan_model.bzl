@@ -4,7 +4,10 @@
 `@fastci_plan//:plan.bzl` exports as `PLAN`; `decide_test` applies it to one
 gpu_test. Neither touches the file system: `plan.bzl` (the repository rule)
 reads the file, these are unit-tested by `//rules/tests:plan_model_test`.
-The Python twin of the schema is `fastci.plan.model` (keep both in step).
+The Python twins are `fastci.plan.model` (the schema) and `fastci.types` (test
+ids); both twins run the shared corpus rules/tests/plan_cases.json
+(`//rules/tests:plan_corpus_test`, tests/test_plan_corpus.py): same decisions,
+same problem text.
 """
 
 load(":constraints.bzl", "constraint_problems", "render")
@@ -17,15 +20,80 @@ _TOP_KEYS = ["version", "base", "head", "tree", "mode", "reason", "tests", "skip
 _TEST_KEYS = ["id", "overrides", "priority", "why", "est_gpu_s"]
 _SKIPPED_KEYS = ["id", "why"]
 
+# Twin of the test-id parser in `fastci.types` (`label_problem`, `normalize_test_id`);
+# both are held to rules/tests/plan_cases.json.
+_SPACE = [" ", "\t", "\n", "\r"]
+_REPO_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-"
+
+def is_label(s):
+    """Returns True when the test id `s` is meant as a Bazel label (`//` or `@`), not a pytest node id."""
+    return s.startswith(("//", "@"))
+
+def label_problem(s):
+    """Returns why `s` is not a well-formed absolute Bazel label, or None when it is.
+
+    Accepted: `//pkg:name`, `//pkg` (name = last package segment), `//:name`,
+    `@repo//...`, `@//...` (the main repository) and `@repo` (`@repo//:repo`).
+    """
+    for c in _SPACE:
+        if c in s:
+            return "it contains whitespace"
+    if s.startswith("@"):
+        repo, sep, rest = s[1:].partition("//")
+        for i in range(len(repo)):
+            if repo[i] not in _REPO_CHARS:
+                return "a repository name holds only letters, digits, '_', '.' and '-'"
+        if not sep:
+            return None if repo else "nothing follows '@'"
+        body = rest
+    elif s.startswith("//"):
+        body = s[2:]
+    else:
+        return "it starts with neither '//' nor '@'"
+    if body.count(":") > 1:
+        return "it has more than one ':'"
+    package, colon, name = body.partition(":")
+    if not package and not colon:
+        return "it names neither a package nor a target"
+    if colon and not name:
+        return "the target name after ':' is empty"
+    for part, what in ((package, "package"), (name, "target name")):
+        if part.startswith("/") or part.endswith("/") or "//" in part:
+            return "the %s has an empty path segment" % what
+        for seg in part.split("/"):
+            if seg in (".", ".."):
+                return "the %s has a '.' or '..' segment" % what
+    return None
+
 def normalize_label(s):
-    """Normalizes a test label: `@//p:t` and `//p` style to `//p:t`; other ids (pytest) as they are."""
-    if not s.startswith(("//", "@")):
+    """The canonical form of a test id: `[@repo]//package:name` for a label.
+
+    `@//p:t` and `//p:t` are one test, `//p` is `//p:p`; a pytest node id, and a
+    malformed label (which `plan_problem` rejects), are returned unchanged.
+    """
+    if not is_label(s) or label_problem(s) != None:
         return s
-    if s.startswith("@//"):
-        s = s[1:]
-    if ":" not in s:
-        s = s + ":" + s.split("/")[-1]
-    return s
+    repo = ""
+    body = s[2:]
+    if s.startswith("@"):
+        repo, sep, rest = s[1:].partition("//")
+        body = rest if sep else ":" + repo
+    package, colon, name = body.partition(":")
+    if not colon:
+        name = package.split("/")[-1]
+    return "%s//%s:%s" % ("@" + repo if repo else "", package, name)
+
+def _tname(value):
+    """The type name `fastci.plan.model` prints (Python's), so both twins word problems alike."""
+    t = type(value)
+    return {"string": "str", "NoneType": "null"}.get(t, t)
+
+def _repr(value):
+    """`%r` as Python writes it: a string in single quotes unless it holds one (then double)."""
+    r = "%r" % (value,)
+    if type(value) != "string" or "'" in value:
+        return r
+    return "'" + r[1:-1].replace("\\\"", "\"") + "'"
 
 def fallback(problem):
     """The plan used when the file is missing or invalid: every test, full workload."""
@@ -40,42 +108,64 @@ def fallback(problem):
 def _unknown_keys(where, obj, allowed):
     for k in obj:
         if k not in allowed:
-            return "%s: unknown key %r (allowed: %s)" % (where, k, ", ".join(allowed))
+            return "%s: unknown key %s (allowed: %s)" % (where, _repr(k), ", ".join(allowed))
     return None
 
 def _check_entry(where, entry, allowed):
+    # The same checks in the same order as `fastci.plan.model._parse_entry` (same first problem).
     if type(entry) != "dict":
-        return "%s: expected an object, got %s" % (where, type(entry))
+        return "%s: expected an object, got %s" % (where, _tname(entry))
     problem = _unknown_keys(where, entry, allowed)
     if problem:
         return problem
     if type(entry.get("id")) != "string" or not entry["id"]:
-        return "%s.id: expected a non-empty string (a label or pytest node id), got %r" % (where, entry.get("id"))
+        return "%s.id: expected a non-empty string (a label or pytest node id), got %s" % (where, _repr(entry.get("id")))
+    if is_label(entry["id"]):
+        problem = label_problem(entry["id"])
+        if problem:
+            return "%s.id: %s is not a valid Bazel label: %s" % (where, _repr(entry["id"]), problem)
     if "why" in entry and type(entry["why"]) != "string":
-        return "%s.why: expected a string, got %s" % (where, type(entry["why"]))
+        return "%s.why: expected a string, got %s" % (where, _tname(entry["why"]))
+    for num in ("priority", "est_gpu_s"):
+        if num in entry and not is_number(entry[num]):
+            return "%s.%s: expected a number, got %s" % (where, num, _tname(entry[num]))
+    return None
+
+def _overrides_problem(where, overrides):
+    if type(overrides) != "dict":
+        return "%s: expected an object, got %s" % (where, _tname(overrides))
+    for dim, value in overrides.items():
+        if not is_dim_name(dim):
+            return "%s: %s is not a dimension name" % (where, _repr(dim))
+        if type(value) not in SCALAR_TYPES:
+            return "%s.%s: expected int, float, str or bool, got %s" % (where, dim, _tname(value))
     return None
 
 def plan_problem(plan):
-    """Returns a one-line description of what is wrong with a decoded plan, or None."""
+    """Returns a one-line description of what is wrong with a decoded plan, or None.
+
+    Twin of `fastci.plan.model.Plan.from_dict`: the same decisions and the same
+    text, held to rules/tests/plan_cases.json.
+    """
     if type(plan) != "dict":
-        return "plan.json: expected a JSON object at the top level, got %s" % type(plan)
+        return "plan.json: expected a JSON object at the top level, got %s" % _tname(plan)
     if "version" not in plan:
         return "plan.json: missing key 'version'"
     if plan["version"] != PLAN_VERSION or type(plan["version"]) != "int":
-        return "plan.json: unknown version %r (this FastCI reads version %d)" % (plan["version"], PLAN_VERSION)
+        return "plan.json: unknown version %s (this FastCI reads version %d)" % (_repr(plan["version"]), PLAN_VERSION)
     problem = _unknown_keys("plan.json", plan, _TOP_KEYS)
     if problem:
         return problem
     if plan.get("mode") not in MODES:
-        return "plan.json: mode: expected one of %s, got %r" % (", ".join(MODES), plan.get("mode"))
+        return "plan.json: mode: expected one of %s, got %s" % (", ".join(MODES), _repr(plan.get("mode")))
     for key in ("reason", "base", "head", "tree"):
         if key in plan and type(plan[key]) != "string":
-            return "plan.json: %s: expected a string, got %s" % (key, type(plan[key]))
+            return "plan.json: %s: expected a string, got %s" % (key, _tname(plan[key]))
     seen = {}
     for key, allowed in (("tests", _TEST_KEYS), ("skipped", _SKIPPED_KEYS)):
         entries = plan.get(key, [])
         if type(entries) != "list":
-            return "plan.json: %s: expected a list, got %s" % (key, type(entries))
+            return "plan.json: %s: expected a list, got %s" % (key, _tname(entries))
         for i, entry in enumerate(entries):
             where = "plan.json: %s[%d]" % (key, i)
             problem = _check_entry(where, entry, allowed)
@@ -85,17 +175,9 @@ def plan_problem(plan):
             if label in seen:
                 return "%s.id: %s is listed twice (also in %s)" % (where, label, seen[label])
             seen[label] = "%s[%d]" % (key, i)
-            for num in ("priority", "est_gpu_s"):
-                if num in entry and not is_number(entry[num]):
-                    return "%s.%s: expected a number, got %s" % (where, num, type(entry[num]))
-            overrides = entry.get("overrides", {})
-            if type(overrides) != "dict":
-                return "%s.overrides: expected an object, got %s" % (where, type(overrides))
-            for dim, value in overrides.items():
-                if not is_dim_name(dim):
-                    return "%s.overrides: %r is not a dimension name" % (where, dim)
-                if type(value) not in SCALAR_TYPES:
-                    return "%s.overrides.%s: expected int, float, str or bool, got %s" % (where, dim, type(value))
+            problem = _overrides_problem(where + ".overrides", entry.get("overrides", {}))
+            if problem:
+                return problem
     return None
 
 def parse_plan(plan, read_problem = None):

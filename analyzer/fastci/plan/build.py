@@ -55,11 +55,15 @@ class Analysis:
     elapsed_s: float
 
 
-def label_to_path(label: str) -> str:
-    """``//pkg/sub:file.py`` -> ``pkg/sub/file.py`` (source labels of the main repository)."""
-    label = label[1:] if label.startswith("@//") else label
-    pkg, _, name = label.lstrip("/").partition(":")
-    return f"{pkg}/{name}" if pkg else name
+def label_to_path(label: str) -> str | None:
+    """``//pkg/sub:file.py`` -> ``pkg/sub/file.py``; None for another repository's file.
+
+    Raises:
+        LabelError: ``label`` is not a well-formed label.
+    """
+    from fastci.types import parse_label  # the one label parser (fastci.types)
+
+    return parse_label(label).source_path()
 
 
 def bazel_declared(root: Path, config: Config, *, bazel: Any = None) -> dict[TestId, DeclaredTest]:
@@ -69,7 +73,8 @@ def bazel_declared(root: Path, config: Config, *, bazel: Any = None) -> dict[Tes
 
     out: dict[TestId, DeclaredTest] = {}
     for d in list_gpu_tests(bazel or Bazel(root, config.bazel), config.targets):
-        srcs = tuple(label_to_path(s) for s in d.srcs)
+        # A source in another repository has no path here: no change of ours can touch it.
+        srcs = tuple(p for p in map(label_to_path, d.srcs) if p is not None)
         out[d.id] = DeclaredTest(d.id, int(d.gpus), dict(d.workload), srcs)
     return out
 

@@ -2,7 +2,9 @@
 
 A plan is the output of the analysis and the input of every runner: the Bazel
 rules (``@fastci_plan``, whose Starlark twin is ``rules/private/plan_model.bzl``
-— keep both in step), the pytest plugin and ``fastci run``. Format:
+— both are held to the shared corpus rules/tests/plan_cases.json), the pytest
+plugin and ``fastci run``. A test id that starts like a Bazel label (``//``,
+``@``) must be a well-formed one (:func:`fastci.types.parse_label`). Format:
 docs/PLAN_FORMAT.md. Bad input raises :class:`~fastci.errors.PlanError` with a
 one-line message naming the exact place, e.g.
 ``plan.json: tests[2].overrides.train_iters: expected int, float, str or bool, got list``.
@@ -27,7 +29,9 @@ from typing import Any, Mapping
 
 from fastci.errors import PlanError
 from fastci.integrations.git.tree import UNKNOWN_TREE
-from fastci.types import TestId, WorkloadValue
+# normalize_test_id is re-exported: callers have always imported it from here.
+from fastci.types import LabelError, TestId, WorkloadValue, is_label, parse_label
+from fastci.types import normalize_test_id as normalize_test_id
 
 PLAN_VERSION = 1
 MODES = ("selective", "all", "shadow")
@@ -170,17 +174,6 @@ def for_tree(plan: Plan, tree: str | None) -> tuple[Plan, str | None]:
     return plan, untied_note(plan)
 
 
-def normalize_test_id(test_id: TestId) -> TestId:
-    """Normalize a Bazel label like the rules do (``@//p:t``, ``//p`` -> ``//p:t``); other ids as is."""
-    if not test_id.startswith(("//", "@")):
-        return test_id
-    if test_id.startswith("@//"):
-        test_id = test_id[1:]
-    if ":" not in test_id:
-        test_id = f"{test_id}:{test_id.rsplit('/', 1)[-1]}"
-    return test_id
-
-
 def _reject_constant(name: str) -> float:
     raise ValueError(f"non-standard JSON constant {name}")
 
@@ -218,6 +211,12 @@ def _parse_entry(where: str, raw: object, allowed: tuple[str, ...]) -> dict[str,
     _check_keys(where, raw, allowed)
     if not isinstance(raw.get("id"), str) or not raw["id"]:
         raise PlanError(f"{where}.id: expected a non-empty string (a label or pytest node id), got {raw.get('id')!r}")
+    if is_label(raw["id"]):
+        try:
+            parse_label(raw["id"])
+        except LabelError as exc:
+            # A malformed label names no test: the plan is refused (the runners then run everything).
+            raise PlanError(f"{where}.id: {exc}") from exc
     if not isinstance(raw.get("why", ""), str):
         raise PlanError(f"{where}.why: expected a string, got {_tname(raw['why'])}")
     for key in ("priority", "est_gpu_s"):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fastci.errors import BazelError
+from fastci.types import normalize_test_id
 
 LOG = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ def parse_bep_lines(lines: list[str], *, source: str = "BEP") -> BuildReport:
             ident, payload = ev_id["testResult"], event["testResult"]
             attempts.append(
                 TestAttempt(
-                    label=ident["label"],
+                    label=normalize_test_id(ident["label"]),
                     status=payload.get("status", "NO_STATUS"),
                     duration_s=_ms(payload.get("testAttemptDurationMillis", 0)),
                     cached=bool(payload.get("cachedLocally", False)),
@@ -117,12 +118,12 @@ def parse_bep_lines(lines: list[str], *, source: str = "BEP") -> BuildReport:
             )
         elif "testSummary" in ev_id and "testSummary" in event:
             payload = event["testSummary"]
-            summaries[ev_id["testSummary"]["label"]] = (
+            summaries[normalize_test_id(ev_id["testSummary"]["label"])] = (
                 payload.get("overallStatus", "NO_STATUS"),
                 _ms(payload.get("totalRunDurationMillis", 0)),
             )
         elif "targetCompleted" in ev_id and event.get("aborted", {}).get("reason") == "SKIPPED":
-            skipped.append(ev_id["targetCompleted"]["label"])
+            skipped.append(normalize_test_id(ev_id["targetCompleted"]["label"]))
         elif "buildFinished" in ev_id and "finished" in event:
             code = event["finished"].get("exitCode", {})
             exit_code = int(code.get("code", 0))

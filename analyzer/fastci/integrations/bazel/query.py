@@ -14,7 +14,7 @@ from typing import Mapping
 
 from fastci.integrations.bazel.runner import Bazel
 from fastci.errors import BazelError
-from fastci.types import TestId, WorkloadValue
+from fastci.types import TestId, WorkloadValue, normalize_test_id
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def parse_query_xml(text: str) -> list[TestDecl]:
         main = attrs.get("main")
         decls.append(
             TestDecl(
-                id=test.get("value", ""),
+                id=normalize_test_id(test.get("value", "")),
                 gpus=int(gpus.get("value", "0")) if gpus is not None else 0,
                 workload=_decode_dict(name, "workload", attrs.get("workload")),
                 floors=_decode_dict(name, "floors", attrs.get("floors")),

@@ -10,16 +10,16 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
+from fastci.types import parse_label
+
 
 def test_dir(testlogs: Path, label: str) -> Path:
-    """``bazel-testlogs`` directory of a test label (``//p:t`` or ``@repo//p:t``)."""
-    repo = ""
-    if label.startswith("@"):
-        repo, _, label = label[1:].partition("//")
-        label = "//" + label
-    package, _, name = label[2:].partition(":")
-    base = testlogs / "external" / repo if repo else testlogs
-    return base / package / (name or package.rsplit("/", 1)[-1])
+    """``bazel-testlogs`` directory of a test label (``//p:t`` or ``@repo//p:t``).
+
+    Raises:
+        LabelError: ``label`` is not a well-formed label.
+    """
+    return parse_label(label).testlogs_dir(testlogs)
 
 
 def read_output(testlogs: Path, label: str, name: str) -> bytes | None:
