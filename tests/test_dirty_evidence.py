@@ -19,7 +19,7 @@ import pytest
 from fastci import cli
 from fastci.plan.build import analyze
 from fastci.integrations.bazel.runner import BazelResult
-from fastci.cli.record import record
+from fastci.evidence.record import record
 from fastci.config import Config
 from fastci.evidence.store import EvidenceStore
 from fastci.select import DecisionKind

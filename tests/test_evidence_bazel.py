@@ -16,7 +16,7 @@ import pytest
 
 from fastci import cli
 from fastci.integrations.bazel.runner import Bazel
-from fastci.cli.record import record
+from fastci.evidence.record import record
 from fastci.evidence.store import EvidenceStore
 from fastci.units.index import FileUnits, index_source
 

@@ -20,7 +20,7 @@ from fastci import cli
 from fastci.plan.build import analyze, bazel_declared
 from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.git.tree import plan_tree
-from fastci.cli.record import record
+from fastci.evidence.record import record
 from fastci.config import Config
 from fastci.evidence.store import EvidenceStore
 from fastci.plan.model import Plan, PlannedTest, SkippedTest, dump_plan

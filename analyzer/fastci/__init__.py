@@ -1,9 +1,12 @@
 """FastCI: select, prune, prioritize and shrink GPU-heavy tests from runtime evidence.
 
-The package is laid out in pipeline order: ``units`` (what code is),
-``evidence`` (what tests executed), ``changes`` (what a diff touched),
-``select`` → ``plan`` (what must run), and the consumers ``bazel``,
-``pytest_plugin`` and ``run``.
+The package is laid out in pipeline order, one folder per stage: ``units`` (what
+code is), ``evidence`` (what tests executed), ``changes`` (what a diff touched),
+``select`` (which tests it reaches), ``plan`` (what must run, and how), ``run``
+(running it); ``integrations`` holds the adapters to git and Bazel (below every
+stage) and the pytest plugin (above them), ``cli`` the ``fastci`` command.
+``errors``, ``types`` and ``config`` are shared leaves; ``pytest_plugin`` is the
+documented plugin path (docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ def lazy_exports(module: str, exports: Mapping[str, str]) -> Callable[[str], obj
 
     Stage packages list their public API in ``__init__`` without importing every
     submodule at once: a test process that needs ``fastci.units.lines`` must not
-    pay for libcst, which ``fastci.units.index`` imports.
+    pay for what ``fastci.units.index`` needs (checksums, the unit cache).
     """
 
     def __getattr__(name: str) -> object:

@@ -12,6 +12,7 @@ from fastci.cli.command import Command
 from fastci.errors import FastCIError
 from fastci.evidence.store import EvidenceStore
 from fastci.integrations.git.repository import repo_root
+from fastci.types import normalize_test_id
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
     """Print the evidence of one test."""
     root = repo_root(Path.cwd())
     store = EvidenceStore.open(args.store or config.load(root).path(root, "store"))
+    args.test = normalize_test_id(args.test)
     try:
         if args.test not in set(store.test_ids()):
             raise FastCIError(f"no evidence for {args.test!r}; `fastci record` records it")

@@ -8,6 +8,7 @@ from fastci.cli.command import Command
 from fastci.cli.options import add_change_arguments
 from fastci.plan.build import analyze_change
 from fastci.select.explain import explain
+from fastci.types import normalize_test_id
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
@@ -16,6 +17,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    args.test = normalize_test_id(args.test)  # `@//p:t` and `//p` name `//p:t` and `//p:p`
     root = args.root.resolve()
     cfg, analysis = analyze_change(root, base=args.base, head=args.head, store=args.store,
                                    query_bazel=not args.no_bazel)

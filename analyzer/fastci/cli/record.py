@@ -16,7 +16,7 @@ from fastci.evidence.record import record
 from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.git.repository import repo_root
 
-__all__ = ["COMMAND", "add_arguments", "record", "run"]
+__all__ = ["COMMAND", "add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -28,6 +28,7 @@ from typing import Any, Mapping, MutableMapping, Sequence
 
 from fastci.run import gpus as gpu_pool
 from fastci.errors import FastCIError
+from fastci.types import normalize_test_id
 
 WORKLOAD_FILE = "fastci_workload.json"
 TRACES_DIR = "fastci_traces"
@@ -87,7 +88,7 @@ class LaunchConfig:
         if not main:
             raise LaunchError("FASTCI_TEST_MAIN is not set: run gpu_tests through bazel")
         return cls(
-            test_id=environ.get("FASTCI_TEST_ID") or environ.get("TEST_TARGET", "?"),
+            test_id=normalize_test_id(environ.get("FASTCI_TEST_ID") or environ.get("TEST_TARGET", "?")),
             mode=environ.get("FASTCI_MODE", "full"),
             workload=workload,
             gpus=gpus,

@@ -31,10 +31,10 @@ from fastci.integrations.bazel.runner import Bazel
 from fastci.errors import BazelError
 from fastci.config import Config
 from fastci.integrations.git.repository import Git
-from fastci.plan.model import Plan, for_tree, normalize_test_id
+from fastci.plan.model import Plan, for_tree
 from fastci.integrations.git.tree import current_tree
 from fastci.select.rules import RunLike
-from fastci.types import TestId
+from fastci.types import TestId, as_label, is_label, normalize_test_id
 
 LOG = logging.getLogger(__name__)
 
@@ -98,17 +98,18 @@ def planned_targets(plan: Plan, config: Config) -> tuple[list[str], list[str]]:
     """
     if plan.mode != "selective":
         return [config.targets], []
-    labels = [t.id for t in plan.tests if t.id.startswith(("//", "@"))]
-    others = [t.id for t in plan.tests if not t.id.startswith(("//", "@"))]
+    labels = [t.id for t in plan.tests if is_label(t.id)]
+    others = [t.id for t in plan.tests if not is_label(t.id)]
     outside = [label for label in labels if not _covered(normalize_test_id(label), config.targets)]
     return [config.targets, *dict.fromkeys(outside)], others
 
 
 def _covered(label: str, pattern: str) -> bool:
     """Whether the target pattern ``pattern`` names ``label`` (False when unsure: listed twice is harmless)."""
-    if not label.startswith("//") or not pattern.startswith("//"):
+    lab = as_label(label)
+    if lab is None or lab.repo or not pattern.startswith("//"):
         return False
-    package = label[2:].partition(":")[0]
+    package = lab.package
     if pattern == "//...":
         return True
     if pattern.endswith("/..."):
@@ -204,7 +205,7 @@ def execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | No
     for other in others:
         echo(f"fastci run: {other} is not a Bazel target; run it with pytest --fastci-plan")
     planned = tuple(dict.fromkeys(normalize_test_id(t.id) for t in plan.tests
-                                  if t.id.startswith(("//", "@")))) if plan.mode == "selective" else ()
+                                  if is_label(t.id))) if plan.mode == "selective" else ()
     if plan.mode == "selective" and not planned:
         # Still run Bazel: a test declared after the plan was made runs (full workload).
         echo("fastci run: the plan selects no tests: running only tests it does not list"
@@ -281,7 +282,6 @@ def _record(root: Path, report: BuildReport, store: ResultHistory, bazel: Bazel,
         testlogs = None
     commit = Git(root).head()
     runs = store.latest_runs()
-    from fastci.plan.model import normalize_test_id
 
     overrides_by_test: dict[str, dict[str, Any]] = {}
     if plan is not None and plan.mode == "selective":

@@ -18,7 +18,7 @@ from fastci.select.decisions import (SKIP_KINDS, WIDEN_KINDS, Decision, Decision
                                      Selection)
 from fastci.select.rules import (DeclaredTest, EvidenceReader, RunLike, ignored_read_rules,
                                  path_rules, static_rules, test_rules, unit_rules)
-from fastci.types import TestId
+from fastci.types import TestId, as_label
 
 LOG = logging.getLogger(__name__)
 
@@ -72,7 +72,8 @@ def select_tests(changes: ChangeSet, store: EvidenceReader, config: Config, *,
     removed: set[TestId] = set()
     if declared is not None:
         # A recorded Bazel target that the build no longer declares cannot run.
-        removed = {t for t in evidence_tests if t.startswith("//") and t not in declared}
+        removed = {t for t in evidence_tests
+                   if (lab := as_label(t)) is not None and not lab.repo and str(lab) not in declared}
         universe -= removed
     hits: dict[TestId, list[Reason]] = {}
     for rule_hits in (test_rules(universe, runs, declared, env_fingerprint, changes,

@@ -1,7 +1,7 @@
 """Stage 1, code units: Python source in, units with semantic checksums out.
 
 A unit is a function or method body, a class body or a module's top level, named
-``path::qualname``. ``index`` parses with libcst and gives checksums that ignore
+``path::qualname``. ``index`` parses with the stdlib ``ast`` and gives checksums that ignore
 layout, comments and docstrings (and caches them by content digest); ``lines``
 maps executed lines to units with the stdlib ``ast`` only, cheap enough for every
 test process that records evidence.

@@ -47,13 +47,21 @@ NO_COLLECTION = "fastci/collection-not-recorded"
 _COLLECTION = pytest.StashKey["CollectionRecorder"]()
 
 
+#: Every name this module is loaded under: the entry point, the documented path, its own.
+_NAMES = ("fastci", "fastci.pytest_plugin", __name__)
+
+
 def pytest_plugin_registered(plugin: object, plugin_name: str,
                              manager: pytest.PytestPluginManager) -> None:
-    """Loaded with ``-p fastci.integrations.pytest.plugin``: keep the ``pytest11`` entry point
-    (the same module, named ``fastci``) from registering it a second time."""
-    if plugin is sys.modules[__name__] and plugin_name != "fastci" \
-            and manager.get_plugin("fastci") is None:
-        manager.set_blocked("fastci")
+    """Loaded under one name (``-p fastci.pytest_plugin``, ``-p`` with this module's path, or
+    the ``pytest11`` entry point ``fastci``): keep the other names of this same module from
+    registering it a second time."""
+    if plugin is not sys.modules[__name__]:
+        return
+    for name in _NAMES:
+        if name != plugin_name and manager.get_plugin(name) is None \
+                and not manager.is_blocked(name):
+            manager.set_blocked(name)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
