@@ -4,8 +4,14 @@ Layout on disk::
 
     <save>/latest_checkpointed_iteration.txt
     <save>/iter_0000010/mp_rank_{tp:02d}_{pp:03d}.pt   # model shard, Adam moments, RNG, sampler
+    <save>/iter_0000010/complete.json                  # the shard list, written after every shard
 
 Data-parallel rank 0 of each model-parallel rank writes (ZeRO-1 moments are gathered first).
+A save is crash consistent: each file is written to ``.tmp`` and renamed; after a barrier (every
+shard is on disk) global rank 0 writes ``complete.json``, then the ``latest`` marker, each
+atomically. A save interrupted anywhere leaves the marker on the previous complete iteration,
+and the loader refuses an iteration whose manifest is missing or whose shards are not all there
+(it never treats whatever shards happen to exist as a checkpoint).
 Loading into a different tensor- or pipeline-parallel size goes through the full, unpadded
 state; dropout RNG state is only restored when the layout is unchanged.
 """
@@ -13,6 +19,7 @@ state; dropout RNG state is only restored when the layout is unchanged.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -27,6 +34,7 @@ from microllm.parallel.comm import ParallelContext
 from microllm.parallel.tensor_parallel import shard, unshard
 
 LATEST = "latest_checkpointed_iteration.txt"
+MANIFEST = "complete.json"
 _FILE = re.compile(r"^mp_rank_(\d{2})_(\d{3})\.pt$")
 
 
@@ -54,6 +62,10 @@ def save(directory: str, iteration: int, stage: GPTStage, optimizer: Any, rng: A
     """Write this rank's shard for ``iteration`` (a collective over all ranks); return the dir."""
     exp_avg, exp_avg_sq = optimizer.moments()
     out_dir = os.path.join(directory, f"iter_{iteration:07d}")
+    stale = os.path.join(out_dir, MANIFEST)
+    if ctx.global_rank == 0 and os.path.exists(stale):
+        os.remove(stale)  # re-saving an iteration: it is incomplete until every new shard is written
+    _barrier(ctx)
     if ctx.dp_rank == 0:
         os.makedirs(out_dir, exist_ok=True)
         state = {
@@ -66,16 +78,54 @@ def save(directory: str, iteration: int, stage: GPTStage, optimizer: Any, rng: A
             "scaler": dataclasses.asdict(scaler),
             "sampler": sampler_state,
         }
-        path = os.path.join(out_dir, f"mp_rank_{ctx.tp_rank:02d}_{ctx.pp_rank:03d}.pt")
+        path = os.path.join(out_dir, shard_name(ctx.tp_rank, ctx.pp_rank))
         torch.save(state, path + ".tmp")
         os.replace(path + ".tmp", path)
-    _barrier(ctx)
+    _barrier(ctx)  # every shard of this iteration is on disk before it is declared complete
     if ctx.global_rank == 0:
-        with open(os.path.join(directory, LATEST + ".tmp"), "w", encoding="utf-8") as f:
-            f.write(str(iteration))
-        os.replace(os.path.join(directory, LATEST + ".tmp"), os.path.join(directory, LATEST))
+        publish(directory, iteration, ctx)
     _barrier(ctx)
     return out_dir
+
+
+def shard_name(tp_rank: int, pp_rank: int) -> str:
+    return f"mp_rank_{tp_rank:02d}_{pp_rank:03d}.pt"
+
+
+def _write_atomic(path: str, text: str) -> None:
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
+
+
+def publish(directory: str, iteration: int, ctx: ParallelContext) -> None:
+    """Declare ``iteration`` complete, then make it the latest (in this order, each atomic)."""
+    shards = [shard_name(t, p) for p in range(ctx.pp) for t in range(ctx.tp)]
+    manifest = {"iteration": iteration, "layout": {"tp": ctx.tp, "pp": ctx.pp, "dp": ctx.dp}, "shards": shards}
+    _write_atomic(os.path.join(directory, f"iter_{iteration:07d}", MANIFEST), json.dumps(manifest, indent=1))
+    _write_atomic(os.path.join(directory, LATEST), str(iteration))
+
+
+def verify_complete(iter_dir: str, iteration: int) -> None:
+    """Raise CheckpointError unless ``iter_dir`` holds a complete save of ``iteration``."""
+    path = os.path.join(iter_dir, MANIFEST)
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except FileNotFoundError:
+        raise CheckpointError(f"incomplete checkpoint {iter_dir}: no {MANIFEST} (the save did not finish)") from None
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"corrupt {path}: {exc}") from exc
+    layout = manifest.get("layout", {})
+    shards = manifest.get("shards", [])
+    expected = {shard_name(t, p) for p in range(layout.get("pp", 0)) for t in range(layout.get("tp", 0))}
+    if manifest.get("iteration") != iteration or not shards or set(shards) != expected:
+        raise CheckpointError(f"corrupt {path}: does not describe a tp x pp save of iteration {iteration}")
+    missing = [name for name in shards if not os.path.isfile(os.path.join(iter_dir, name))]
+    if missing:
+        raise CheckpointError(f"incomplete checkpoint {iter_dir}: missing {', '.join(missing)}")
 
 
 def latest_iteration(directory: str) -> int | None:
@@ -127,7 +177,8 @@ def load(directory: str, stage: GPTStage, ctx: ParallelContext, cfg: Config) -> 
     if iteration is None:
         raise CheckpointError(f"no checkpoint in {directory}")
     iter_dir = os.path.join(directory, f"iter_{iteration:07d}")
-    own = os.path.join(iter_dir, f"mp_rank_{ctx.tp_rank:02d}_{ctx.pp_rank:03d}.pt")
+    own = os.path.join(iter_dir, shard_name(ctx.tp_rank, ctx.pp_rank))
+    verify_complete(iter_dir, iteration)
     files = _read_all(iter_dir)
     any_file = next(iter(files.values()))
     saved_model = any_file["model_config"]

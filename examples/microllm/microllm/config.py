@@ -115,6 +115,8 @@ class TrainingConfig:
     deterministic: bool = True
     log_interval: int = 1
     metrics_path: str = ""
+    routing_record: str = ""  # directory to record MoE routing decisions in (see model/routing.py)
+    routing_replay: str = ""  # directory of a recorded trace: route as it did, report disagreements
 
 
 @dataclass(frozen=True)
@@ -190,6 +192,10 @@ class Config:
         _need(t.train_iters >= 1, "train_iters >= 1")
         _need(not self.optimizer.zero1 or p.dp >= 1, "zero1 needs a data-parallel group")
         _need(0.0 <= m.hidden_dropout < 1.0 and 0.0 <= m.attention_dropout < 1.0, "0 <= dropout < 1")
+        tracing = bool(t.routing_record or t.routing_replay)
+        _need(not (t.routing_record and t.routing_replay), "routing_record and routing_replay are exclusive")
+        _need(not tracing or m.num_experts > 0, "routing traces need num_experts > 0")
+        _need(not tracing or not m.recompute, "routing traces need recompute off (it reruns forward)")
         return self
 
     def to_dict(self) -> dict[str, dict[str, Any]]:

@@ -19,7 +19,8 @@ from microllm import checkpoint
 from microllm.config import Config
 from microllm.data import SyntheticDataset, eval_batches, make_sampler, microbatches
 from microllm.model.gpt import GPTStage, gather_full, init_full_state, load_full
-from microllm.model.transformer import RankRng
+from microllm.model.routing import RoutingTrace, load_replay, save_traces
+from microllm.model.transformer import MoE, RankRng
 from microllm.optim import LossScaler, build_optimizer, clip_grads, finalize_sequence_parallel_grads, lr_at
 from microllm.parallel.comm import ParallelContext, launch
 from microllm.parallel.pipeline import forward_backward, forward_only
@@ -43,6 +44,10 @@ class TrainResult:
     sampler_state: dict[str, int] = field(default_factory=dict)
     state: dict[str, torch.Tensor] = field(default_factory=dict)
     loss_scale: float = 1.0
+    loss_scales: list[float] = field(default_factory=list)  # the scale each iteration ran with
+    routing_decisions: int = 0  # routed tokens, summed over every rank and MoE layer (traced runs)
+    routing_mismatches: list[float] = field(default_factory=list)  # replay: reference margins where
+    # this run's own top-k differed from the replayed decision, over every rank
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "state"}
@@ -62,6 +67,21 @@ def evaluate(stage: GPTStage, ctx: ParallelContext, cfg: Config, rng: RankRng, d
     return float(ctx.dp_group.all_reduce(mean) / ctx.dp)
 
 
+def attach_routing_traces(stage: GPTStage, ctx: ParallelContext, cfg: Config) -> list[RoutingTrace]:
+    """Give every MoE layer a trace when the run records or replays routing (else none)."""
+    t = cfg.training
+    if not (t.routing_record or t.routing_replay):
+        return []
+    replay = load_replay(t.routing_replay, ctx.dp_rank) if t.routing_replay else None
+    traces = []
+    for module in stage.modules():
+        if isinstance(module, MoE):
+            module.trace = RoutingTrace(module.layer_number,
+                                        replay=None if replay is None else replay.get(module.layer_number, []))
+            traces.append(module.trace)
+    return traces
+
+
 def rank_main(ctx: ParallelContext, cfg: Config, return_state: bool = False) -> TrainResult:
     """Train on one rank; every rank runs this same function (SPMD)."""
     torch.use_deterministic_algorithms(cfg.training.deterministic)
@@ -71,6 +91,7 @@ def rank_main(ctx: ParallelContext, cfg: Config, return_state: bool = False) -> 
     rng = RankRng.create(t.seed, ctx)
     sampler = make_sampler(cfg)
     scaler = LossScaler.create(cfg.precision)
+    traces = attach_routing_traces(stage, ctx, cfg)
     loaded = checkpoint.load(ck.load, stage, ctx, cfg) if ck.load else None
     optimizer = build_optimizer(stage.named_global_parameters(), cfg, ctx)
     start = 0
@@ -92,6 +113,7 @@ def rank_main(ctx: ParallelContext, cfg: Config, return_state: bool = False) -> 
         indices = sampler.next_batch()
         result.batches.append(sum((k + 1) * i for k, i in enumerate(indices)) % 1_000_000_007)
         mbs = microbatches(train_data, indices, ctx.dp_rank, ctx.dp, t.micro_batch_size)
+        result.loss_scales.append(scaler.scale)
         losses = forward_backward(stage, mbs, ctx, rng, schedule=cfg.parallel.pipeline_schedule,
                                   loss_scale=scaler.scale)
         finalize_sequence_parallel_grads(stage, ctx)
@@ -123,6 +145,10 @@ def rank_main(ctx: ParallelContext, cfg: Config, return_state: bool = False) -> 
     result.tokens_per_s = done * t.global_batch_size * cfg.model.seq_length / max(elapsed, 1e-9)
     result.sampler_state = sampler.state_dict()
     result.loss_scale = scaler.scale
+    if t.routing_record and ctx.tp_rank == 0:
+        save_traces(traces, t.routing_record, ctx.dp_rank, ctx.pp_rank)
+    result.routing_decisions = sum(trace.decisions for trace in traces)
+    result.routing_mismatches = [m for trace in traces for m in trace.mismatch_margins]
     if return_state:
         result.state = gather_full(stage)
     return result
@@ -135,6 +161,9 @@ def train(cfg: Config, *, return_state: bool = False) -> TrainResult:
     p = cfg.parallel
     reporter = results[(p.pp - 1) * p.tp * p.dp]  # last stage, tp 0, dp 0
     merged = TrainResult(**{**reporter.__dict__, "state": {}})
+    # Routing is checked on every rank: a rank that routes unlike the others is the bug.
+    merged.routing_decisions = sum(r.routing_decisions for r in results)
+    merged.routing_mismatches = [m for r in results for m in r.routing_mismatches]
     if return_state:
         for s in range(p.pp):
             merged.state.update(results[s * p.tp * p.dp].state)

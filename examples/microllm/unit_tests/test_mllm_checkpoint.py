@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -19,7 +20,36 @@ def test_save_writes_one_shard_per_model_parallel_rank(tmp_path: Path) -> None:
     train(BASE.with_flat(tp=2, pp=2, save=str(tmp_path), save_interval=2))
     assert latest_iteration(str(tmp_path)) == 4
     assert sorted(os.listdir(tmp_path / "iter_0000002")) == [
-        "mp_rank_00_000.pt", "mp_rank_00_001.pt", "mp_rank_01_000.pt", "mp_rank_01_001.pt"]
+        "complete.json", "mp_rank_00_000.pt", "mp_rank_00_001.pt", "mp_rank_01_000.pt", "mp_rank_01_001.pt"]
+    manifest = json.loads((tmp_path / "iter_0000002" / "complete.json").read_text())
+    assert manifest["iteration"] == 2 and len(manifest["shards"]) == 4
+
+
+def test_loader_refuses_incomplete_iterations(tmp_path: Path) -> None:
+    train(BASE.with_flat(tp=2, save=str(tmp_path), save_interval=2))
+    (tmp_path / "iter_0000004" / "mp_rank_01_000.pt").unlink()
+    with pytest.raises(CheckpointError, match="missing mp_rank_01_000.pt"):
+        train(BASE.with_flat(tp=2, load=str(tmp_path), train_iters=5))
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("2")
+    (tmp_path / "iter_0000002" / "complete.json").unlink()
+    with pytest.raises(CheckpointError, match="no complete.json"):
+        train(BASE.with_flat(tp=1, load=str(tmp_path), train_iters=5))
+
+
+def test_interrupted_resave_leaves_the_iteration_incomplete(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    train(BASE.with_flat(save=str(tmp_path), save_interval=4))
+
+    def disk_full(*args: object, **kwargs: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", disk_full)
+    with pytest.raises(OSError, match="disk full"):
+        train(BASE.with_flat(save=str(tmp_path), save_interval=4))
+    monkeypatch.undo()
+    # The marker still names iteration 4, whose shards may now be half old, half new: refused.
+    assert latest_iteration(str(tmp_path)) == 4
+    with pytest.raises(CheckpointError, match="no complete.json"):
+        train(BASE.with_flat(load=str(tmp_path), train_iters=5))
 
 
 def test_load_into_other_tp_keeps_weights(tmp_path: Path) -> None:

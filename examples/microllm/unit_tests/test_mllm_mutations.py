@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import harness
+import microllm.checkpoint as checkpoint
 import microllm.data as data_mod
 import microllm.model.attention as attention
 import microllm.model.transformer as transformer
@@ -61,6 +62,59 @@ def _loss_not_divided(self: Any, mb: Any, inp: Any) -> torch.Tensor:
     return out * self.num_micro if self.ctx.is_last_stage else out
 
 
+def _scaler_never_backs_off(self: Any, found_inf: bool) -> None:
+    if not self.dynamic or found_inf:
+        return
+    self.clean_steps += 1
+    if self.clean_steps >= self.window:
+        self.scale *= 2.0
+        self.clean_steps = 0
+
+
+_flatten = zero.ZeroAdamW._flatten
+
+
+def _flatten_drops_remainder(self: Any, tensors: list[torch.Tensor]) -> torch.Tensor:
+    """Shards cover numel - numel % dp elements: the remainder is replaced by padding."""
+    flat = _flatten(self, tensors)
+    cut = sum(self.sizes) - sum(self.sizes) % self.ctx.dp
+    return torch.cat([flat[:cut], torch.zeros(flat.numel() - cut)])
+
+
+class _CrossEntropyInLogitsDtype(torch.autograd.Function):
+    """The vocab-parallel cross entropy without the fp32 upcast: bf16 logits stay bf16."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, target: torch.Tensor, group: Any, vocab_size: int) -> torch.Tensor:
+        local = logits.shape[-1]
+        start = group.rank * local
+        x = logits.masked_fill(torch.arange(start, start + local) >= vocab_size, float("-inf"))
+        x = x - group.all_reduce(x.max(dim=-1).values, op="max").unsqueeze(-1)
+        in_range = (target >= start) & (target < start + local)
+        local_t = (target - start).clamp(0, local - 1)
+        predicted = group.all_reduce(x.gather(-1, local_t.unsqueeze(-1)).squeeze(-1).masked_fill(~in_range, 0.0))
+        exp = x.exp()
+        sum_exp = group.all_reduce(exp.sum(dim=-1))
+        ctx.save_for_backward(exp / sum_exp.unsqueeze(-1), in_range, local_t)
+        return sum_exp.log() - predicted
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        softmax, in_range, local_t = ctx.saved_tensors
+        g = softmax.clone()
+        g.scatter_add_(-1, local_t.unsqueeze(-1), -in_range.unsqueeze(-1).to(g.dtype))
+        return g * grad.unsqueeze(-1).to(g.dtype), None, None, None
+
+
+_moe_init = transformer.MoE.__init__
+
+
+def _moe_router_grad_summed_over_tp(self: Any, cfg: Any, ctx: Any, layer_number: int = 0) -> None:
+    """The replicated router is treated like a sequence-parallel norm: its gradient is summed over TP."""
+    _moe_init(self, cfg, ctx, layer_number)
+    self.router.sequence_parallel_grad = True
+
+
 MUTATIONS: dict[str, tuple[str, Any, str, Callable[..., Any]]] = {
     "row-parallel output not all-reduced": ("tp_parity_test", tp.RowParallelLinear, "forward", _row_parallel_without_all_reduce),
     "copy_to_tp backward not all-reduced": ("tp_parity_test", tp, "_CopyToTP", _CopyWithoutBackwardAllReduce),
@@ -73,6 +127,11 @@ MUTATIONS: dict[str, tuple[str, Any, str, Callable[..., Any]]] = {
                                         lambda pos, hd, base: _rotary(pos - pos[0], hd, base)),
     "dropout RNG not restored on resume": ("checkpoint_resume_test", transformer.RankRng, "set_state", lambda self, s: None),
     "sampler position not restored": ("data_resume_test", data_mod.ResumableSampler, "load_state_dict", lambda self, s: None),
+    "MoE router gradient summed over TP": ("moe_parity_test", transformer.MoE, "__init__", _moe_router_grad_summed_over_tp),
+    "loss scaler never backs off": ("fp16_loss_scaler_test", optim.LossScaler, "update", _scaler_never_backs_off),
+    "ZeRO shards drop the remainder": ("zero1_uneven_shard_test", zero.ZeroAdamW, "_flatten", _flatten_drops_remainder),
+    "cross entropy computed in bf16": ("bf16_cross_entropy_test", tp, "_VocabParallelCrossEntropy", _CrossEntropyInLogitsDtype),
+    "loader accepts an unpublished checkpoint": ("checkpoint_crash_test", checkpoint, "verify_complete", lambda d, i: None),
 }
 
 

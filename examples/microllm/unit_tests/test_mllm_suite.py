@@ -14,11 +14,12 @@ from microllm.config import FLAT_INDEX
 SUITE = harness.load_suite()
 TESTS_DIR = harness.HERE
 # Workload dimensions that are not config fields: each is read by its test directly.
-TEST_DIMS = {"decode_tokens", "load_tp", "load_pp", "loss_threshold", "min_tokens_per_s"}
+TEST_DIMS = {"decode_tokens", "load_tp", "load_pp", "loss_threshold", "min_tokens_per_s", "logit_scale"}
 SCOPES = {"parallel_parity", "kernel_parity", "checkpoint_resume", "checkpoint_reshard", "data_resume",
           "determinism", "convergence", "golden_regression", "throughput", "smoke", "optimizer_parity",
           "distributed_backend", "moe", "decode_parity", "recompute_parity", "grad_accumulation", "eval",
-          "lr_schedule", "numerics", "config_validation"}
+          "lr_schedule", "numerics", "config_validation", "loss_scaling",
+          "checkpoint_integrity"}
 
 
 def test_suite_size_and_scope_span() -> None:

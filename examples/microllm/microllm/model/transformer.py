@@ -16,6 +16,7 @@ from torch.utils.checkpoint import checkpoint
 
 from microllm.config import ModelConfig
 from microllm.model.attention import Attention, KVCache
+from microllm.model.routing import RoutingTrace
 from microllm.parallel.comm import Group, ParallelContext
 from microllm.parallel.tensor_parallel import (
     ColumnParallelLinear, RowParallelLinear, _param, scatter_to_seq,
@@ -115,13 +116,14 @@ class _AttachAuxLoss(torch.autograd.Function):
 class MoE(nn.Module):
     """Top-k routed mixture of tensor-parallel expert MLPs with a load-balancing loss."""
 
-    def __init__(self, cfg: ModelConfig, ctx: ParallelContext) -> None:
+    def __init__(self, cfg: ModelConfig, ctx: ParallelContext, layer_number: int = 0) -> None:
         super().__init__()
-        self.cfg, self.ctx = cfg, ctx
+        self.cfg, self.ctx, self.layer_number = cfg, ctx, layer_number
         self.router = _param((cfg.num_experts, cfg.hidden_size), None)
         self.experts = nn.ModuleList(MLP(cfg, ctx.tp_group, False) for _ in range(cfg.num_experts))
         self.aux_grad_scale = 0.0
         self.last_aux_loss = 0.0
+        self.trace: RoutingTrace | None = None  # set by the trainer to record or replay routing
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.ctx.sequence_parallel:
@@ -130,6 +132,10 @@ class MoE(nn.Module):
         flat = x.reshape(b * s, h)
         probs = F.linear(flat.float(), self.router).softmax(dim=-1)
         weights, chosen = probs.topk(self.cfg.moe_top_k, dim=-1)
+        if self.trace is not None:
+            routed = self.trace.route(probs, chosen, self.cfg.moe_top_k)
+            if routed is not chosen:  # replaying another run's decisions
+                chosen, weights = routed, probs.gather(-1, routed)
         weights = weights / weights.sum(dim=-1, keepdim=True)
         out = torch.zeros_like(flat)
         for e, expert in enumerate(self.experts):
@@ -159,7 +165,7 @@ class TransformerLayer(nn.Module):
         self.norm1 = RMSNorm(cfg.hidden_size, cfg.norm_eps, sp)
         self.attn = Attention(cfg, ctx)
         self.norm2 = RMSNorm(cfg.hidden_size, cfg.norm_eps, sp)
-        self.mlp: nn.Module = MoE(cfg, ctx) if cfg.num_experts else MLP(cfg, ctx.tp_group, sp)
+        self.mlp: nn.Module = MoE(cfg, ctx, layer_number) if cfg.num_experts else MLP(cfg, ctx.tp_group, sp)
 
     def _forward(self, x: torch.Tensor, rng: RankRng, q_offset: int, cache: KVCache | None) -> torch.Tensor:
         # Hidden activations are sharded across TP ranks under sequence parallelism.
