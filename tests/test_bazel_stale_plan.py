@@ -28,11 +28,12 @@ from fastci.integrations.bazel.runner import Bazel, BazelResult
 from fastci.plan.model import Plan, PlannedTest, SkippedTest, dump_plan
 from fastci.integrations.git.tree import head_tree, worktree_tree
 from selection_support import Repo
+from bazel_support import require_bazel
 
 REPO = Path(__file__).resolve().parents[1]
 A, B, C = "//gputests:a_test", "//gputests:b_test", "//gputests:c_test"
 
-pytestmark = pytest.mark.skipif(shutil.which("bazel") is None, reason="bazel is installed by `make setup`")
+require_bazel()  # skips without bazel; fails under CI
 
 
 class Ws:

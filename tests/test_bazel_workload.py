@@ -28,6 +28,9 @@ import pytest
 from fastci.integrations.bazel import testlogs
 from fastci.integrations.bazel.bep import BuildReport, parse_bep
 from fastci.integrations.bazel.runner import Bazel, BazelResult
+from bazel_support import require_bazel
+
+require_bazel()  # skips without bazel; fails under CI
 
 REPO = Path(__file__).resolve().parents[1]
 

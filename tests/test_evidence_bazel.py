@@ -19,11 +19,11 @@ from fastci.integrations.bazel.runner import Bazel
 from fastci.evidence.record import record
 from fastci.evidence.store import EvidenceStore
 from fastci.units.index import FileUnits, index_source
+from bazel_support import require_bazel
 
 REPO = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.skipif(shutil.which("bazel") is None,
-                                reason="bazel is installed by `make setup`")
+require_bazel()  # skips without bazel; fails under CI
 
 
 @pytest.fixture(scope="module")

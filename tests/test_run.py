@@ -26,11 +26,12 @@ from fastci.evidence.store import EvidenceStore
 from fastci.plan.model import Plan, PlannedTest, SkippedTest, dump_plan
 from fastci.run.runner import RunReport, execute
 from selection_support import Repo
+from bazel_support import require_bazel
 
 REPO = Path(__file__).resolve().parents[1]
 ALPHA, BETA = "//pkg:alpha_test", "//pkg:beta_test"
 
-pytestmark = pytest.mark.skipif(shutil.which("bazel") is None, reason="bazel is installed by `make setup`")
+require_bazel()  # skips without bazel; fails under CI
 
 
 class Ws:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Mapping
 
 import harness
 from microllm.trainer import train
@@ -21,7 +22,29 @@ GOLDEN = harness.GOLDEN_DIR / "golden_loss_test.json"
 RTOL = 1e-3  # CPU kernels and CUDA kernels differ in the last bits; a real change is larger
 
 
+def regen_refusal(env: Mapping[str, str] | None = None) -> str | None:
+    """Why ``MICROLLM_REGEN_GOLDEN=1`` is refused here, or None where regenerating is allowed.
+
+    Regenerating makes this test a pass that checks nothing, so it is refused under Bazel
+    (``TEST_TARGET``/``BAZEL_TEST``) and in CI: only a developer running the file by hand
+    may rewrite the golden.
+    """
+    env = os.environ if env is None else env
+    if env.get("MICROLLM_REGEN_GOLDEN") != "1":
+        return None
+    where = [k for k in ("TEST_TARGET", "BAZEL_TEST") if env.get(k)]
+    if env.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+        where.append("CI")
+    if not where:
+        return None
+    return (f"{NAME}: MICROLLM_REGEN_GOLDEN=1 refused under {'/'.join(where)}: regenerating "
+            "checks nothing; run `python golden_loss_test.py` by hand outside Bazel and CI")
+
+
 def check(w: harness.Workload) -> None:
+    refused = regen_refusal()
+    if refused:
+        raise SystemExit(refused)
     run = train(harness.config(w))
     if os.environ.get("MICROLLM_REGEN_GOLDEN") == "1":
         GOLDEN.write_text(json.dumps({"workload": w, "losses": run.losses}, indent=1) + "\n", encoding="utf-8")

@@ -1,0 +1,30 @@
+"""The one gate every test that runs the real Bazel goes through.
+
+Locally a machine without ``bazel`` skips those tests (``make setup`` installs it);
+under ``CI`` (any value but empty, ``0`` or ``false``) a missing ``bazel`` fails the
+module instead: a CI job that silently skipped every end-to-end test would pass
+while checking nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+
+def on_ci() -> bool:
+    """Whether ``$CI`` says this is a CI job (GitHub, GitLab and most others set ``CI=true``)."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def require_bazel() -> None:
+    """Call at module level: skip the module without ``bazel``, or fail it under CI."""
+    if shutil.which("bazel") is not None:
+        return
+    if on_ci():
+        pytest.fail("bazel not found on PATH and CI is set: the Bazel end-to-end tests "
+                    "cannot be skipped in CI (install it: `make setup`)", pytrace=False)
+    pytest.skip("bazel not found on PATH (installed by `make setup`); "
+                "under CI=true this is a failure", allow_module_level=True)
