@@ -272,11 +272,19 @@ def summarize(analysis: Analysis) -> list[str]:
         lines.append(f"  widened: {r.sentence}")
     for note in sel.notes:
         lines.append(f"  note: {note}")
+    # Every reason a test has counts, not only its first: a test that both executes a
+    # changed unit and failed last time shows under both (so the counts may add up to
+    # more than the number of tests; the header says so when they do).
     by_kind: dict[str, int] = {}
+    several = 0
     for d in sel.decisions:
-        key = d.reasons[0].kind.value if d.reasons else "?"
-        by_kind[key] = by_kind.get(key, 0) + 1
-    for kind, n in sorted(by_kind.items(), key=lambda kv: -kv[1]):
+        kinds = list(dict.fromkeys(r.kind.value for r in d.reasons)) or ["?"]
+        several += len(kinds) > 1
+        for key in kinds:
+            by_kind[key] = by_kind.get(key, 0) + 1
+    if several:
+        lines.append(f"  tests by reason ({several} with several reasons count under each):")
+    for kind, n in sorted(by_kind.items(), key=lambda kv: (-kv[1], kv[0])):
         lines.append(f"  {n:4d}  {kind}")
     lines.append(f"  analysis took {analysis.elapsed_s:.2f} s")
     return lines
