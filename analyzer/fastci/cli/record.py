@@ -1,18 +1,20 @@
 """``fastci record``: run tests under the recorder with Bazel, then ingest the traces.
 
-The work is :func:`fastci.evidence.record.record`; the evidence is stamped with
-the workspace's tree as it was before the tests ran (``HEAD``, or
-``dirty:<tree id>`` for a modified tree).
+The work is :func:`fastci.evidence.record.record_tests`; the evidence is stamped
+with the workspace's tree as it was before the tests ran (``HEAD``, or
+``dirty:<tree id>`` for a modified tree). A test that fails while recording makes
+the command exit 1 (the evidence is still ingested, its outcome marked), so CI notices.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from fastci import config
 from fastci.cli.command import Command
-from fastci.evidence.record import record
+from fastci.evidence.record import record_tests
 from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.git.repository import repo_root
 
@@ -28,15 +30,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="extra flag for `bazel test` (repeatable)")
 
 
+#: The exit code when a recorded test failed (FastCIError's are 2 and up).
+EXIT_TESTS_FAILED = 1
+
+
 def run(args: argparse.Namespace) -> int:
-    """Record and ingest; print the summary."""
+    """Record and ingest; print the summary. Exits 1 when a test failed while recording."""
     root = repo_root(Path.cwd())
     workspace = (args.workspace or root).resolve()
     cfg = config.load(workspace)
     targets = list(args.targets) or [cfg.targets]
     store_path = args.store or cfg.path(workspace, "store")
     bz = Bazel(workspace, bazel=cfg.bazel)
-    print(record(workspace, targets, store_path, flags=args.bazel_flags, bazel=bz))
+    recording = record_tests(workspace, targets, store_path, flags=args.bazel_flags, bazel=bz)
+    print(recording.summary)
+    problem = recording.failure_line()
+    if problem is not None:
+        # CI must notice: a recording with failures is not a green recording.
+        print(f"fastci record: {problem}", file=sys.stderr)
+        return EXIT_TESTS_FAILED
     return 0
 
 

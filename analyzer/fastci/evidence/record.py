@@ -13,13 +13,14 @@ recorded file with what they analyse instead of trusting it as ``HEAD``'s.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from fastci.errors import BazelError, FastCIError
 from fastci.evidence.ingest import IngestReport, find_traces, ingest, results_from_bep
 from fastci.evidence.store import EvidenceStore
-from fastci.integrations.bazel.runner import Bazel
+from fastci.integrations.bazel.runner import EXIT_NO_TESTS, Bazel
 from fastci.integrations.git.tree import DIRTY_PREFIX, evidence_commit
 
 
@@ -85,9 +86,53 @@ def ingest_paths(store_path: Path, paths: Sequence[Path], *, source: str | None 
     return report, commit
 
 
+@dataclass(frozen=True)
+class Recording:
+    """What ``fastci record`` did.
+
+    Attributes:
+        summary: the lines the command prints.
+        passed: tests that passed.
+        failed: labels of tests that did not pass (failed, timed out, not built); their
+            evidence is ingested with that outcome, so plans select them again.
+        bazel_exit: ``bazel test``'s exit code.
+    """
+
+    summary: str
+    passed: int
+    failed: tuple[str, ...]
+    bazel_exit: int
+
+    @property
+    def ok(self) -> bool:
+        """Whether every test passed and Bazel agrees (exit 0, or 4: nothing to test)."""
+        return not self.failed and self.bazel_exit in (0, EXIT_NO_TESTS)
+
+    def failure_line(self) -> str | None:
+        """The one line for stderr when the recording is not :attr:`ok` (None when it is)."""
+        if self.ok:
+            return None
+        if not self.failed:
+            return (f"bazel test exited {self.bazel_exit} although no test failed "
+                    "(a target did not build?): evidence of the passing tests was ingested")
+        shown = ", ".join(self.failed[:5]) + (f" and {len(self.failed) - 5} more"
+                                              if len(self.failed) > 5 else "")
+        return (f"{len(self.failed)} test(s) failed while recording: {shown} (evidence of the "
+                "passing tests was ingested; the failing ones are marked failed)")
+
+
 def record(workspace: Path, targets: list[str], store_path: Path, *,
            flags: Sequence[str] = (), bazel: Bazel | None = None) -> str:
     """Run ``bazel test --config=fastci_record`` and ingest; return the summary text.
+
+    :func:`record_tests` does the same and also says whether every test passed.
+    """
+    return record_tests(workspace, targets, store_path, flags=flags, bazel=bazel).summary
+
+
+def record_tests(workspace: Path, targets: list[str], store_path: Path, *,
+                 flags: Sequence[str] = (), bazel: Bazel | None = None) -> Recording:
+    """Run ``bazel test --config=fastci_record`` and ingest the traces.
 
     Args:
         workspace: the Bazel workspace (its tree stamps the evidence).
@@ -117,12 +162,13 @@ def record(workspace: Path, targets: list[str], store_path: Path, *,
         stats = store.stats()
     finally:
         store.close()
-    passed = sum(1 for r in results.values() if r.outcome == "passed")
-    lines = [f"{passed} passed, {len(results) - passed} failed",
+    failed = tuple(sorted(label for label, r in results.items() if r.outcome != "passed"))
+    passed = len(results) - len(failed)
+    lines = [f"{passed} passed, {len(failed)} failed",
              summary(report),
              f"store {store_path}: {stats['test']} tests, {stats['unit']} units, "
              f"{stats['context']} contexts, {stats['file_read']} file reads, "
              f"{stats['evidence']} evidence rows, {stats['bytes'] / 1e6:.2f} MB"]
     lines += [f"fastci: {m}" for m in report.corrupt]
     lines += dirty_note(commit)
-    return "\n".join(lines)
+    return Recording("\n".join(lines), passed, failed, res.returncode)
