@@ -155,15 +155,18 @@ def prepare(echo: Callable[[str], None] = print, *, targets: str = TARGETS,
             reuse: bool = False) -> Scratch:
     """Copy the repository into the scratch workspace and make sure evidence is recorded.
 
-    With ``reuse``, an existing clean scratch workspace with a store is used as it is
-    (the benchmark measures that snapshot instead of re-recording a moving checkout).
+    With ``reuse``, an existing clean scratch workspace with a store is used as it is, but
+    only while its sources are the checkout's (:func:`snapshot_is_current`): a benchmark
+    must never measure old code. Otherwise the checkout is copied again (the evidence
+    cache still spares the recording when the evidence inputs did not change).
     """
     base_dir = scratch_dir()
     ws, cache = base_dir / "workspace", base_dir / "evidence-cache"
     cache.mkdir(parents=True, exist_ok=True)
     cfg = load_config(ws, overrides={"targets": targets})
     if reuse and (ws / ".git").exists() and _readable_store(cfg.path(ws, "store"), echo) \
-            and not _git(ws, "status", "--porcelain", "--untracked-files=no").strip():
+            and not _git(ws, "status", "--porcelain", "--untracked-files=no").strip() \
+            and snapshot_is_current(REPO, ws, echo):
         commit = _git(ws, "rev-parse", "HEAD").strip()
         echo(f"== reusing the scratch snapshot {commit[:12]} in {ws} and its evidence")
         return Scratch(ws, commit, cfg, Bazel(ws, cfg.bazel, python=sys.executable),
@@ -194,6 +197,32 @@ def prepare(echo: Callable[[str], None] = print, *, targets: str = TARGETS,
         echo(f"   recorded in {time.perf_counter() - started:.0f} s")
         shutil.copyfile(store_path, cached)
     return Scratch(ws, commit, cfg, bazel, store_path)
+
+
+def source_digest(root: Path) -> str:
+    """Digest of every source file of ``root`` (:func:`source_files`: paths and contents).
+
+    ``user.bazelrc`` is left out: :func:`make_workspace` writes its own into the snapshot.
+    """
+    digest = hashlib.sha256()
+    for rel in source_files(root):
+        if rel == "user.bazelrc":
+            continue
+        digest.update(rel.encode() + b"\0" + hashlib.sha256((root / rel).read_bytes()).digest())
+    return digest.hexdigest()[:16]
+
+
+def snapshot_is_current(repo: Path, ws: Path, echo: Callable[[str], None] = print) -> bool:
+    """Whether the scratch snapshot ``ws`` holds exactly ``repo``'s current sources."""
+    try:
+        mine, theirs = source_digest(repo), source_digest(ws)
+    except (FastCIError, OSError) as exc:  # unreadable: copy again (the safe side)
+        echo(f"== not reusing the scratch snapshot: {exc}")
+        return False
+    if mine != theirs:
+        echo(f"== not reusing the scratch snapshot: its sources ({theirs}) are not the "
+             f"checkout's ({mine})")
+    return mine == theirs
 
 
 def _readable_store(path: Path, echo: Callable[[str], None]) -> bool:

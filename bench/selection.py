@@ -6,14 +6,15 @@ checkpoint RNG restore...), in the scratch workspace of ``make demo``:
 
 1. apply the patch; ``fastci plan`` it against evidence recorded on the base;
 2. run *every* gpu_test (run-all) through Bazel and read the build event file;
-3. report tests selected vs all, measured GPU-seconds (duration x GPUs) of the
+3. report tests selected vs all, "s x GPUs" (each test's wall seconds on this
+   CPU-only host times its declared GPUs: a cost proxy, not GPU time) of the
    plan's tests vs all tests in that same run-all execution, and whether every
    test that failed under run-all is in the plan (the safety property).
 
 Run-all executes at the tests' declared *floors* by default (a plan that
 overrides every test to its floors): the full workloads take too long on a
 CPU-only CI machine. ``--full`` runs the full workloads. Either way the plan's
-GPU-seconds are measured in the same execution as run-all's.
+s x GPUs are measured in the same execution as run-all's.
 
 The mutation round (:mod:`bench.mutations`) does the same for seeded single-site
 mutants (slice bounds, comparison flips, off-by-one constants, dropped statements,
@@ -172,16 +173,21 @@ def _measure(sc, name: str, kind: str, decls, declared, *, full: bool) -> Outcom
                    plan_s, note=("plan widened: " + analysis.plan.reason) if mode == "all" else note)
 
 
+#: The cost column's name: wall seconds on this (CPU-only) host times the declared GPUs.
+COST = "CPU-s x GPUs"
+
+
 def report(rows: Sequence[Outcome], *, full: bool) -> list[str]:
     """The table and totals."""
     lines = ["== selection on real changes of examples/microllm "
-             f"(run-all measured at {'full workloads' if full else 'floors'}; GPU-s = duration x GPUs)",
-             f"  {'change':<34} {'kind':<7} {'selected':>9} {'plan GPU-s':>11} {'all GPU-s':>10} "
+             f"(run-all measured at {'full workloads' if full else 'floors'}; "
+             f"{COST} = CPU wall seconds here x declared GPUs, not GPU time)",
+             f"  {'change':<34} {'kind':<7} {'selected':>9} {'plan ' + COST:>14} {'all ' + COST:>13} "
              f"{'fail':>5} {'safe':>5} {'plan s':>7}"]
     for r in rows:
         safe = "yes" if not r.missed else "NO"
-        lines.append(f"  {r.name:<34} {r.kind:<7} {r.selected:>4}/{r.total:<4} {r.plan_gpu_s:>11.1f} "
-                     f"{r.all_gpu_s:>10.1f} {len(r.failing):>5} {safe:>5} {r.plan_s:>7.2f}")
+        lines.append(f"  {r.name:<34} {r.kind:<7} {r.selected:>4}/{r.total:<4} {r.plan_gpu_s:>14.1f} "
+                     f"{r.all_gpu_s:>13.1f} {len(r.failing):>5} {safe:>5} {r.plan_s:>7.2f}")
         if r.missed:
             lines.append(f"    MISSED: {', '.join(r.missed)}")
         if r.note and not r.note.startswith("bazel exit"):
@@ -192,7 +198,7 @@ def report(rows: Sequence[Outcome], *, full: bool) -> list[str]:
     fails = sum(len(r.failing) for r in ran)
     caught = fails - sum(len(r.missed) for r in ran)
     lines.append(f"  total: {len(ran)} changes, {sel}/{tot} test runs selected "
-                 f"({100 * sel / max(tot, 1):.0f}%), GPU-s {pg:.0f} vs {ag:.0f} "
+                 f"({100 * sel / max(tot, 1):.0f}%), {COST} {pg:.0f} vs {ag:.0f} "
                  f"({100 * (1 - pg / ag) if ag else 0:.0f}% saved), failing tests in the plan: "
                  f"{caught}/{fails}")
     return lines
@@ -347,8 +353,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "failing at the base counts as detecting every mutant)")
     parser.add_argument("--no-synthetic", action="store_true", help="skip the scale benchmark")
     parser.add_argument("--fresh", action="store_true",
-                        help="re-copy the checkout (and re-record if it changed) instead of "
-                             "reusing the scratch snapshot of the last demo/bench")
+                        help="re-copy the checkout (and re-record if it changed) even when "
+                             "the scratch snapshot of the last demo/bench holds the same "
+                             "sources (a snapshot of other sources is never reused)")
     parser.add_argument("--workdir", type=Path,
                         default=Path(tempfile.gettempdir()) / "fastci-bench")
     args = parser.parse_args(argv)
