@@ -3,7 +3,8 @@
 The registry is a plain list: to add a benchmark, append its module name to ``MODULES``. Each
 module defines ``main(argv: list[str]) -> int``; options after ``--`` go to every chosen module
 (``python -m bench selection -- --mutants 3 --seed 7``). The exit code is the worst module's:
-the selection benchmark exits 1 when a test failing under run-all was not in the plan.
+the selection benchmark exits 1 when a test failing under run-all was not in the plan,
+the evidence benchmark when the recording overhead is over its target.
 """
 
 from __future__ import annotations
