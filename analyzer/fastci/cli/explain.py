@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from fastci.cli.command import Command
+from fastci.config import Config
 from fastci.cli.options import add_change_arguments
 from fastci.plan.build import analyze_change
-from fastci.select.explain import explain
-from fastci.types import normalize_test_id
+from fastci.select.explain import explain, resolve
+from fastci.types import RelPath, TestId, normalize_test_id
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("test", help="test id (Bazel label or pytest node id)")
+    p.add_argument("test", help="test id (Bazel label or pytest node id; either names a gpu_test "
+                                "whose main file is a pytest module)")
     add_change_arguments(p)
 
 
@@ -28,13 +31,32 @@ def _run(args: argparse.Namespace) -> int:
         store = EvidenceStore.open(cfg.path(root, "store"))
     except Exception:  # noqa: BLE001 - contexts are optional detail; the decision is known
         store = None
+    mains = None
+    if not args.no_bazel and args.test not in analysis.selection.by_test:
+        mains = _declared_mains(root, cfg)  # a main file that is not <name>.py
     try:
-        for line in explain(analysis.selection, args.test, store):
+        for line in explain(analysis.selection, args.test, store, mains):
             print(line)
     finally:
         if store is not None:
             store.close()
-    return 0 if args.test in analysis.selection.by_test else 1
+    return 0 if resolve(analysis.selection, args.test, mains) else 1
+
+
+def _declared_mains(root: Path, cfg: Config) -> dict[TestId, RelPath] | None:
+    """Label -> main file of every declared gpu_test (None: no Bazel answer; the default main is assumed)."""
+    from fastci.run.runner import is_bazel_workspace
+
+    if not is_bazel_workspace(root):
+        return None
+    try:
+        from fastci.integrations.bazel.mains import mains
+        from fastci.integrations.bazel.query import list_gpu_tests
+        from fastci.integrations.bazel.runner import Bazel
+
+        return mains(list_gpu_tests(Bazel(root, cfg.bazel), cfg.targets))
+    except Exception:  # noqa: BLE001 - the default main (<name>.py) is the fallback
+        return None
 
 
 COMMAND = Command("explain", "explain why a test runs or is skipped for a change",

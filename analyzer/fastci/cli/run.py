@@ -1,4 +1,5 @@
-"""``fastci run``: run a plan (or plan first) through Bazel and record the results."""
+"""``fastci run``: run a plan through Bazel and pytest (node ids; the only runner without a
+Bazel workspace) and record the results."""
 
 from __future__ import annotations
 
@@ -47,5 +48,5 @@ def _run(args: argparse.Namespace) -> int:
     return OK if report.failed == 0 else FAIL
 
 
-COMMAND = Command("run", "run the plan through Bazel, record outcomes, print N passed, N failed",
+COMMAND = Command("run", "run the plan through Bazel and pytest, record outcomes, print N passed, N failed",
                   _add_arguments, _run)

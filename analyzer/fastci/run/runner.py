@@ -1,4 +1,4 @@
-"""``fastci run``: execute a plan through Bazel and record what happened.
+"""``fastci run``: execute a plan through Bazel and pytest, and record what happened.
 
 Runs ``bazel test <config targets> --config=fastci --build_event_json_file=...``,
 reads the build event file, records each test's outcome and duration in the
@@ -7,6 +7,20 @@ passed, N failed``. A selective plan runs the config's targets (the universe,
 e.g. ``//examples/...``) plus any planned label outside them: under
 ``--config=fastci`` the rules skip exactly the plan's ``skipped`` tests, and a
 test the plan does not list (declared after it was made) runs at full workload.
+
+Pytest node ids run through pytest, the plugin obeying the plan
+(``python -m pytest -p fastci.pytest_plugin --fastci-plan PLAN --fastci-results
+FILE``, :func:`run_pytest`); their results are recorded like Bazel's (source
+``pytest``) and counted in the same summary line. In a repository without a
+Bazel workspace (no ``WORKSPACE``/``WORKSPACE.bazel``/``MODULE.bazel``) pytest
+is the only runner: it runs the whole suite (what ``pytest`` collects there)
+under the plan, which deselects the plan's skipped tests (by node id or by the
+label of the gpu_test whose main file holds them); a test the plan does not
+list runs. In a Bazel workspace pytest runs the plan's planned node ids, except
+those in the main file of a gpu_test the plan names (Bazel runs that one). A
+pytest run that ends in an error (usage, internal, interrupted, nothing
+collected) counts as one failure; a planned test neither runner reported is a
+failure too (``NOT RUN``).
 
 A plan made for another tree than the one on disk (its ``tree``,
 :func:`fastci.plan.model.for_tree`) is not obeyed: everything runs, with a warning.
@@ -19,14 +33,18 @@ skipped, each with the reason the plan gave, also written as JSON to
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from fastci.integrations.bazel.bep import BuildReport, parse_bep
+from fastci.integrations.bazel.mains import conventional_main, labels_by_main, node_path
 from fastci.integrations.bazel.runner import Bazel
 from fastci.errors import BazelError
 from fastci.config import Config
@@ -62,6 +80,47 @@ if TYPE_CHECKING:
         return store
 
 
+#: Files that make a directory a Bazel workspace root.
+WORKSPACE_FILES = ("WORKSPACE", "WORKSPACE.bazel", "MODULE.bazel")
+
+
+def is_bazel_workspace(root: Path) -> bool:
+    """Whether ``root`` is a Bazel workspace (else pytest is the only runner)."""
+    return any((root / name).is_file() for name in WORKSPACE_FILES)
+
+
+@dataclass(frozen=True)
+class PytestResult:
+    """One test's result from a pytest run (a line of ``--fastci-results``)."""
+
+    id: TestId
+    outcome: str  # passed | failed | error | skipped
+    duration_s: float
+    workload: Mapping[str, Any]
+    overrides: Mapping[str, Any] | None  # None: not known
+    gpus: int = 0
+
+    @property
+    def passed(self) -> bool:
+        """Whether the test passed."""
+        return self.outcome == "passed"
+
+    @property
+    def failed(self) -> bool:
+        """Whether the test failed or errored (a skip is neither)."""
+        return self.outcome in ("failed", "error")
+
+
+@dataclass(frozen=True)
+class PytestRun:
+    """What the pytest half of ``fastci run`` did."""
+
+    command: tuple[str, ...]
+    returncode: int
+    results: tuple[PytestResult, ...] = ()
+    error: str | None = None  # why the run itself failed (counted as one failure)
+
+
 @dataclass(frozen=True)
 class RunReport:
     """What ``fastci run`` did."""
@@ -74,16 +133,21 @@ class RunReport:
     misses: tuple[tuple[str, str], ...] = ()  # shadow mode: (test, why it would have been skipped)
     warning: str | None = None  # why the plan was not obeyed as written (stale, tied to no tree)
     mode: str = ""  # the mode that ran (``all`` for a stale plan)
+    pytest: PytestRun | None = None  # the pytest half, when it ran
 
     @property
     def passed(self) -> int:
-        """Tests that passed."""
-        return self.report.passed if self.report else 0
+        """Tests that passed (both runners)."""
+        py = sum(r.passed for r in self.pytest.results) if self.pytest else 0
+        return (self.report.passed if self.report else 0) + py
 
     @property
     def failed(self) -> int:
-        """Tests that failed, plus planned tests that did not run at all."""
-        return (self.report.failed if self.report else 0) + len(self.not_run)
+        """Tests that failed (both runners), planned tests that did not run, a failed pytest run."""
+        py = 0
+        if self.pytest is not None:
+            py = sum(r.failed for r in self.pytest.results) + (1 if self.pytest.error else 0)
+        return (self.report.failed if self.report else 0) + len(self.not_run) + py
 
     def summary_line(self) -> str:
         """``N passed, N failed``."""
@@ -191,22 +255,27 @@ def _workload(label: str, testlogs: Path | None, last: RunLike | None = None,
 
 def execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | None = None,
             bazel: Bazel | None = None, flags: tuple[str, ...] = (),
-            echo: Callable[[str], None] = print) -> RunReport:
-    """Run ``plan`` under Bazel in the workspace ``root``; record results in ``store``.
+            echo: Callable[[str], None] = print, python: str | None = None,
+            pytest_args: tuple[str, ...] = ()) -> RunReport:
+    """Run ``plan`` under Bazel and pytest in ``root``; record results in ``store``.
 
     A plan made for another tree than the one in ``root`` is not obeyed: every
-    test runs at full workload and the report carries the warning.
+    test runs at full workload and the report carries the warning. Without a
+    Bazel workspace in ``root`` only pytest runs (``python``: its interpreter,
+    default the config's ``runner_python``; ``pytest_args``: more pytest arguments).
     """
-    plan, warning = for_tree(plan, current_tree(root))
+    tree = current_tree(root)
+    plan, warning = for_tree(plan, tree)
     if warning is not None:
         loud = "WARNING" if plan.mode == "all" else "warning"
         echo(f"fastci run: {loud}: {warning}")
+    if not is_bazel_workspace(root):
+        return _execute_pytest_only(root, plan, config, tree, store=store, echo=echo,
+                                    python=python, pytest_args=pytest_args, warning=warning)
     targets, others = planned_targets(plan, config)
-    for other in others:
-        echo(f"fastci run: {other} is not a Bazel target; run it with pytest --fastci-plan")
     planned = tuple(dict.fromkeys(normalize_test_id(t.id) for t in plan.tests
                                   if is_label(t.id))) if plan.mode == "selective" else ()
-    if plan.mode == "selective" and not planned:
+    if plan.mode == "selective" and not planned and not others:
         # Still run Bazel: a test declared after the plan was made runs (full workload).
         echo("fastci run: the plan selects no tests: running only tests it does not list"
              + (f" ({plan.reason})" if plan.reason else ""))
@@ -237,8 +306,13 @@ def execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | No
     # The plan Bazel ran (a stale one became "all"): it tells a reduced run from a full one.
     recorded = _record(root, report, store, bazel, plan) if store is not None else 0
     misses = miss_report(plan, report) if plan.mode == "shadow" else ()
+    py_run = None
+    if others:
+        py_run = _pytest_in_workspace(root, plan, config, tree, others, store=store, echo=echo,
+                                      python=python, pytest_args=pytest_args)
+        recorded += _record_pytest(root, py_run, store) if store is not None else 0
     rr = RunReport(tuple(targets), report, not_run, tuple(others), recorded, misses,
-                   warning, plan.mode)
+                   warning, plan.mode, py_run)
     listed = {normalize_test_id(t.id) for t in plan.tests} | \
         {normalize_test_id(s.id) for s in plan.skipped}
     for label, outcome in sorted(report.outcomes.items()):
@@ -250,10 +324,171 @@ def execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | No
         echo(f"  NOT RUN    {label} (planned, but Bazel reported no result)")
     if plan.mode == "selective" and report.skipped:
         echo(f"fastci run: {len(report.skipped)} test(s) skipped as the plan says")
+    if py_run is not None:
+        _echo_pytest(py_run, (), echo)
     if plan.mode == "shadow":
         _echo_misses(plan, misses, bep.with_name(bep.name.replace("bep-", "miss-report-")), echo)
     echo(rr.summary_line())
     return rr
+
+
+def _pytest_in_workspace(root: Path, plan: Plan, config: Config, tree: str | None, others: list[str],
+                         *, store: ResultHistory | None, echo: Callable[[str], None],
+                         python: str | None, pytest_args: tuple[str, ...]) -> PytestRun:
+    """Run a selective plan's planned node ids through pytest (Bazel ran the labels)."""
+    # A node id in the main file of a gpu_test the plan names is that gpu_test: Bazel runs it.
+    mains = labels_by_main([*(t.id for t in plan.tests), *(s.id for s in plan.skipped)])
+    ids = [t for t in others if node_path(t) not in mains]
+    for t in others:
+        if node_path(t) in mains:
+            echo(f"fastci run: {t} is in the main file of {mains[node_path(t) or '']}: Bazel runs it")
+    if not ids:
+        return PytestRun((), 0)
+    echo(f"fastci run: pytest {len(ids)} planned node id(s)")
+    return run_pytest(root, plan, config, tree, args=(*pytest_args, *ids), echo=echo, python=python)
+
+
+def _execute_pytest_only(root: Path, plan: Plan, config: Config, tree: str | None, *,
+                         store: ResultHistory | None, echo: Callable[[str], None],
+                         python: str | None, pytest_args: tuple[str, ...],
+                         warning: str | None) -> RunReport:
+    """A repository without a Bazel workspace: the whole suite through pytest, under the plan."""
+    ids = [t.id for t in plan.tests] if plan.mode == "selective" else []
+    echo("fastci run: no Bazel workspace here: running the suite with pytest"
+         + (f" (plan mode {plan.mode}: {plan.reason})" if plan.mode != "selective" else
+            f" ({len(ids)} planned, {len(plan.skipped)} skipped by the plan)"))
+    py_run = run_pytest(root, plan, config, tree, args=pytest_args, echo=echo, python=python)
+    not_run: tuple[str, ...] = ()
+    if py_run.error is None:
+        not_run = _not_reported(ids, py_run.results)
+    recorded = _record_pytest(root, py_run, store) if store is not None else 0
+    misses: tuple[tuple[str, str], ...] = ()
+    if plan.mode == "shadow":
+        misses = _pytest_misses(plan, py_run.results)
+    rr = RunReport((), None, not_run, tuple(ids), recorded, misses, warning, plan.mode, py_run)
+    _echo_pytest(py_run, not_run, echo)
+    if plan.mode == "shadow":
+        stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6}"
+        path = root / RUNS_DIR / f"miss-report-{stamp}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _echo_misses(plan, misses, path, echo)
+    echo(rr.summary_line())
+    return rr
+
+
+def _matches(test: TestId, result_id: TestId) -> bool:
+    """Whether a plan id names this result (the same node id, or the label of its main file)."""
+    if is_label(test):
+        main = conventional_main(test)
+        return main is not None and node_path(result_id) == main
+    return test == result_id
+
+
+def _not_reported(ids: list[str], results: tuple[PytestResult, ...]) -> tuple[str, ...]:
+    """Planned ids no result answers for."""
+    return tuple(t for t in dict.fromkeys(ids) if not any(_matches(t, r.id) for r in results))
+
+
+def _pytest_misses(plan: Plan, results: tuple[PytestResult, ...]) -> tuple[tuple[str, str], ...]:
+    """Shadow mode: failures among the tests the plan would have skipped, with its reason."""
+    return tuple((s.id, s.why) for s in plan.skipped
+                 if any(r.failed and _matches(s.id, r.id) for r in results))
+
+
+def _echo_pytest(run: PytestRun, not_run: tuple[str, ...], echo: Callable[[str], None]) -> None:
+    for r in run.results:
+        echo(f"  {r.outcome.upper():<10} {r.id} {r.duration_s:.1f}s")
+    for test in not_run:
+        echo(f"  NOT RUN    {test} (planned, but pytest reported no result)")
+    if run.error is not None:
+        echo(f"fastci run: FAILED: {run.error}")
+
+
+#: pytest's exit statuses that end a run normally (0: all passed, 1: some failed).
+_PYTEST_OK = (0, 1)
+
+
+def run_pytest(root: Path, plan: Plan, config: Config, tree: str | None, *, args: tuple[str, ...] = (),
+               echo: Callable[[str], None] = print, python: str | None = None) -> PytestRun:
+    """Run pytest in ``root`` under ``plan`` (the plugin) and read each test's result.
+
+    The plan handed to the plugin is the one already checked against ``tree``
+    (stamped with it, so the plugin obeys it without a second warning). pytest's
+    output is echoed line by line as it comes.
+    """
+    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6}"
+    runs = root / RUNS_DIR
+    runs.mkdir(parents=True, exist_ok=True)
+    plan_file = runs / f"pytest-plan-{stamp}.json"
+    results_file = runs / f"pytest-results-{stamp}.jsonl"
+    # Stamped with the tree it was checked against (unknown: left as it was).
+    plan_file.write_text((dataclasses.replace(plan, tree=tree) if tree else plan).to_json())
+    if python is None:
+        python = _python(root, config, echo)
+    cmd = (python, "-m", "pytest", "-p", "fastci.pytest_plugin", "--fastci-plan", str(plan_file),
+           "--fastci-results", str(results_file), *args)
+    echo(f"fastci run: {' '.join(cmd)}")
+    try:
+        proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, errors="replace")
+    except OSError as exc:
+        return PytestRun(cmd, -1, (), f"cannot start pytest ({exc})")
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        echo(line.rstrip("\n"))
+    rc = proc.wait()
+    results = _read_results(results_file)
+    error = None
+    if rc not in _PYTEST_OK:
+        what = {2: "interrupted or collection errors", 3: "internal error", 4: "usage error",
+                5: "no tests collected"}.get(rc, "unexpected exit status")
+        error = f"pytest exited {rc} ({what})"
+    return PytestRun(cmd, rc, results, error)
+
+
+def _python(root: Path, config: Config, echo: Callable[[str], None]) -> str:
+    """The interpreter the tests run with (config ``runner_python``), else this one."""
+    from fastci.plan.build import runner_python
+
+    try:
+        return runner_python(root, config)
+    except Exception as exc:  # noqa: BLE001 - run the tests anyway, with this interpreter
+        echo(f"fastci run: warning: {exc}: running pytest with {sys.executable}")
+        return sys.executable
+
+
+def _read_results(path: Path) -> tuple[PytestResult, ...]:
+    """The ``--fastci-results`` lines (a malformed line is skipped: its test counts as not run)."""
+    out: list[PytestResult] = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return ()
+    for line in lines:
+        try:
+            d = json.loads(line)
+            overrides = d.get("overrides")
+            out.append(PytestResult(str(d["id"]), str(d["outcome"]), float(d["duration_s"]),
+                                    dict(d.get("workload") or {}),
+                                    dict(overrides) if isinstance(overrides, dict) else None,
+                                    int(d.get("gpus") or 0)))
+        except (ValueError, KeyError, TypeError) as exc:
+            LOG.warning("fastci run: unreadable pytest result line %r: %s", line[:200], exc)
+    return tuple(out)
+
+
+def _record_pytest(root: Path, run: PytestRun, store: ResultHistory) -> int:
+    """Add each pytest result (not a skip) to the store's history, as Bazel results are."""
+    commit = Git(root).head()
+    n = 0
+    for r in run.results:
+        if r.outcome == "skipped":
+            continue
+        store.record_result(r.id, outcome="passed" if r.passed else "failed",
+                            duration_s=r.duration_s, commit=commit, gpus=r.gpus,
+                            workload=dict(r.workload), overrides=r.overrides, source="pytest")
+        n += 1
+    return n
 
 
 def _all_skipped(plan: Plan, bep: Path, exc: BazelError) -> bool:

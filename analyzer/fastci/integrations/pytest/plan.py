@@ -1,8 +1,16 @@
 """The pytest side of a plan: deselect skipped tests (with reasons), order the rest.
 
 ``fastci.integrations.pytest.plugin`` registers :class:`PlanPlugin` for ``--fastci-plan PATH``.
-Tests are matched by pytest node id. A test the plan does not mention runs (the
-safe side); a plan in mode ``all`` or ``shadow`` deselects nothing.
+Tests are matched by pytest node id (as pytest writes it, or with its file path
+repo-relative), or by Bazel label: an item in the file ``pkg/foo_test.py`` is the
+gpu_test ``//pkg:foo_test`` whose main file it is (the default main, ``<name>.py``:
+:mod:`fastci.integrations.bazel.mains`; no ``bazel query`` at run time). A test the
+plan does not mention runs (the safe side); a plan in mode ``all`` or ``shadow``
+deselects nothing. A selective plan none of whose ids matches a collected test
+is warned about loudly (a ``PytestWarning`` and a terminal section): its ids are
+probably of another suite or kind. A plan that deselects every collected test
+("nothing affected") ends the session with exit status 0, not pytest's 5 ("no
+tests ran"), and says so.
 
 Workload overrides follow the Bazel rules: a planned test's overrides reach it
 as ``FASTCI_WORKLOAD`` (JSON) while it runs only when the test declares its
@@ -31,8 +39,10 @@ from typing import Any, Generator, Mapping
 
 import pytest
 
+from fastci.integrations.bazel.mains import labels_by_main
 from fastci.integrations.pytest.ids import test_id_for
 from fastci.plan.model import Plan
+from fastci.types import is_label
 
 LOG = logging.getLogger(__name__)
 
@@ -96,9 +106,15 @@ class PlanPlugin:
         self.order = {t.id: i for i, t in enumerate(plan.tests)}
         self.skip_why = {s.id: s.why for s in plan.skipped} if plan.mode == "selective" else {}
         self.overrides = {t.id: dict(t.overrides) for t in plan.tests if t.overrides}
+        # Main file -> label, for a plan written in Bazel labels (one gpu_test per main file).
+        self.by_main = labels_by_main([*self.order, *(s.id for s in plan.skipped)])
         self.deselected: list[tuple[str, str]] = []
         self.applied: dict[str, dict[str, Any]] = {}  # plan id -> overrides it ran with
         self.ignored: list[tuple[str, str]] = []  # (plan id, why it ran at full workload)
+        self.matched: set[str] = set()  # plan ids that named a collected item
+        self.collected = 0
+        self.no_match: str | None = None  # the loud warning, when no plan id matched
+        self.all_deselected = False  # the plan deselected every collected test
 
     def pytest_configure(self, config: pytest.Config) -> None:
         """Register the ``fastci_workload`` marker."""
@@ -110,14 +126,21 @@ class PlanPlugin:
         """Deselect the plan's skipped tests and sort the rest by plan order."""
         keep: list[pytest.Item] = []
         dropped: list[pytest.Item] = []
+        self.collected = len(items)
         for item in items:
             tid = self._plan_id(item)
+            if tid in self.order or tid in self.skip_why:
+                self.matched.add(tid)
             why = self.skip_why.get(tid)
             if why is None:
                 keep.append(item)
             else:
                 dropped.append(item)
-                self.deselected.append((tid, why or "skipped by the plan"))
+                # An item deselected by its gpu_test's label: name both.
+                shown = f"{self._item_id(item)} ({tid})" if is_label(tid) else tid
+                self.deselected.append((shown, why or "skipped by the plan"))
+        self._warn_no_match(config)
+        self.all_deselected = bool(dropped) and not keep
         unplanned = len(self.order)
         position = {id(item): i for i, item in enumerate(keep)}
         keep.sort(key=lambda it: (self.order.get(self._plan_id(it), unplanned), position[id(it)]))
@@ -169,11 +192,35 @@ class PlanPlugin:
             return f"they cannot be checked: {exc}"
         return "; ".join(problems) if problems else None
 
+    def _warn_no_match(self, config: pytest.Config) -> None:
+        """Warn loudly when a selective plan names tests but none of the collected ones."""
+        ids = len(set(self.order) | set(self.skip_why))
+        if self.plan.mode != "selective" or not ids or not self.collected or self.matched:
+            return
+        self.no_match = (f"fastci: none of the plan's {ids} test id(s) matched any of the "
+                         f"{self.collected} collected test(s): the plan deselected nothing "
+                         "(is it a plan of another suite, or of gpu_tests whose main file is "
+                         "not <name>.py?)")
+        LOG.warning(self.no_match)
+        config.issue_config_time_warning(pytest.PytestWarning(self.no_match), stacklevel=2)
+
     def _plan_id(self, item: pytest.Item) -> str:
-        """The id the plan uses for ``item``: its node id, or its repo-relative id."""
-        if self.root is None or item.nodeid in self.order or item.nodeid in self.skip_why:
+        """The id the plan uses for ``item``: its node id, its repo-relative id, or its gpu_test's label."""
+        if item.nodeid in self.order or item.nodeid in self.skip_why:
             return item.nodeid
-        return test_id_for(item, self.root)
+        tid = self._item_id(item)
+        if tid in self.order or tid in self.skip_why or not self.by_main:
+            return tid
+        label = self.by_main.get(tid.partition("::")[0])
+        return label if label is not None else tid
+
+    def _item_id(self, item: pytest.Item) -> str:
+        return item.nodeid if self.root is None else test_id_for(item, self.root)
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """The plan skipped every collected test: that is "nothing affected", not a failure."""
+        if self.all_deselected and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+            session.exitstatus = pytest.ExitCode.OK
 
     def pytest_report_header(self, config: pytest.Config) -> str:
         """Say which plan is in effect."""
@@ -182,6 +229,13 @@ class PlanPlugin:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """List every deselected test, and every test whose overrides were ignored, with why."""
+        if self.no_match is not None:
+            terminalreporter.section("fastci: WARNING: the plan matched no collected test", red=True)
+            terminalreporter.write_line(self.no_match)
+        if self.all_deselected:
+            terminalreporter.write_line(
+                f"fastci: the plan skips all {len(self.deselected)} collected test(s) "
+                "(nothing it runs is affected by the change): exit status 0, not 5")
         if self.ignored:
             terminalreporter.section("fastci: overrides ignored, ran at full workload")
             for nodeid, why in self.ignored:

@@ -16,8 +16,13 @@ Inert unless asked:
   whose fixture closure holds it names. ``fastci ingest`` adds named segments
   to each test's evidence (docs/EVIDENCE.md).
 * ``--fastci-plan PATH`` registers ``fastci.integrations.pytest.plan.PlanPlugin(plan)``
-  (deselects and orders tests). A malformed plan, or one made for another tree
-  (its ``tree``), runs everything, loudly.
+  (deselects and orders tests; the plan may name them by node id or by gpu_test
+  label). A malformed plan, or one made for another tree (its ``tree``), runs
+  everything, loudly.
+* ``--fastci-results PATH`` writes one JSON line per test run: its FastCI id
+  (repo-relative node id), outcome (``passed``/``failed``/``error``/``skipped``),
+  duration (all phases), declared workload, the overrides it ran with and its
+  ``gpus`` marker. ``fastci run`` reads it to record results (:mod:`fastci.run.runner`).
 """
 
 from __future__ import annotations
@@ -73,6 +78,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help=f"where traces go (default: <repo>/{DEFAULT_TRACE_DIR})")
     group.addoption("--fastci-plan", default=None, metavar="PATH",
                     help="run only what this FastCI plan selects, in its order")
+    group.addoption("--fastci-results", default=None, metavar="PATH",
+                    help="write each test's id, outcome, duration and workload as JSON lines")
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
@@ -108,6 +115,13 @@ def pytest_configure(config: pytest.Config) -> None:
         out_dir = Path(out).resolve() if out else root / DEFAULT_TRACE_DIR
         config.pluginmanager.register(
             RecordPlugin(root, out_dir, config.stash.get(_COLLECTION, None)), "fastci-record")
+    results = config.getoption("--fastci-results")
+    if results:  # before the plan plugin too: it reads the FASTCI_WORKLOAD the plan set
+        from fastci.integrations.git.repository import repo_root
+
+        config.pluginmanager.register(
+            ResultsPlugin(repo_root(Path(str(config.rootpath))), Path(results).resolve()),
+            "fastci-results")
     plan_path = config.getoption("--fastci-plan")
     if plan_path:
         from fastci.errors import FastCIError
@@ -315,3 +329,45 @@ class RecordPlugin:
         terminalreporter.write_line(
             f"fastci: {self.traces} test trace(s) in {self.out_dir}; "
             f"ingest with `fastci ingest {self.out_dir}`")
+
+
+def _gpus(item: pytest.Item) -> int:
+    marker = item.get_closest_marker("gpus")
+    try:
+        return int(marker.args[0]) if marker and marker.args else 0
+    except (TypeError, ValueError):
+        return 0
+
+
+class ResultsPlugin:
+    """Write each test's result as a JSON line (``--fastci-results``), for ``fastci run``."""
+
+    def __init__(self, root: Path, path: Path) -> None:
+        self.root = root
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")  # a run that collects nothing leaves an empty file, not a stale one
+        self._outcome = "passed"
+        self._duration = 0.0
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: Any) -> Generator[None, Any, None]:
+        declared, overrides = _declared_and_overrides(item)
+        self._outcome, self._duration = "passed", 0.0
+        try:
+            yield
+        finally:
+            line = {"id": test_id_for(item, self.root), "outcome": self._outcome,
+                    "duration_s": round(self._duration, 6), "workload": declared,
+                    "overrides": overrides, "gpus": _gpus(item)}
+            with self.path.open("a", encoding="utf-8") as out:
+                out.write(json.dumps(line, sort_keys=True) + "\n")
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Fold the phase reports into one outcome (error > failed > skipped > passed)."""
+        self._duration += float(getattr(report, "duration", 0.0) or 0.0)
+        if report.failed:
+            if self._outcome != "error":
+                self._outcome = "error" if report.when != "call" else "failed"
+        elif report.skipped and self._outcome == "passed":
+            self._outcome = "skipped"
