@@ -67,3 +67,20 @@ def test_plan_cli_shadow_keeps_the_decisions_but_runs_everything(
     assert rc == 0 and plan.mode == "shadow" and plan.reason.startswith("shadow (everything runs): ")
     assert [t.id for t in plan.tests] == ["//t:a"] and {s.id for s in plan.skipped} == {"//t:b", "//t:c"}
     assert "shadow mode: every test runs" in out
+
+
+def test_explain_cli_takes_a_node_id_for_a_label_recorded_test(
+        world: World, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # The evidence names //t:a; its main file (the default, t/a.py) holds the pytest item.
+    world.repo.write({"pkg/model.py": MODEL.replace("x * 2", "x * 3")})
+    world.store.close()
+    monkeypatch.setenv("FASTCI_STORE", str(world.root / ".fastci/evidence.db"))
+    rc = cli.main(["explain", "t/a.py::test_a", "--root", str(world.root), "--base", world.base,
+                   "--no-bazel"])
+    out = capsys.readouterr().out
+    assert rc == 0 and out.startswith("//t:a: RUNS (as t/a.py::test_a)"), out
+    assert "changed unit  pkg/model.py::scale" in out
+    rc = cli.main(["explain", "t/zz.py::test_a", "--root", str(world.root), "--base", world.base,
+                   "--no-bazel"])
+    assert rc == 1 and "not a known test" in capsys.readouterr().out
+    world.store = type(world.store).open(world.root / ".fastci/evidence.db")
