@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import os
 import pickle
 import textwrap
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
 from fastci.changes.semantic_diff import diff_sources
+from fastci.evidence.ingest import ingest
+from fastci.evidence.store import EvidenceStore
 from fastci.units.index import (CHECKSUM_ALGORITHM, MODULE_QUALNAME, FileUnits, LineIndex, ParseFailure,
                           UnitCache, _cache_key, index_files, index_source, index_tree, line_index,
                           split_unit_id, unit_id)
@@ -216,7 +221,7 @@ def test_index_tree_and_cache(tmp_path: Path) -> None:
     assert isinstance(a1, FileUnits) and isinstance(a3, FileUnits)
     assert a1.by_qualname()["Layer"].checksum != a3.by_qualname()["Layer"].checksum
     # A corrupt cache file is an empty cache.
-    cache_file.write_bytes(b"not a pickle")
+    cache_file.write_bytes(b"not a cache")
     assert UnitCache(cache_file).entries == {}
 
 
@@ -387,9 +392,182 @@ def test_cache_key_names_the_algorithm(tmp_path: Path) -> None:
     index_tree(tmp_path, cache=cache)
     cache.save()
     assert CHECKSUM_ALGORITHM in _cache_key()
-    with open(cache_file, "rb") as f:
-        key, entries = pickle.load(f)
-    assert key == _cache_key() and entries
-    with open(cache_file, "wb") as f:  # the same entries under an older algorithm's key
-        pickle.dump((key.replace(CHECKSUM_ALGORITHM, "libcst-1"), entries), f)
+    doc = json.loads(cache_file.read_text())
+    assert doc["key"] == _cache_key() and doc["entries"]
+    assert len(UnitCache(cache_file).entries) == 1
+    doc["key"] = doc["key"].replace(CHECKSUM_ALGORITHM, "libcst-1")  # the same entries, older key
+    cache_file.write_text(json.dumps(doc))
     assert UnitCache(cache_file).entries == {}
+
+
+# --------------------------------------------------------------------------- the cache is untrusted
+
+
+class _Payload:
+    """Unpickling this creates ``marker``: the shape of a crafted cache that runs code."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str, str]]:
+        return open, (str(self.marker), "w")
+
+
+def write_pickle_payload(cache_file: Path, marker: Path) -> None:
+    """A pickle cache as the old loader read it, ``(key, entries)``, whose loading creates ``marker``."""
+    probe = marker.with_name(marker.name + ".probe")
+    pickle.loads(pickle.dumps(_Payload(probe)))  # the payload is live: unpickling it runs it
+    assert probe.exists()
+    probe.unlink()
+    cache_file.parent.mkdir(parents=True, exist_ok=True)
+    cache_file.write_bytes(pickle.dumps((_cache_key(), {("a.py", "0" * 64): _Payload(marker)})))
+
+
+def test_a_pickled_payload_in_the_cache_never_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    cache_file = tmp_path / ".fastci" / "units.cache"
+    write_pickle_payload(cache_file, marker)
+    cache = UnitCache(cache_file)
+    assert cache.entries == {} and cache.get("a.py", "0" * 64) is None
+    (tmp_path / "a.py").write_text("x = 1\n")
+    index_tree(tmp_path, cache=cache)  # a miss: indexed from the source, the cache rewritten
+    cache.save()
+    assert len(UnitCache(cache_file).entries) == 1 and not marker.exists()
+
+
+def test_ingest_never_runs_a_pickled_cache(tmp_path: Path) -> None:
+    """``fastci ingest`` reads ``root/.fastci/units.cache`` for the recorded files' checksums."""
+    marker = tmp_path / "pwned"
+    root = tmp_path / "repo"
+    write_pickle_payload(root / ".fastci" / "units.cache", marker)
+    with EvidenceStore.open(tmp_path / "evidence.db", create=True) as store:
+        ingest(store, [], source="test", commit="c" * 40, root=root)
+    assert not marker.exists()
+
+
+def _saved_cache(tmp_path: Path, files: dict[str, str]) -> tuple[Path, dict[str, Any]]:
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    cache_file = tmp_path / "units.cache"
+    cache = UnitCache(cache_file)
+    index_tree(tmp_path, cache=cache)
+    cache.save()
+    return cache_file, json.loads(cache_file.read_text())
+
+
+@pytest.mark.parametrize("data", [
+    b"", b"\x00\xff\xfe garbage", b"null", b"[]", b"{}", b'{"format": "fastci-units-cache"',
+    b"[" * 100_000 + b"]" * 100_000, b'{"format": "fastci-units-cache", "key": 1, "entries": []}',
+])
+def test_a_garbage_cache_file_is_an_empty_cache(tmp_path: Path, data: bytes) -> None:
+    cache_file = tmp_path / "units.cache"
+    cache_file.write_bytes(data)
+    assert UnitCache(cache_file).entries == {}
+
+
+def test_a_truncated_cache_file_is_an_empty_cache(tmp_path: Path) -> None:
+    cache_file, _ = _saved_cache(tmp_path, {"a.py": BASE})
+    data = cache_file.read_bytes()
+    for cut in (1, len(data) // 2, len(data) - 1):
+        cache_file.write_bytes(data[:cut])
+        assert UnitCache(cache_file).entries == {}
+
+
+def test_a_cache_that_is_not_a_regular_file_is_empty(tmp_path: Path) -> None:
+    """A change can commit a link to a device in the cache's place; reading it must not hang."""
+    link = tmp_path / "link.cache"
+    link.symlink_to("/dev/zero")
+    assert UnitCache(link).entries == {}
+    fifo = tmp_path / "fifo.cache"
+    os.mkfifo(fifo)
+    assert UnitCache(fifo).entries == {}
+    assert UnitCache(tmp_path).entries == {}  # a directory
+
+
+def _entry(doc: dict[str, Any], path: str) -> dict[str, Any]:
+    return next(e for e in doc["entries"] if e["path"] == path)
+
+
+def _set_row(i: int, value: object) -> Callable[[dict[str, Any]], None]:
+    def edit(doc: dict[str, Any]) -> None:
+        _entry(doc, "b.py")["units"][-1][i] = value
+    return edit
+
+
+def _set_entry(key: str, value: object) -> Callable[[dict[str, Any]], None]:
+    def edit(doc: dict[str, Any]) -> None:
+        _entry(doc, "b.py")[key] = value
+    return edit
+
+
+@pytest.mark.parametrize("edit", [
+    _set_row(0, 7),  # qualname
+    _set_row(1, "lambda"),  # kind
+    _set_row(2, "3"),  # start
+    _set_row(2, True),  # start: a bool is not a line
+    _set_row(3, 0),  # end before start
+    _set_row(4, 1.5),  # body_start
+    _set_row(5, None),  # checksum
+    _set_row(6, [["body"]]),  # parts
+    _set_row(6, {"body": "x"}),
+    _set_entry("owner", [0, 99]),  # a line owned by no unit
+    _set_entry("owner", "0"),
+    _set_entry("units", []),
+    _set_entry("units", [["f", "function", 1, 2, 2, "c", []]]),  # no module unit first
+    _set_entry("digest", "not-hex"),
+    _set_entry("failure", "and units too"),
+])
+def test_a_wrong_typed_field_misses_only_its_entry(
+        tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> None:
+    cache_file, doc = _saved_cache(tmp_path, {"a.py": BASE, "b.py": "def f():\n    return 1\n"})
+    edit(doc)
+    cache_file.write_text(json.dumps(doc))
+    cache = UnitCache(cache_file)
+    assert cache.rejected == 1 and len(cache.entries) == 1
+    result = index_tree(tmp_path, cache=cache)
+    assert cache.hits == 1  # a.py still hits; b.py is indexed again
+    assert result == index_tree(tmp_path)
+
+
+def test_malformed_entries_are_skipped_one_by_one(tmp_path: Path) -> None:
+    cache_file, doc = _saved_cache(tmp_path, {"a.py": BASE})
+    doc["entries"] = ["x", 1, None, {"path": "a.py"}, {"path": ["a.py"]}, *doc["entries"]]
+    cache_file.write_text(json.dumps(doc))
+    cache = UnitCache(cache_file)
+    assert cache.rejected == 5 and len(cache.entries) == 1
+
+
+@pytest.mark.parametrize("src", [
+    BASE, "x = 1\n", "", "def f(): pass\nclass A:\n    def g(self): pass\n",
+    # The same qualname twice (merged parts) and nested scopes.
+    "class A:\n    @property\n    def v(self):\n        return 1\n    @v.setter\n    def v(self, x):\n"
+    "        pass\n    class B:\n        def c(self):\n            def d():\n                return 1\n",
+    "async def f():\n    '''doc'''\n    await g()\n",
+    "x = (\n",  # a parse failure
+    "name = '\u00e9\U0001f600'\n",
+])
+def test_cached_results_round_trip_equal(tmp_path: Path, src: str) -> None:
+    (tmp_path / "m.py").write_text(src, encoding="utf-8")
+    (tmp_path / "\u00e9t\u00e9.py").write_text("x = 1\n")
+    cache_file = tmp_path / "units.cache"
+    fresh = index_tree(tmp_path)
+    cache = UnitCache(cache_file)
+    index_tree(tmp_path, cache=cache)
+    cache.save()
+    again = UnitCache(cache_file)
+    assert again.rejected == 0 and len(again.entries) == 2
+    assert index_tree(tmp_path, cache=again) == fresh and again.hits == 2
+    for (rel, _), hit in again.entries.items():
+        assert hit == fresh[rel] and type(hit) is type(fresh[rel])
+        if isinstance(hit, FileUnits):
+            assert hit._owner == fresh[rel]._owner  # type: ignore[union-attr]
+            assert all(type(u.kind) is UnitKind for u in hit.units)
+
+
+def test_a_cache_that_cannot_be_written_is_not_an_error(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "file").write_text("")
+    cache = UnitCache(tmp_path / "file" / "units.cache")  # its folder is a file
+    index_tree(tmp_path, cache=cache)
+    cache.save()
+    assert cache.dirty and {p.name for p in tmp_path.iterdir()} == {"a.py", "file"}

@@ -22,13 +22,16 @@ belong to the function or class itself.
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import functools
 import hashlib
+import json
 import logging
 import os
-import pickle
+import stat
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence, Union
@@ -392,13 +395,18 @@ def iter_python_files(root: Path, include: Sequence[str] = ("",)) -> Iterator[Pa
 
 
 class UnitCache:
-    """A content-digest cache of index results, one pickle file (e.g. ``.fastci/units.cache``).
+    """A content-digest cache of index results, one JSON file (e.g. ``.fastci/units.cache``).
 
     Keyed by ``(path, sha256 of the bytes)`` and invalidated as a whole when
     :data:`CHECKSUM_ALGORITHM`, this module's source or the Python version
     (whose ``ast`` is hashed) changes, so re-indexing an
-    unchanged tree costs a read and a hash per file. A missing or unreadable
-    cache file is an empty cache, never an error.
+    unchanged tree costs a read and a hash per file.
+
+    The file is untrusted input: it lives in the working tree, where a change
+    can put anything. So it is data only (JSON, never pickle: unpickling runs
+    code) and every entry is checked field by field on load. A missing,
+    unreadable or malformed file is an empty cache and a malformed entry is a
+    miss; loading never raises and never executes anything.
     """
 
     def __init__(self, path: Path) -> None:
@@ -406,14 +414,26 @@ class UnitCache:
         self.entries: dict[tuple[RelPath, str], IndexResult] = {}
         self.dirty = False
         self.hits = 0
+        self.rejected = 0  # entries of a readable cache file that failed validation
+        data = _read_regular_file(self.path)
+        if data is None:
+            return
         try:
-            with open(self.path, "rb") as f:
-                key, entries = pickle.load(f)
-            if key == _cache_key():
-                self.entries = entries
-        except (OSError, EOFError, ValueError, TypeError, AttributeError, ImportError,
-                pickle.UnpicklingError):
-            pass
+            doc = json.loads(data)
+        except (ValueError, RecursionError):  # not JSON (an old pickle), or nested to overflow
+            LOG.info("%s: not a unit cache, ignored", self.path)
+            return
+        if not isinstance(doc, dict) or doc.get("format") != _CACHE_FORMAT \
+                or doc.get("key") != _cache_key() or not isinstance(doc.get("entries"), list):
+            return
+        for raw in doc["entries"]:
+            entry = _decode_entry(raw)
+            if entry is None:
+                self.rejected += 1
+            else:
+                self.entries[entry[0]] = entry[1]
+        if self.rejected:
+            LOG.info("%s: %d malformed entries ignored", self.path, self.rejected)
 
     def get(self, rel: RelPath, digest: str) -> IndexResult | None:
         """The cached result for this content, if any."""
@@ -435,15 +455,123 @@ class UnitCache:
                 self.dirty = True
         if not self.dirty:
             return
+        entries = [e for (rel, digest), result in self.entries.items()
+                   if (e := _encode_entry(rel, digest, result)) is not None]
+        doc = {"format": _CACHE_FORMAT, "key": _cache_key(), "entries": entries}
+        tmp: str | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            with open(tmp, "wb") as f:
-                pickle.dump((_cache_key(), self.entries), f, protocol=pickle.HIGHEST_PROTOCOL)
+            # A fresh, exclusively created name: never follows a link a change put in .fastci/.
+            fd, tmp = tempfile.mkstemp(prefix=f"{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                os.fchmod(f.fileno(), 0o644)  # mkstemp's 0600 would hide it from a CI cache step
+                json.dump(doc, f, separators=(",", ":"))
             os.replace(tmp, self.path)
+            tmp = None
             self.dirty = False
         except OSError as exc:
-            LOG.warning("%s: unit cache not saved (%s)", self.path, exc.strerror)
+            LOG.warning("%s: unit cache not saved (%s)", self.path, exc.strerror or exc)
+        finally:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+
+
+#: The ``format`` field of a cache file; its layout changes with this module's source,
+#: which is part of the key, so the name only tells a unit cache from other JSON.
+_CACHE_FORMAT = "fastci-units-cache"
+_HEX = frozenset("0123456789abcdef")
+_KINDS = {k.value: k for k in UnitKind}
+
+
+def _read_regular_file(path: Path) -> bytes | None:
+    """The bytes of ``path`` if it is a regular file (not a link, FIFO or device), else None.
+
+    A change can commit a symlink to ``/dev/zero`` or a FIFO in its place;
+    reading either would hang or exhaust memory.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _encode_entry(rel: RelPath, digest: str, result: IndexResult) -> dict[str, object] | None:
+    """One cache entry as JSON data; None for a result that would not load back equal."""
+    if isinstance(result, ParseFailure):
+        if result.path != rel:
+            return None
+        return {"path": rel, "digest": digest, "failure": result.message}
+    if result.path != rel or result.digest != digest \
+            or any(u.path != rel or u.id != unit_id(rel, u.qualname) for u in result.units):
+        return None
+    units = [[u.qualname, u.kind.value, u.start, u.end, u.body_start, u.checksum,
+              [[k, v] for k, v in u.parts]] for u in result.units]
+    return {"path": rel, "digest": digest, "units": units, "owner": list(result._owner)}
+
+
+def _is_int(v: object, low: int) -> bool:
+    return type(v) is int and v >= low  # bool is an int subclass: type() keeps it out
+
+
+def _decode_entry(raw: object) -> tuple[tuple[RelPath, str], IndexResult] | None:
+    """Check one entry field by field; None (a miss) for anything malformed."""
+    if not isinstance(raw, dict):
+        return None
+    rel, digest = raw.get("path"), raw.get("digest")
+    if not isinstance(rel, str) or not rel or not isinstance(digest, str) \
+            or len(digest) != 64 or not _HEX.issuperset(digest):
+        return None
+    if "failure" in raw:
+        message = raw["failure"]
+        if not isinstance(message, str) or "units" in raw:
+            return None
+        return (rel, digest), ParseFailure(rel, message)
+    rows, owner = raw.get("units"), raw.get("owner")
+    if not isinstance(rows, list) or not rows or not isinstance(owner, list):
+        return None
+    units: list[Unit] = []
+    for row in rows:
+        unit = _decode_unit(rel, row)
+        if unit is None:
+            return None
+        units.append(unit)
+    # index_source always puts the module first: unit_for_line falls back to units[0].
+    if units[0].kind != UnitKind.MODULE or units[0].qualname != MODULE_QUALNAME:
+        return None
+    n = len(units)
+    if not all(type(i) is int and 0 <= i < n for i in owner):
+        return None
+    return (rel, digest), FileUnits(rel, tuple(units), digest, tuple(owner))
+
+
+def _decode_unit(rel: RelPath, row: object) -> Unit | None:
+    if not isinstance(row, list) or len(row) != 7:
+        return None
+    qualname, kind, start, end, body, checksum, parts = row
+    if not isinstance(qualname, str) or not qualname or not isinstance(kind, str) \
+            or kind not in _KINDS or not isinstance(checksum, str) or not isinstance(parts, list):
+        return None
+    if not (_is_int(start, 1) and _is_int(end, start) and _is_int(body, 1)):
+        return None
+    pairs: list[tuple[str, Checksum]] = []
+    for part in parts:
+        if not isinstance(part, list) or len(part) != 2 \
+                or not isinstance(part[0], str) or not isinstance(part[1], str):
+            return None
+        pairs.append((part[0], part[1]))
+    return Unit(unit_id(rel, qualname), rel, qualname, _KINDS[kind], start, end, body,
+                checksum, tuple(pairs))
 
 
 @functools.lru_cache(maxsize=1)
