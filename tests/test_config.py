@@ -43,6 +43,22 @@ def test_bad_types_and_yaml(tmp_path: Path) -> None:
         config.load(tmp_path, env={})
 
 
+def test_bytes_that_are_not_utf8_are_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "fastci.yaml").write_bytes(b"base: caf\xe9\n")
+    with pytest.raises(ConfigError) as err:
+        config.load(tmp_path, env={})
+    assert str(err.value) == f"{tmp_path / 'fastci.yaml'}: not UTF-8 text (byte 9)"
+
+
+def test_yaml_tags_never_construct_objects(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    (tmp_path / "fastci.yaml").write_text(
+        f"base: !!python/object/apply:os.system ['touch {marker}']\n")
+    with pytest.raises(ConfigError, match="not valid YAML: could not determine a constructor"):
+        config.load(tmp_path, env={})
+    assert not marker.exists()
+
+
 def test_config_file_from_env(tmp_path: Path) -> None:
     other = tmp_path / "elsewhere.yaml"
     other.write_text("path_tests:\n  'data/*.json': //x:y_test\n")

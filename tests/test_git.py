@@ -66,3 +66,23 @@ def test_repo_root_is_the_top_level_or_the_start(tmp_path: Path) -> None:
     repo = Repo(tmp_path / "r")
     repo.commit({"pkg/a.py": "A = 1\n"})
     assert repo_root(tmp_path / "r" / "pkg") == (tmp_path / "r").resolve()
+
+
+def test_untracked_names_that_are_not_utf8_are_kept_and_shown_escaped(tmp_path: Path) -> None:
+    import os
+
+    from fastci.integrations.git.repository import shown
+
+    repo = Repo(tmp_path)
+    base = repo.commit({"a.py": "A = 1\n"})
+    name = os.fsdecode(b"caf\xe9.bin")
+    (tmp_path / name).write_bytes(b"data")
+    git = Git(tmp_path)
+    changes = git.changed_files(base, WORKTREE)
+    assert changes == [FileChange("A", name)]
+    assert git.read(WORKTREE, name) == b"data"  # the decoded name still opens the file
+    assert name in git.list_files(WORKTREE)
+    assert shown(name) == "caf\\xe9.bin" and shown("a.py") == "a.py"
+    repo.commit()
+    assert git.changed_files(base, "HEAD") == [FileChange("A", name)]
+    assert git.read("HEAD", name) == b"data"

@@ -141,3 +141,61 @@ def test_lock_is_released_when_the_holder_dies(tmp_path: Path) -> None:
     lease = gpus.try_acquire(2, ["0", "1"], tmp_path / "locks")
     assert lease is not None and lease.devices == ("0", "1")
     lease.release()
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "nan", "inf"])
+def test_a_bad_wait_variable_is_one_line_naming_it(tmp_path: Path, value: str) -> None:
+    env = {"FASTCI_FAKE_GPUS": "0", "FASTCI_GPU_LOCK_DIR": str(tmp_path), "FASTCI_GPU_WAIT_S": value}
+    with pytest.raises(gpus.GpuPoolError) as err:
+        with gpus.gpus_for(1, env):
+            pytest.fail("must not yield")
+    assert str(err.value) == f"FASTCI_GPU_WAIT_S={value!r}: expected a number of seconds (0 or more)"
+    assert gpus.wait_seconds({"FASTCI_GPU_WAIT_S": " 2.5 "}) == 2.5
+    assert gpus.wait_seconds({}) == gpus.DEFAULT_WAIT_S
+
+
+def test_a_lock_directory_that_is_a_file_is_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "locks"
+    blocker.write_text("not a directory")
+    with pytest.raises(gpus.GpuPoolError, match=f"the GPU lock directory {blocker} is not a directory"):
+        gpus.try_acquire(1, ["0"], blocker)
+    with pytest.raises(gpus.GpuPoolError, match="cannot make the GPU lock directory"):
+        gpus.try_acquire(1, ["0"], blocker / "sub")
+    assert blocker.read_text() == "not a directory"
+
+
+def test_a_busy_device_names_its_holders_pid(tmp_path: Path) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    proc = _holder(tmp_path / "locks", marks)
+    try:
+        _held(marks, 1)
+        assert gpus.holder(tmp_path / "locks" / "gpu-0.lock") == proc.pid
+        with pytest.raises(gpus.GpuPoolError) as err:
+            gpus.acquire(2, ["0", "1"], tmp_path / "locks", wait_s=0.2, poll_s=0.05)
+        assert str(err.value) == (f"2 of GPUs 0, 1 stayed busy for 0s ({tmp_path / 'locks'}; "
+                                  f"held: 0 (pid {proc.pid}))")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+_LAUNCH = "import sys; from fastci.run.launch import main; sys.exit(main(sys.argv))"
+
+
+@pytest.mark.parametrize("case", ["wait", "lock dir"])
+def test_the_launcher_reports_pool_errors_in_one_line(tmp_path: Path, case: str) -> None:
+    (tmp_path / "t.py").write_text("print('ran')\n")
+    env = {"PATH": os.environ["PATH"], "FASTCI_GPUS": "1", "FASTCI_TEST_MAIN": "t.py",
+           "FASTCI_FAKE_GPUS": "0", "FASTCI_GPU_LOCK_DIR": str(tmp_path / "locks"),
+           "PYTHONPATH": str(Path(gpus.__file__).parents[2])}
+    if case == "wait":
+        env["FASTCI_GPU_WAIT_S"] = "abc"
+    else:
+        (tmp_path / "locks").write_text("")
+    res = subprocess.run([sys.executable, "-c", _LAUNCH], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode == 2 and "ran" not in res.stdout
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fastci: "), res.stderr
+    assert ("FASTCI_GPU_WAIT_S='abc'" if case == "wait" else "is not a directory") in lines[0]

@@ -192,3 +192,38 @@ def test_evidence_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert "data/cfg.yaml" in out and "last run: passed" in out and "complete evidence" in out
     assert cli.main(["evidence", "show", "t::nope", "--store", str(db)]) == 2
     assert "no evidence for 't::nope'" in capsys.readouterr().err
+
+
+def test_ingest_into_a_store_locked_by_another_writer_is_one_line_naming_the_holder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+
+    from fastci.evidence import store as store_mod
+
+    traces = tmp_path / "traces"
+    put(traces, make("t::a", "r1", 1.0, {"m.py::f": []}))
+    db = tmp_path / "e.db"
+    EvidenceStore.open(db, create=True).close()
+    hold = ("import sqlite3, sys, time\n"
+            "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+            "c.execute('BEGIN IMMEDIATE'); c.execute(\"INSERT INTO test (name) VALUES ('x')\")\n"
+            "print('held', flush=True); time.sleep(60)\n")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(db)], stdout=subprocess.PIPE,
+                              text=True)
+    monkeypatch.setattr(store_mod, "LOCK_WAIT_S", 0.5)  # the bounded wait (30 s by default)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        rc = cli.main(["ingest", str(traces), "--store", str(db), "--source", "pytest"])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert err == (f"fastci: the evidence store {db} is locked by another writer (pid {holder.pid})"
+                   " and stayed locked for 0.5 s; runs ingested so far are kept: retry when it"
+                   " finishes\n")
+    # Retrying once the writer is gone ingests the run.
+    assert cli.main(["ingest", str(traces), "--store", str(db), "--source", "pytest"]) == 0
+    with EvidenceStore.open(db) as s:
+        assert s.test_ids() == ["t::a"]

@@ -189,3 +189,103 @@ def test_old_schema_version_is_refused(tmp_path: Path) -> None:
                                          "move it aside"):
         EvidenceStore.open(path)
     assert SCHEMA_VERSION == 2
+
+
+def test_a_reader_never_initialises_an_empty_store(tmp_path: Path) -> None:
+    path = tmp_path / "evidence.db"
+    path.write_bytes(b"")
+    with pytest.raises(StoreError) as err:
+        EvidenceStore.open(path)
+    assert str(err.value) == f"the evidence store {path} is empty: run `fastci record`"
+    assert path.read_bytes() == b"" and sorted(p.name for p in tmp_path.iterdir()) == ["evidence.db"]
+    # A writer initialises it (the same file, now with the schema).
+    EvidenceStore.open(path, create=True).close()
+    with EvidenceStore.open(path) as store:
+        assert store.test_ids() == []
+
+
+def test_a_store_missing_a_table_is_refused_and_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "evidence.db"
+    EvidenceStore.open(path, create=True).close()
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE evidence")
+    conn.commit()
+    conn.close()
+    before = path.read_bytes()
+    for create in (False, True):
+        with pytest.raises(StoreError, match=r"lacks table\(s\) evidence; move it aside"):
+            EvidenceStore.open(path, create=create)
+    assert path.read_bytes() == before
+
+
+def test_a_directory_is_no_store(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="is a directory"):
+        EvidenceStore.open(tmp_path, create=True)
+
+
+def test_a_locked_store_names_the_holder_after_a_bounded_wait(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    from fastci.evidence.store import StoreLockedError, lock_holders
+
+    path = tmp_path / "evidence.db"
+    EvidenceStore.open(path, create=True).close()
+    assert lock_holders(path) == []
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(path)], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        assert lock_holders(path) == [holder.pid]
+        store = EvidenceStore.open(path, create=True, lock_wait_s=0.3)
+        started = time.monotonic()
+        with pytest.raises(StoreLockedError) as err:
+            store.ingest(run("//t:a", 1.0, {"m.py::f": set()}))
+        assert time.monotonic() - started < 10
+        assert str(err.value).startswith(f"the evidence store {path} is locked by another writer "
+                                         f"(pid {holder.pid}) and stayed locked for 0.3 s")
+        assert "\n" not in str(err.value)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert store.ingest(run("//t:a", 1.0, {"m.py::f": set()}))  # the holder's gone: it works
+    store.close()
+
+
+_HOLD = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+conn.execute("INSERT INTO test (name) VALUES ('//t:pending')")
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def test_lock_holders_reads_write_locks_of_the_file_from_the_lock_table(tmp_path: Path) -> None:
+    import os
+
+    from fastci.evidence.store import lock_holders
+
+    path = tmp_path / "evidence.db"
+    path.write_bytes(b"x")
+    st = path.stat()
+    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
+    table = tmp_path / "locks"
+    table.write_text(
+        f"1: POSIX  ADVISORY  WRITE 4242 {dev}:{st.st_ino} 0 EOF\n"
+        f"2: POSIX  ADVISORY  READ  4343 {dev}:{st.st_ino} 0 EOF\n"  # a reader: not the writer
+        f"3: POSIX  ADVISORY  WRITE 4444 {dev}:{st.st_ino + 1} 0 EOF\n"  # another file
+        f"4: -> POSIX  ADVISORY  WRITE 4545 {dev}:{st.st_ino} 0 EOF\n")  # a waiter
+    assert lock_holders(path, table) == [4242]
+    assert lock_holders(path, tmp_path / "no-such-table") == []
+
+
+def test_paths_that_are_not_utf8_are_unknown_to_the_store(store: EvidenceStore) -> None:
+    store.ingest(run("//t:a", 1.0, {"m.py::f": set()}, files={"d.bin": "x"}))
+    odd = "caf\udce9.bin"  # git's b"caf\xe9.bin" decoded with surrogateescape
+    assert store.tests_for_files([odd, "d.bin"]) == {odd: set(), "d.bin": {"//t:a"}}
+    assert store.tests_for_modules([odd]) == {odd: set()}
+    assert store.tests_for_units([f"{odd}::f"]) == {f"{odd}::f": set()}
+    assert store.file_digests([odd]) == []

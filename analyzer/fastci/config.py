@@ -141,7 +141,7 @@ def parse_text(text: str | bytes, where: str) -> dict[str, Any]:
         try:
             text = text.decode()
         except UnicodeDecodeError as exc:
-            raise ConfigError(f"{where}: not UTF-8 text") from exc
+            raise ConfigError(f"{where}: not UTF-8 text (byte {exc.start})") from exc
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -156,12 +156,12 @@ def parse_text(text: str | bytes, where: str) -> dict[str, Any]:
 def read_file(path: Path) -> dict[str, Any]:
     """Read a ``fastci.yaml``; a missing file is empty, a malformed one a :class:`ConfigError`."""
     try:
-        text = path.read_text()
+        data = path.read_bytes()  # decoded by parse_text: bytes that are not UTF-8 are one line
     except FileNotFoundError:
         return {}
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-    return parse_text(text, str(path))
+    return parse_text(data, str(path))
 
 
 def load(root: Path, *, env: Mapping[str, str] | None = None,

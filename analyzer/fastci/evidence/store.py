@@ -12,6 +12,7 @@ from __future__ import annotations
 import array
 import json
 import logging
+import os
 import sqlite3
 import time
 from dataclasses import dataclass, field, replace
@@ -25,6 +26,10 @@ from fastci.types import Checksum, ContextSig, RelPath, TestId, UnitId
 LOG = logging.getLogger(__name__)
 
 DEFAULT_PATH = Path(".fastci/evidence.db")
+#: How long a writer waits for another writer's transaction before giving up (seconds).
+LOCK_WAIT_S = 30.0
+#: The tables a store of this schema version has.
+TABLES = frozenset({"meta", "test", "unit", "context", "evidence", "file_read", "run"})
 _CHUNK = 500
 
 
@@ -89,6 +94,10 @@ class RunEvidence:
     files: Mapping[RelPath, str] = field(default_factory=dict)
 
 
+class StoreLockedError(StoreError):
+    """Another writer held the store's lock longer than a writer waits."""
+
+
 def pack_ids(ids: Iterable[int]) -> bytes:
     """Pack context ids as sorted little-endian uint32."""
     a = array.array("I", sorted(set(ids)))
@@ -116,6 +125,69 @@ def _json(obj: Mapping[str, Any]) -> str:
     return json.dumps(dict(obj), sort_keys=True, default=str)
 
 
+def _statements(script: str) -> Iterator[str]:
+    """The statements of an SQL script, one at a time (run inside one transaction)."""
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            yield pending
+            pending = ""
+    if pending.strip() and not all(ln.strip().startswith("--") or not ln.strip()
+                                   for ln in pending.splitlines()):
+        raise StoreError("the store schema ends with an incomplete statement")
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` says another connection holds the lock (SQLITE_BUSY / LOCKED)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (5, 6)  # primary codes SQLITE_BUSY, SQLITE_LOCKED
+    return "locked" in str(exc) or "busy" in str(exc)
+
+
+def lock_holders(path: Path, locks: Path = Path("/proc/locks")) -> list[int]:
+    """PIDs of other processes holding a write lock on the SQLite file ``path`` (or its WAL
+    index ``-shm``), from the kernel's lock table; ``[]`` where the OS does not say.
+
+    SQLite takes POSIX advisory locks: on the database file in rollback mode, on
+    bytes of ``<path>-shm`` in WAL mode; ``/proc/locks`` lists each with its PID
+    and ``major:minor:inode``.
+    """
+    wanted = set()
+    for p in (Path(path), Path(f"{path}-shm")):
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        wanted.add(f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}")
+    try:
+        table = locks.read_text(errors="replace")
+    except OSError:
+        return []
+    pids = set()
+    for line in table.splitlines():
+        # "1: POSIX  ADVISORY  WRITE 4242 08:01:123 120 120"; a blocked waiter's line has "->".
+        parts = line.split()
+        if "->" in parts or len(parts) < 6 or parts[3] != "WRITE" or parts[5] not in wanted:
+            continue
+        if parts[4].isdigit() and int(parts[4]) not in (0, os.getpid()):
+            pids.add(int(parts[4]))
+    return sorted(pids)
+
+
+def _storable(key: str) -> bool:
+    """Whether ``key`` can be a TEXT value (UTF-8): a path git decoded with
+    ``surrogateescape`` from bytes that are not UTF-8 cannot, so the store holds
+    nothing for it (no test is known to touch it; selection decides from there).
+    """
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
     for i in range(0, len(items), _CHUNK):
         yield items[i:i + _CHUNK]
@@ -124,48 +196,97 @@ def _chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
 class EvidenceStore:
     """Read and write the evidence store (see the module docstring)."""
 
-    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+    def __init__(self, conn: sqlite3.Connection, path: Path,
+                 lock_wait_s: float = 30.0) -> None:
         self.conn = conn
         self.path = path
+        self.lock_wait_s = lock_wait_s
 
     # ------------------------------------------------------------------ opening
 
     @classmethod
-    def open(cls, path: Path, *, create: bool = False) -> "EvidenceStore":
-        """Open (or with ``create`` make) the store; ``StoreError`` on another schema."""
+    def open(cls, path: Path, *, create: bool = False,
+             lock_wait_s: float | None = None) -> "EvidenceStore":
+        """Open the store to read, or with ``create`` to write (making it if absent).
+
+        A reader never writes: a missing, zero-byte or table-less store is a
+        :class:`StoreError` ("empty: run `fastci record`"), never initialised. A
+        writer waits up to ``lock_wait_s`` (default :data:`LOCK_WAIT_S`) for another
+        writer's transaction, then raises a :class:`StoreLockedError` naming the
+        holder's PID where the OS tells.
+
+        Raises:
+            StoreError: the store is missing, empty, unreadable, lacks a table, or has
+                another schema version (nothing is changed).
+        """
         path = Path(path)
+        wait_s = LOCK_WAIT_S if lock_wait_s is None else lock_wait_s
         exists = path.exists()
         if not exists and not create:
             raise StoreError(f"no evidence store at {path}; run `fastci record` or `fastci ingest`")
+        if path.is_dir():
+            raise StoreError(f"the evidence store {path} is a directory; move it aside")
         if not exists:
             path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            conn = sqlite3.connect(str(path), timeout=30.0, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
+            conn = sqlite3.connect(str(path), timeout=wait_s, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the evidence store {path} ({exc})") from exc
+        store = cls(conn, path, wait_s)
+        try:
+            if create:  # WAL is persistent: readers of a written store use it without asking
+                conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=OFF")
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{path} is not a readable evidence store ({exc}); "
-                             "move it aside and re-run `fastci record`") from exc
-        store = cls(conn, path)
-        if not tables:
-            conn.executescript(
-                "BEGIN IMMEDIATE;" + SCHEMA
-                + f"INSERT INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}'),"
-                + f" ('created_at', '{time.time():.3f}'); COMMIT;")
-            return store
+            tables = store._tables()
+            if not tables and not create:
+                raise StoreError(f"the evidence store {path} is empty: run `fastci record`")
+            if not tables:
+                with store._tx():
+                    if not store._tables():  # another writer may have made it meanwhile
+                        for statement in _statements(SCHEMA):
+                            conn.execute(statement)
+                        conn.execute("INSERT INTO meta VALUES ('schema_version', ?), "
+                                     "('created_at', ?)", (str(SCHEMA_VERSION), f"{time.time():.3f}"))
+                tables = store._tables()
+            store._check_schema(tables)
+        except BaseException as exc:
+            conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise store._error(exc) from exc
+            raise
+        return store
+
+    def _tables(self) -> set[str]:
+        return {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+    def _check_schema(self, tables: set[str]) -> None:
         version = None
         if "meta" in tables:
-            row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            row = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             version = row[0] if row else None
         if version != str(SCHEMA_VERSION):
-            conn.close()
             raise StoreError(
-                f"evidence store {path} has schema version {version or 'unknown'}, this FastCI "
-                f"needs {SCHEMA_VERSION}; move it aside (nothing was changed) and re-run "
+                f"evidence store {self.path} has schema version {version or 'unknown'}, this "
+                f"FastCI needs {SCHEMA_VERSION}; move it aside (nothing was changed) and re-run "
                 "`fastci record`")
-        return store
+        missing = sorted(TABLES - tables)
+        if missing:
+            raise StoreError(f"evidence store {self.path} lacks table(s) {', '.join(missing)}; "
+                             "move it aside (nothing was changed) and re-run `fastci record`")
+
+    def _error(self, exc: sqlite3.Error) -> StoreError:
+        """The one-line error for a SQLite failure on this store."""
+        if _is_busy(exc):
+            holders = lock_holders(self.path)
+            who = (f"pid {', '.join(map(str, holders))}" if holders
+                   else "a process the OS does not name")
+            return StoreLockedError(
+                f"the evidence store {self.path} is locked by another writer ({who}) and stayed "
+                f"locked for {self.lock_wait_s:g} s; runs ingested so far are kept: retry when "
+                "it finishes")
+        return StoreError(f"{self.path} is not a readable evidence store ({exc}); "
+                          "move it aside and re-run `fastci record`")
 
     def close(self) -> None:
         """Close the connection."""
@@ -178,17 +299,20 @@ class EvidenceStore:
         self.close()
 
     class _Tx:
-        def __init__(self, conn: sqlite3.Connection) -> None:
-            self.conn = conn
+        def __init__(self, store: EvidenceStore) -> None:
+            self.store = store
 
         def __enter__(self) -> None:
-            self.conn.execute("BEGIN IMMEDIATE")
+            try:  # waits up to the connection's timeout for another writer
+                self.store.conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise self.store._error(exc) from exc
 
         def __exit__(self, exc_type: object, *rest: object) -> None:
-            self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+            self.store.conn.execute("ROLLBACK" if exc_type else "COMMIT")
 
     def _tx(self) -> "EvidenceStore._Tx":
-        return EvidenceStore._Tx(self.conn)
+        return EvidenceStore._Tx(self)
 
     # ------------------------------------------------------------------ read side
 
@@ -219,7 +343,7 @@ class EvidenceStore:
         """Run ``query`` (one ``IN (%s)`` over ``keys``, yielding (key, test)) in chunks."""
         wanted = sorted(set(keys))
         out: dict[str, set[TestId]] = {k: set() for k in wanted}
-        for chunk in _chunks(wanted):
+        for chunk in _chunks([k for k in wanted if _storable(k)]):
             for key, name in self.conn.execute(query % ",".join("?" * len(chunk)), chunk):
                 out[key].add(name)
         return out
@@ -248,7 +372,7 @@ class EvidenceStore:
         if paths is None:
             return [(p, t, d) for p, t, d in self.conn.execute(query + " ORDER BY f.path, t.name")]
         out: list[tuple[RelPath, TestId, str]] = []
-        for chunk in _chunks(sorted(set(paths))):
+        for chunk in _chunks(sorted(p for p in set(paths) if _storable(p))):
             q = query + " WHERE f.path IN (%s)" % ",".join("?" * len(chunk))
             out += [(p, t, d) for p, t, d in self.conn.execute(q, chunk)]
         return sorted(out)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
+import math
 import os
 import re
 import shutil
@@ -35,6 +36,7 @@ LOG = logging.getLogger(__name__)
 DEFAULT_LOCK_DIR = "/tmp/fastci-gpus"
 ALLOW_CPU_ENV = "FASTCI_ALLOW_CPU"
 DEFAULT_WAIT_S = 6 * 3600.0
+WAIT_ENV = "FASTCI_GPU_WAIT_S"
 
 
 class GpuPoolError(FastCIError):
@@ -82,13 +84,74 @@ def _lock_name(device: str) -> str:
 
 
 def _try_lock(path: Path) -> IO[bytes] | None:
-    handle = open(path, "ab")  # noqa: SIM115 - kept open while the lock is held
+    """Lock ``path`` exclusively without waiting and write this process's PID into it.
+
+    Returns the open handle (the lock lives as long as it does), or None if another
+    process holds the lock; the PID lets that process's waiters say who holds it.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise GpuPoolError(f"cannot open the GPU lock file {path}: {exc.strerror}") from exc
+    handle = os.fdopen(fd, "r+b")  # noqa: SIM115 - kept open while the lock is held
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.close()
         return None
+    with contextlib.suppress(OSError):  # the PID is for messages only; the lock is what counts
+        handle.truncate(0)
+        handle.write(f"{os.getpid()}\n".encode())
+        handle.flush()
     return handle
+
+
+def holder(path: Path) -> int | None:
+    """The PID written into the lock file ``path`` by the process that took it (None: unknown)."""
+    try:
+        text = path.read_text(encoding="ascii", errors="replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _holders(devices: Sequence[str], directory: Path) -> str:
+    """``"0 (pid 42), 1 (pid 43)"``: the devices of ``devices`` that are held, and by whom."""
+    out = []
+    for device in devices:
+        path = directory / _lock_name(device)
+        if path.exists() and _try_probe(path):
+            pid = holder(path)
+            out.append(f"{device} (pid {pid})" if pid else f"{device} (pid unknown)")
+    return ", ".join(out)
+
+
+def _try_probe(path: Path) -> bool:
+    """Whether another process holds the lock on ``path`` (a shared probe, released at once)."""
+    try:
+        with open(path, "rb") as handle:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    except OSError:
+        return False
+    return False
+
+
+def _lock_directory(directory: Path) -> None:
+    """Make the lock directory (shared by every user's tests); one-line error if it cannot be."""
+    if directory.exists() and not directory.is_dir():
+        raise GpuPoolError(f"the GPU lock directory {directory} is not a directory; remove it or "
+                           "set FASTCI_GPU_LOCK_DIR to a directory")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GpuPoolError(f"cannot make the GPU lock directory {directory}: {exc.strerror}; set "
+                           "FASTCI_GPU_LOCK_DIR to a writable directory") from exc
+    with contextlib.suppress(PermissionError):
+        os.chmod(directory, 0o1777)
 
 
 @dataclass
@@ -109,9 +172,7 @@ def try_acquire(count: int, devices: Sequence[str], directory: Path) -> Lease | 
     """Lock ``count`` free devices at once, or none (returns None)."""
     if count == 0:
         return Lease((), [])
-    directory.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(PermissionError):
-        os.chmod(directory, 0o1777)  # shared by every user's tests on this host
+    _lock_directory(directory)
     taken: list[str] = []
     handles: list[IO[bytes]] = []
     for device in devices:
@@ -146,13 +207,38 @@ def acquire(
             f"test needs {count} GPU(s), this host has {len(devices)} ({', '.join(devices) or 'none'})"
         )
     deadline = time.monotonic() + wait_s
+    waited = False
     while True:
         lease = try_acquire(count, devices, directory)
         if lease is not None:
             return lease
         if time.monotonic() >= deadline:
-            raise GpuPoolError(f"{count} of GPUs {', '.join(devices)} stayed busy for {wait_s:.0f}s ({directory})")
+            held = _holders(devices, directory)
+            raise GpuPoolError(f"{count} of GPUs {', '.join(devices)} stayed busy for {wait_s:.0f}s "
+                               f"({directory}; held: {held or 'none any more'})")
+        if not waited:
+            LOG.warning("waiting up to %.0f s for %d GPU(s); held: %s", wait_s, count,
+                        _holders(devices, directory) or "none any more")
+            waited = True
         time.sleep(poll_s)
+
+
+def wait_seconds(environ: Mapping[str, str]) -> float:
+    """How long to wait for busy GPUs: ``FASTCI_GPU_WAIT_S`` seconds (default six hours).
+
+    Raises:
+        GpuPoolError: the variable is not a non-negative number.
+    """
+    raw = environ.get(WAIT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_WAIT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise GpuPoolError(f"{WAIT_ENV}={raw!r}: expected a number of seconds (0 or more)")
+    return value
 
 
 def allow_cpu(environ: Mapping[str, str]) -> bool:
@@ -184,7 +270,7 @@ def gpus_for(count: int, environ: Mapping[str, str]) -> Iterator[tuple[str, ...]
         LOG.warning("no GPUs found (%s): running on CPU (%s=1)", found.source, ALLOW_CPU_ENV)
         yield ()
         return
-    wait_s = float(environ.get("FASTCI_GPU_WAIT_S") or DEFAULT_WAIT_S)
+    wait_s = wait_seconds(environ)
     lease = acquire(count, found.devices, lock_dir(environ), wait_s=wait_s)
     try:
         LOG.info("using GPU(s) %s of %s (%s)", ",".join(lease.devices), ",".join(found.devices), found.source)

@@ -37,6 +37,26 @@ class FileChange:
         return self.old_path or self.path
 
 
+def _text(raw: bytes) -> str:
+    """Decode git's output as the file system does: bytes that are not UTF-8 survive.
+
+    Git prints paths as stored, whatever their encoding; ``surrogateescape`` maps
+    each undecodable byte to a lone surrogate, so the name still opens the file
+    (``os`` encodes it back the same way) and no path is dropped or crashes.
+    """
+    return raw.decode("utf-8", errors="surrogateescape")
+
+
+def _names(raw: bytes) -> list[RelPath]:
+    """The paths of a ``-z`` (NUL-separated) listing, in git's order."""
+    return [p for p in _text(raw).split("\0") if p]
+
+
+def shown(path: str) -> str:
+    """``path`` printable: a byte that is not UTF-8 is shown escaped (``caf\\xe9.bin``)."""
+    return path.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="backslashreplace")
+
+
 class Git:
     """Run git in one repository; every method raises :class:`GitError` on failure."""
 
@@ -57,7 +77,7 @@ class Git:
 
     def toplevel(self) -> Path:
         """Return the repository's top-level directory."""
-        return Path(self._run(["rev-parse", "--show-toplevel"]).stdout.decode().strip())
+        return Path(_text(self._run(["rev-parse", "--show-toplevel"]).stdout).strip())
 
     def resolve(self, rev: str) -> str:
         """Return the full commit id of ``rev``; :class:`GitError` if it does not exist."""
@@ -93,7 +113,7 @@ class Git:
         if head == WORKTREE:
             seen = {c.path for c in changes}
             out = self._run(["ls-files", "-z", "--others", "--exclude-standard"]).stdout
-            for p in out.decode().split("\0"):
+            for p in _names(out):
                 if p and p not in seen:
                     changes.append(FileChange("A", p))
         return sorted(changes, key=lambda c: c.path)
@@ -118,11 +138,11 @@ class Git:
         if rev == WORKTREE:
             out = self._run(["ls-files", "-z", "--cached", "--others", "--exclude-standard",
                              "--", *spec]).stdout
-            names = sorted({p for p in out.decode(errors="surrogateescape").split("\0") if p})
+            names = sorted(set(_names(out)))
             return [p for p in names if (self.root / p).is_file()]
         out = self._run(["ls-tree", "-r", "-z", "--name-only", self.resolve(rev), "--",
                          *spec]).stdout
-        return sorted(p for p in out.decode(errors="surrogateescape").split("\0") if p)
+        return sorted(_names(out))
 
     def tracked_files(self, rev: str) -> set[RelPath]:
         """Paths git tracks at ``rev`` (``WORKTREE``: the index), untracked and ignored not."""
@@ -130,7 +150,7 @@ class Git:
             out = self._run(["ls-files", "-z", "--cached"]).stdout
         else:
             out = self._run(["ls-tree", "-r", "-z", "--name-only", self.resolve(rev)]).stdout
-        return {p for p in out.decode(errors="surrogateescape").split("\0") if p}
+        return set(_names(out))
 
     def grep_files(self, rev: str, words: Sequence[str], glob: str = "*.py") -> list[RelPath]:
         """Files at ``rev`` matching ``glob`` whose text contains any of ``words`` (fixed strings).
@@ -152,7 +172,7 @@ class Git:
             raise GitError(f"git grep: {msg[0] if msg else 'failed'}")
         prefix = "" if rev == WORKTREE else f"{self.resolve(rev)}:"
         return sorted(p[len(prefix):] if prefix and p.startswith(prefix) else p
-                      for p in proc.stdout.decode(errors="surrogateescape").split("\0") if p)
+                      for p in _names(proc.stdout))
 
     def head(self) -> str | None:
         """The commit id of HEAD, or None in a repository without commits."""
@@ -172,7 +192,7 @@ def repo_root(start: Path) -> Path:
 
 def parse_name_status(raw: bytes) -> list[FileChange]:
     """Parse ``git diff --name-status -z`` output into :class:`FileChange` values."""
-    fields = raw.decode(errors="surrogateescape").split("\0")
+    fields = _text(raw).split("\0")
     out: list[FileChange] = []
     i = 0
     while i < len(fields) and fields[i]:
