@@ -17,8 +17,9 @@ from fastci.changes.scan import ChangeSet, is_python
 from fastci.changes.semantic_diff import ChangeKind, UnitChange
 from fastci.config import Config, first_match, glob_match
 from fastci.evidence.files import sha256_file
-from fastci.select.decisions import DecisionKind, Reason
 from fastci.changes.static_reach import ReachKind
+from fastci.integrations.git.repository import shown
+from fastci.select.decisions import DecisionKind, Reason
 from fastci.types import Checksum, ContextSig, RelPath, TestId, UnitId
 
 LOG = logging.getLogger(__name__)
@@ -208,7 +209,7 @@ def ignored_read_rules(changes: ChangeSet, store: EvidenceReader) -> Hits:
         state = "is gone" if current is None else "whose content differs from when it was recorded"
         _add(hits, test, Reason(
             DecisionKind.READ_CHANGED_FILE,
-            f"read {path} (not tracked by git), {'which ' if current is None else ''}{state}",
+            f"read {shown(path)} (not tracked by git), {'which ' if current is None else ''}{state}",
             path=path, change="deleted" if current is None else "content changed",
             via="evidence: the recorded digest of an untracked file differs from the disk"))
     return hits
@@ -241,7 +242,7 @@ def path_rules(changes: ChangeSet, store: EvidenceReader, config: Config,
         rule = first_match(path, config.run_all)
         if rule is not None:
             widen.append(Reason(DecisionKind.RUN_ALL_PATH,
-                                f"{path} changed and matches run_all {rule!r}: everything runs",
+                                f"{shown(path)} changed and matches run_all {rule!r}: everything runs",
                                 path=path, via=f"fastci.yaml run_all: {rule}"))
             continue
         matched = is_python(path)  # Python is analysed unit by unit
@@ -251,20 +252,20 @@ def path_rules(changes: ChangeSet, store: EvidenceReader, config: Config,
                 for test in tests:
                     if any(fnmatch.fnmatchcase(test, g) for g in test_globs):
                         _add(hits, test, Reason(
-                            DecisionKind.PATH_RULE, f"{path} changed and fastci.yaml maps {glob!r} "
+                            DecisionKind.PATH_RULE, f"{shown(path)} changed and fastci.yaml maps {glob!r} "
                             "to it", path=path, via=f"fastci.yaml path_tests: {glob}"))
         for test in sorted(readers.get(path, ())):
             matched = True
-            _add(hits, test, Reason(DecisionKind.READ_CHANGED_FILE, f"read {path}, which changed",
+            _add(hits, test, Reason(DecisionKind.READ_CHANGED_FILE, f"read {shown(path)}, which changed",
                                     path=path, via="evidence: the test's recording read the file"))
         if matched:
             continue
         rule = first_match(path, config.ignore)
         if rule is not None:
-            notes.append(f"{path}: ignored (fastci.yaml ignore {rule!r})")
+            notes.append(f"{shown(path)}: ignored (fastci.yaml ignore {rule!r})")
             continue
         widen.append(Reason(DecisionKind.UNKNOWN_PATH,
-                            f"{path} changed: no test recorded reading it and no rule in "
+                            f"{shown(path)} changed: no test recorded reading it and no rule in "
                             "fastci.yaml maps it, so everything runs", path=path,
                             via="safety rule: an unknown path widens to every test"))
     return hits, widen, notes
