@@ -148,6 +148,7 @@ def test_run_cli_with_malformed_plan_runs_everything_loudly(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / ".fastci").mkdir()
     (tmp_path / ".fastci/plan.json").write_text("{not json")
+    (tmp_path / "WORKSPACE").write_text("")  # a Bazel workspace: Bazel is a runner here
     # A bazel that does not exist: what matters is what `fastci run` decided before running it.
     monkeypatch.setenv("FASTCI_BAZEL", str(tmp_path / "no-bazel"))
     rc = cli.main(["run", "--root", str(tmp_path), "--no-record"])
@@ -162,6 +163,7 @@ def test_run_cli_with_unreadable_store_runs_without_recording_and_keeps_it(
     (tmp_path / ".fastci").mkdir()
     store = tmp_path / ".fastci/evidence.db"
     store.write_bytes(b"not a database at all")
+    (tmp_path / "WORKSPACE").write_text("")
     monkeypatch.setenv("FASTCI_BAZEL", str(tmp_path / "no-bazel"))
     rc = cli.main(["run", "--root", str(tmp_path)])
     captured = capsys.readouterr()
@@ -195,7 +197,7 @@ def test_shadow_runs_everything_and_reports_what_the_plan_would_have_missed(ws: 
 def test_run_cli_with_a_plan_for_another_tree_runs_everything_loudly(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     repo = Repo(tmp_path)
-    repo.commit({"m.py": "x = 1\n"})  # .fastci/ (plan, runs) is never part of the tree
+    repo.commit({"m.py": "x = 1\n", "WORKSPACE": ""})  # .fastci/ (plan, runs) is never part of the tree
     tree = plan_tree(tmp_path)
     plan = Plan(mode="selective", reason="m only", tree=tree, tests=(PlannedTest("//p:m_test"),),
                 skipped=(SkippedTest("//p:other_test", "not affected"),))
