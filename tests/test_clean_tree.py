@@ -19,6 +19,7 @@ from typing import Iterator
 import pytest
 
 from fastci import cli
+from fastci.integrations.git.repository import cache_dir
 from test_run import Ws
 from test_units import write_pickle_payload
 
@@ -63,12 +64,14 @@ def test_record_ingest_plan_run_leave_the_tree_clean(
         ws: Ws, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(ws.root)
     marker = ws.root.parent / "payload-ran"
-    cache = ws.root / ".fastci" / "units.cache"
+    planted = ws.root / ".fastci" / "units.cache"  # where a change could put one
+    cache = cache_dir(ws.root) / "units.cache"  # where FastCI keeps it: inside .git
     assert ws.repo.git("status", "--porcelain", "--untracked-files=all") == ""
     # Three Bazel builds in all: record's and run's `bazel test`, plan's `bazel query` (and two
     # `bazel info`), on one server.
     for argv in (["record", "//pkg/..."], ["ingest"], ["plan"], ["run"]):
-        write_pickle_payload(cache, marker)  # a crafted cache: ignored by git, never unpickled
+        write_pickle_payload(planted, marker)  # a crafted cache in the tree: never read
+        write_pickle_payload(cache, marker)  # even in FastCI's own place: never unpickled
         assert cli.main(argv) == 0, (argv, capsys.readouterr())
         assert ws.repo.git("status", "--porcelain", "--untracked-files=all") == "", argv
         assert not marker.exists(), argv

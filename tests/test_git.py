@@ -86,3 +86,13 @@ def test_untracked_names_that_are_not_utf8_are_kept_and_shown_escaped(tmp_path: 
     repo.commit()
     assert git.changed_files(base, "HEAD") == [FileChange("A", name)]
     assert git.read("HEAD", name) == b"data"
+
+
+def test_caches_live_where_no_commit_can_put_one(tmp_path: Path) -> None:
+    from fastci.integrations.git.repository import cache_dir
+
+    repo = Repo(tmp_path / "r")
+    repo.commit({"a.py": "A = 1\n"})
+    # Inside git's own directory: a change can commit `.fastci/units.cache`, never `.git/...`.
+    assert cache_dir(repo.root) == (repo.root / ".git" / "fastci").resolve()
+    assert cache_dir(tmp_path / "plain") == tmp_path / "plain" / ".fastci"

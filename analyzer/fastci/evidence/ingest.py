@@ -27,6 +27,7 @@ from typing import Any, Iterable, Iterator, Mapping
 from fastci.errors import TraceError
 from fastci.evidence import trace
 from fastci.evidence.store import EvidenceStore, RunEvidence
+from fastci.integrations.git.repository import cache_dir
 from fastci.types import ContextSig
 from fastci.units.index import FileUnits, UnitCache, index_source
 
@@ -257,12 +258,13 @@ def ingest(store: EvidenceStore, blobs: Iterable[TraceBlob], *, source: str,
     """Parse, group and merge trace blobs into ``store``; one short transaction per run.
 
     ``root`` is the source tree the traces were recorded from (checksums are
-    computed there, cached in ``root/.fastci/units.cache``). With ``only``,
+    computed there, cached in :func:`~fastci.integrations.git.repository.cache_dir`
+    ``/units.cache``: git's own directory, where no commit can put a forged cache). With ``only``,
     testlogs of other tests are ignored (``bazel-testlogs`` keeps the outputs of
     tests that did not run in the last invocation).
     """
     report = IngestReport()
-    cache = UnitCache(root / ".fastci" / "units.cache") if root is not None else None
+    cache = UnitCache(cache_dir(root) / "units.cache") if root is not None else None
     checksums = Checksums(root, cache)
     runs: dict[tuple[str, str], list[trace.TraceMsg]] = {}
     decoded: list[trace.TraceMsg] = []

@@ -9,6 +9,7 @@ at a revision, and whether a revision exists. Every failure becomes a
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,6 +181,23 @@ class Git:
             return self.resolve("HEAD")
         except GitError:
             return None
+
+
+def cache_dir(root: Path) -> Path:
+    """Where FastCI keeps per-machine caches for the repository at ``root``.
+
+    Inside git's own directory (``.git/fastci``) when there is one: nothing a
+    change commits can be placed there, so a cache never comes from the change
+    under analysis. Outside git, ``root/.fastci``.
+    """
+    try:
+        proc = subprocess.run(["git", "-C", str(root), "rev-parse", "--absolute-git-dir"],
+                              capture_output=True, check=False)
+    except OSError:
+        proc = None
+    if proc is not None and proc.returncode == 0 and proc.stdout.strip():
+        return Path(os.fsdecode(proc.stdout.strip())) / "fastci"
+    return Path(root) / ".fastci"
 
 
 def repo_root(start: Path) -> Path:
