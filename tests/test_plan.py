@@ -82,7 +82,7 @@ _TEST = _DESIGN_EXAMPLE["tests"][0]  # type: ignore[index]
         (_with(tests=[{"id": "//x:t", "priority": "high"}]), "plan.json: tests[0].priority: expected a number, got str"),
         (_with(tests=[{"id": "//x:t", "est_gpu_s": True}]), "plan.json: tests[0].est_gpu_s: expected a number, got bool"),
         (_with(tests=[{"id": "//x:t", "speed": 1}]), "plan.json: tests[0]: unknown key 'speed'"),
-        (_with(skipped=[{"id": "@//examples/llm:tp_parity_test"}]),
+        (_with(skipped=[{"id": "@//examples/llm:tp_parity_test", "why": "w"}]),
          "plan.json: skipped[0].id: //examples/llm:tp_parity_test is listed twice (also in tests[0])"),
         (_with(skipped=[{"id": "//x:t", "why": 3}]), "plan.json: skipped[0].why: expected a string, got int"),
         (_with(skipped=["//x:t"]), "plan.json: skipped[0]: expected an object, got str"),
@@ -141,7 +141,7 @@ def _plans(draw: st.DrawFn) -> Plan:
         )
         for i in ids[:cut]
     )
-    skipped = tuple(SkippedTest(i, draw(st.text(max_size=10))) for i in ids[cut:])
+    skipped = tuple(SkippedTest(i, draw(st.text(min_size=1, max_size=10))) for i in ids[cut:])
     return Plan(
         mode=draw(st.sampled_from(["selective", "all", "shadow"])),
         reason=draw(st.text(max_size=20)),
@@ -409,3 +409,111 @@ def test_validate_plan_says_whether_the_plan_is_for_this_tree(
     path.write_text(_with())
     assert cli.main(["validate-plan", "--workspace", str(tmp_path)]) == 0
     assert "tree: none: the plan is not tied to a tree" in capsys.readouterr().out
+
+
+# Issue 11 items 11 and 12: one line and the safe side for every plan a reader cannot take.
+
+def test_a_plan_over_the_byte_cap_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    from fastci.plan.model import MAX_PLAN_BYTES
+
+    path = tmp_path / "plan.json"
+    with path.open("wb") as f:  # sparse: no byte of it was ever written, none is read
+        f.truncate(MAX_PLAN_BYTES + 1)
+    with pytest.raises(PlanError) as info:
+        load_plan(path)
+    assert str(info.value) == f"plan.json: {MAX_PLAN_BYTES + 1} bytes, more than a plan may hold ({MAX_PLAN_BYTES} bytes)"
+    with pytest.raises(PlanError, match="more than a plan may hold"):
+        Plan.from_json(" " * (MAX_PLAN_BYTES + 1))
+
+
+def test_the_issues_two_million_ids_are_refused_without_decoding(tmp_path: Path) -> None:
+    # The issue's 39 MB plan: 2 million ids (15 s and 1.2 GB to validate before the cap).
+    entry = '{"id": "//p:t%07d"}, '
+    body = "".join(entry % i for i in range(2_000_000))
+    path = tmp_path / "plan.json"
+    path.write_text('{"version": 1, "mode": "selective", "tests": [' + body[:-2] + "]}")
+    with pytest.raises(PlanError, match=r"^plan.json: \d+ bytes, more than a plan may hold"):
+        load_plan(path)
+
+
+def test_more_entries_than_a_plan_may_hold() -> None:
+    from fastci.plan.model import MAX_ENTRIES
+
+    data = json.loads(_with(skipped=[]))
+    data["tests"] = [{"id": f"//p:t{i}"} for i in range(MAX_ENTRIES)]
+    assert len(Plan.from_dict(data).tests) == MAX_ENTRIES  # the cap itself is fine
+    data["skipped"] = [{"id": "//q:x", "why": "not affected"}]
+    with pytest.raises(PlanError) as info:
+        Plan.from_dict(data)
+    assert str(info.value) == (f"plan.json: skipped: {MAX_ENTRIES + 1} entries in tests and skipped together, "
+                               f"more than a plan may hold ({MAX_ENTRIES})")
+
+
+def test_deeply_nested_plan_is_one_line_not_a_recursion_error(tmp_path: Path) -> None:
+    path = tmp_path / "plan.json"
+    path.write_text("[" * 100_000)
+    with pytest.raises(PlanError) as info:
+        load_plan(path)
+    assert str(info.value) == "plan.json: not valid JSON: nested too deeply"
+
+
+def test_duplicate_keys_are_refused() -> None:
+    text = _with(mode="selective").replace('"mode": "selective"', '"mode": "all", "mode": "selective"')
+    with pytest.raises(PlanError) as info:
+        Plan.from_json(text)
+    assert str(info.value) == "plan.json: duplicate key 'mode' in one JSON object (JSON would keep only the last value)"
+
+
+def test_a_skip_needs_a_why() -> None:
+    for entry in ({"id": "//x:t"}, {"id": "//x:t", "why": ""}):
+        with pytest.raises(PlanError) as info:
+            Plan.from_json(_with(skipped=[entry]))
+        assert str(info.value) == "plan.json: skipped[0].why: a skipped test needs a reason (a non-empty string)"
+    assert Plan.from_json(_with(tests=[{"id": "//x:t"}])).tests[0].why == ""  # a run test may leave it out
+
+
+def test_a_huge_reason_is_refused_and_never_printed_whole(tmp_path: Path) -> None:
+    path = tmp_path / "plan.json"
+    path.write_text(_with(reason="r" * 10_000_000, tests=[{"id": "//x:t", "k" * 100_000: 1}]))
+    with pytest.raises(PlanError) as info:
+        load_plan(path)
+    assert str(info.value) == "plan.json: reason: 10000000 characters, more than a plan string may hold (4096)"
+    path.write_text(_with(tests=[{"id": "//x:t", "k" * 100_000: 1}]))
+    with pytest.raises(PlanError) as info:
+        load_plan(path)
+    message = str(info.value)
+    assert message.startswith("plan.json: tests[0]: unknown key 'kkk") and len(message) < 1100
+    full = ("plan.json: tests[0]: unknown key '" + "k" * 100_000
+            + "' (allowed: id, overrides, priority, why, est_gpu_s)")
+    assert message == full[:1000] + f"... ({len(full) - 1000} more characters)"
+
+
+def test_what_a_writer_writes_stays_under_the_string_cap(tmp_path: Path) -> None:
+    # `fastci plan` writes reasons it did not choose (an error text): never refused for length.
+    plan = Plan(mode="all", reason="fastci plan failed: " + "e" * 10_000,
+                tests=(PlannedTest("//a:t", why="w" * 5000),), skipped=(SkippedTest("//b:t", "s" * 5000),))
+    dump_plan(plan, tmp_path / "plan.json")
+    back = load_plan(tmp_path / "plan.json")
+    assert back.reason.startswith("fastci plan failed: eee") and back.reason.endswith("(cut: 10020 characters in all)")
+    assert back.tests[0].why.endswith("(cut: 5000 characters in all)")
+    assert back.skipped[0].why.endswith("(cut: 5000 characters in all)")
+
+
+def test_validate_plan_and_the_pytest_plugin_take_a_deep_plan_safely(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "plan.json").write_text("[" * 100_000)
+    res = subprocess.run([sys.executable, "-m", "fastci", "validate-plan", str(tmp_path / "plan.json")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "plan.json: not valid JSON: nested too deeply" in res.stderr
+    assert "Traceback" not in res.stderr and "RecursionError" not in res.stderr
+    (tmp_path / "test_s.py").write_text("def test_a():\n    print('RAN a')\n")
+    res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", "-W", "default",
+                          "--fastci-plan", "plan.json", "test_s.py"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert "INTERNALERROR" not in out and "RAN a" in out
+    assert "fastci: plan.json: not valid JSON: nested too deeply; running every test" in out

@@ -8,6 +8,7 @@ with the same one-line problem text, and normalize test ids alike.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,12 +17,46 @@ from typing import Any
 import pytest
 
 from fastci.errors import PlanError
+from fastci.plan import model
 from fastci.plan.model import Plan, normalize_test_id
 from fastci.types import LabelError, is_label, label_problem, parse_label
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES_FILE = ROOT / "rules" / "tests" / "plan_cases.json"
 CORPUS: dict[str, Any] = json.loads(CASES_FILE.read_text(encoding="utf-8"))
+PLAN_BZL = ROOT / "rules" / "private" / "plan.bzl"
+PLAN_MODEL_BZL = ROOT / "rules" / "private" / "plan_model.bzl"
+CAPS = ("MAX_PLAN_BYTES", "MAX_ENTRIES", "MAX_STRING_CHARS", "MAX_PROBLEM_CHARS")
+
+
+def _bzl_caps() -> dict[str, int]:
+    """The caps as plan_model.bzl declares them (integer arithmetic only)."""
+    text = PLAN_MODEL_BZL.read_text(encoding="utf-8")
+    out = {}
+    for name in CAPS:
+        found = re.search(rf"^{name} = ([0-9 *]+)$", text, re.MULTILINE)
+        assert found, f"{name} not declared in plan_model.bzl"
+        value = 1
+        for factor in found.group(1).split("*"):
+            value *= int(factor)
+        out[name] = value
+    return out
+
+
+def json_check_script() -> str:
+    """The python3 program plan.bzl runs before json.decode, as the repository rule formats it."""
+    text = PLAN_BZL.read_text(encoding="utf-8")
+    found = re.search(r'^_JSON_CHECK = """(.*?)""" % \(MAX_PLAN_BYTES, MAX_PROBLEM_CHARS\)$', text,
+                      re.MULTILINE | re.DOTALL)
+    assert found, "plan.bzl: _JSON_CHECK not found"
+    caps = _bzl_caps()
+    return found.group(1) % (caps["MAX_PLAN_BYTES"], caps["MAX_PROBLEM_CHARS"])
+
+
+def run_json_check(path: Path) -> subprocess.CompletedProcess[str]:
+    """Run plan.bzl's check on ``path`` (stdout: the one-line problem; rc 3: too big, not read)."""
+    return subprocess.run([sys.executable, "-c", json_check_script(), str(path)],
+                          capture_output=True, text=True, check=False, timeout=60)
 
 
 def _plan_of(case: dict[str, Any]) -> object:
@@ -66,6 +101,38 @@ def test_label_corpus(case: dict[str, Any]) -> None:
         assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("case", [pytest.param(c, id=c["name"]) for c in CORPUS["texts"]])
+def test_text_corpus(case: dict[str, Any], tmp_path: Path) -> None:
+    # Refused before the schema, by both readers, with the same one line: the Python
+    # model and the python3 check the repository rule runs before json.decode.
+    text = case["text"] * case.get("repeat", 1)
+    with pytest.raises(PlanError) as info:
+        Plan.from_json(text)
+    assert str(info.value) == case["error"]
+    path = tmp_path / "plan.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(PlanError) as info:
+        model.load_plan(path)
+    assert str(info.value) == case["error"]
+    res = run_json_check(path)
+    assert (res.returncode, res.stdout, res.stderr) == (1, case["error"], "")
+
+
+def test_valid_plans_pass_the_bazel_json_check(tmp_path: Path) -> None:
+    path = tmp_path / "plan.json"
+    for case in CORPUS["plans"]:
+        data = _plan_of(case)
+        path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+        res = run_json_check(path)  # the schema is plan_model.bzl's job: the text is fine
+        assert res.returncode == 0, case["name"]
+        # What json.decode gets: the same plan, spelled in ASCII (\u escapes).
+        assert res.stdout.isascii() and json.loads(res.stdout) == data, case["name"]
+
+
+def test_caps_are_the_same_in_both_twins() -> None:
+    assert _bzl_caps() == {name: getattr(model, name) for name in CAPS}
+
+
 def test_corpus_covers_every_kind() -> None:
     plans = CORPUS["plans"]
     assert any("ok" in c for c in plans) and any("error" in c for c in plans)
@@ -73,6 +140,7 @@ def test_corpus_covers_every_kind() -> None:
     assert {c["kind"] for c in CORPUS["labels"]} == {"label", "pytest", "malformed"}
     problems = {c["problem"] for c in CORPUS["labels"] if c["kind"] == "malformed"}
     assert len(problems) >= 9  # every way label_problem can say no
+    assert len(CORPUS["texts"]) >= 5 and all(c["error"].startswith("plan.json: ") for c in CORPUS["texts"])
 
 
 def test_starlark_corpus_is_in_sync() -> None:

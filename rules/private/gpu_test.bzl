@@ -67,6 +67,11 @@ def gpu_test(
       (the full workload, JSON), `FASTCI_MODE` (`full`|`fastci`),
       `FASTCI_TEST_ID`, `FASTCI_GPUS`, `FASTCI_TEST_MAIN` and, under
       `--config=fastci`, `FASTCI_PLAN_STATUS` (and `FASTCI_SHADOW_SKIP` in shadow mode).
+      `env` is part of the test's cache key, so the status holds only what
+      concerns this test (`plan_model.decide_test`): its overrides, why it runs
+      at full workload, or the fallback's problem; never the plan's counts,
+      reason or tree (printed once by `@fastci_plan`), so that a new plan that
+      runs this test alike keeps its cached result.
     - `tags` gains `gpus:<n>` and, when n > 0, `gpu`.
     - `target_compatible_with` gains, under `--config=fastci` only, the
       constraint `//rules:skipped_by_plan` when the plan skips the test: Bazel
@@ -104,6 +109,7 @@ def gpu_test(
         main = name + ".py" if (name + ".py") in srcs else srcs[0]
     decision = decide_test(PLAN, label, workload, floors, constraints)
 
+    # Per-test facts only: this env is the test's cache key under --config=fastci.
     fastci_extra = {"FASTCI_PLAN_STATUS": decision.status}
     if decision.shadow_skip:
         fastci_extra["FASTCI_SHADOW_SKIP"] = decision.shadow_skip

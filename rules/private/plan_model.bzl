@@ -20,6 +20,13 @@ _TOP_KEYS = ["version", "base", "head", "tree", "mode", "reason", "tests", "skip
 _TEST_KEYS = ["id", "overrides", "priority", "why", "est_gpu_s"]
 _SKIPPED_KEYS = ["id", "why"]
 
+# Caps on what a plan may hold: the same values and checks as `fastci.plan.model`.
+# The file-size cap is applied by `plan.bzl` before the file is decoded.
+MAX_PLAN_BYTES = 32 * 1024 * 1024
+MAX_ENTRIES = 250000
+MAX_STRING_CHARS = 4096
+MAX_PROBLEM_CHARS = 1000
+
 # Twin of the test-id parser in `fastci.types` (`label_problem`, `normalize_test_id`);
 # both are held to rules/tests/plan_cases.json.
 _SPACE = [" ", "\t", "\n", "\r"]
@@ -95,6 +102,23 @@ def _repr(value):
         return r
     return "'" + r[1:-1].replace("\\\"", "\"") + "'"
 
+def _too_long(where, s):
+    """The problem when `s` is over MAX_STRING_CHARS, else None.
+
+    Bazel's `len` counts UTF-16 code units of a string `json.decode` made from a
+    `\\u` escape, which is how `plan.bzl` hands the plan over (re-encoded ASCII-only
+    by its python3 check); `fastci.plan.model` counts the same way.
+    """
+    if len(s) <= MAX_STRING_CHARS:
+        return None
+    return "%s: %d characters, more than a plan string may hold (%d)" % (where, len(s), MAX_STRING_CHARS)
+
+def _short(problem):
+    """`problem` cut to MAX_PROBLEM_CHARS (it may quote a huge value)."""
+    if len(problem) <= MAX_PROBLEM_CHARS:
+        return problem
+    return problem[:MAX_PROBLEM_CHARS] + "... (%d more characters)" % (len(problem) - MAX_PROBLEM_CHARS)
+
 def fallback(problem):
     """The plan used when the file is missing or invalid: every test, full workload."""
     return {
@@ -111,7 +135,7 @@ def _unknown_keys(where, obj, allowed):
             return "%s: unknown key %s (allowed: %s)" % (where, _repr(k), ", ".join(allowed))
     return None
 
-def _check_entry(where, entry, allowed):
+def _check_entry(where, entry, allowed, skipped):
     # The same checks in the same order as `fastci.plan.model._parse_entry` (same first problem).
     if type(entry) != "dict":
         return "%s: expected an object, got %s" % (where, _tname(entry))
@@ -120,12 +144,21 @@ def _check_entry(where, entry, allowed):
         return problem
     if type(entry.get("id")) != "string" or not entry["id"]:
         return "%s.id: expected a non-empty string (a label or pytest node id), got %s" % (where, _repr(entry.get("id")))
+    problem = _too_long(where + ".id", entry["id"])
+    if problem:
+        return problem
     if is_label(entry["id"]):
         problem = label_problem(entry["id"])
         if problem:
             return "%s.id: %s is not a valid Bazel label: %s" % (where, _repr(entry["id"]), problem)
     if "why" in entry and type(entry["why"]) != "string":
         return "%s.why: expected a string, got %s" % (where, _tname(entry["why"]))
+    problem = _too_long(where + ".why", entry.get("why", ""))
+    if problem:
+        return problem
+    if skipped and not entry.get("why"):
+        # A skip always says why: a test that does not run must be traceable to a reason.
+        return "%s.why: a skipped test needs a reason (a non-empty string)" % where
     for num in ("priority", "est_gpu_s"):
         if num in entry and not is_number(entry[num]):
             return "%s.%s: expected a number, got %s" % (where, num, _tname(entry[num]))
@@ -135,10 +168,16 @@ def _overrides_problem(where, overrides):
     if type(overrides) != "dict":
         return "%s: expected an object, got %s" % (where, _tname(overrides))
     for dim, value in overrides.items():
+        problem = _too_long(where + ": a dimension name", dim)
+        if problem:
+            return problem
         if not is_dim_name(dim):
             return "%s: %s is not a dimension name" % (where, _repr(dim))
         if type(value) not in SCALAR_TYPES:
             return "%s.%s: expected int, float, str or bool, got %s" % (where, dim, _tname(value))
+        problem = _too_long("%s.%s" % (where, dim), value) if type(value) == "string" else None
+        if problem:
+            return problem
     return None
 
 def plan_problem(plan):
@@ -147,6 +186,10 @@ def plan_problem(plan):
     Twin of `fastci.plan.model.Plan.from_dict`: the same decisions and the same
     text, held to rules/tests/plan_cases.json.
     """
+    problem = _plan_problem(plan)
+    return _short(problem) if problem else None
+
+def _plan_problem(plan):
     if type(plan) != "dict":
         return "plan.json: expected a JSON object at the top level, got %s" % _tname(plan)
     if "version" not in plan:
@@ -161,14 +204,22 @@ def plan_problem(plan):
     for key in ("reason", "base", "head", "tree"):
         if key in plan and type(plan[key]) != "string":
             return "plan.json: %s: expected a string, got %s" % (key, _tname(plan[key]))
+        problem = _too_long("plan.json: " + key, plan[key]) if key in plan else None
+        if problem:
+            return problem
     seen = {}
+    listed = 0
     for key, allowed in (("tests", _TEST_KEYS), ("skipped", _SKIPPED_KEYS)):
         entries = plan.get(key, [])
         if type(entries) != "list":
             return "plan.json: %s: expected a list, got %s" % (key, _tname(entries))
+        listed += len(entries)
+        if listed > MAX_ENTRIES:
+            return ("plan.json: %s: %d entries in tests and skipped together, " +
+                    "more than a plan may hold (%d)") % (key, listed, MAX_ENTRIES)
         for i, entry in enumerate(entries):
             where = "plan.json: %s[%d]" % (key, i)
-            problem = _check_entry(where, entry, allowed)
+            problem = _check_entry(where, entry, allowed, key == "skipped")
             if problem:
                 return problem
             label = normalize_label(entry["id"])
@@ -239,20 +290,34 @@ def apply_overrides(workload, overrides):
     return reduced
 
 def decide_test(plan, label, workload, floors, constraints):
-    """Applies `plan` to one test: returns struct(skip, workload, status, shadow_skip)."""
+    """Applies `plan` to one test: returns struct(skip, workload, status, shadow_skip).
+
+    `status` goes into the test's environment (`FASTCI_PLAN_STATUS`), which is
+    part of its cache key under `--config=fastci`: it says only what concerns
+    this test (its overrides, why it runs at full workload, or the fallback's
+    problem), never plan-wide facts (counts, the plan's reason, the untied
+    note), so two plans that run a test alike give it the same key and Bazel
+    reuses its cached result. `plan["status"]` (plan-wide) is printed once by
+    the repository rule instead.
+    """
     full = dict(workload)
-    status = plan["status"]
-    if not plan["ok"] or plan["mode"] == "all":
-        return struct(skip = False, workload = full, status = status, shadow_skip = "")
+    if not plan["ok"]:
+        return struct(skip = False, workload = full, status = plan["status"], shadow_skip = "")
+    if plan["mode"] == "all":
+        return struct(skip = False, workload = full, status = "ok: mode all: runs at full workload", shadow_skip = "")
     if plan["mode"] == "shadow":
         why = plan["skipped"].get(label)
-        return struct(skip = False, workload = full, status = status, shadow_skip = why if why != None else "")
+        return struct(skip = False, workload = full, status = "ok: shadow plan: runs at full workload", shadow_skip = why if why != None else "")
+    head = "ok: selective plan: "
     if label in plan["skipped"]:
-        return struct(skip = True, workload = full, status = status + "; skipped: " + plan["skipped"][label], shadow_skip = "")
+        return struct(skip = True, workload = full, status = head + "skipped: " + plan["skipped"][label], shadow_skip = "")
     if label not in plan["tests"]:
-        return struct(skip = False, workload = full, status = status + "; %s is not in the plan: runs at full workload" % label, shadow_skip = "")
+        return struct(skip = False, workload = full, status = head + "not in the plan: runs at full workload", shadow_skip = "")
     overrides = plan["tests"][label]
     problems = override_problems(workload, floors, constraints, overrides)
     if problems:
-        return struct(skip = False, workload = full, status = status + "; overrides ignored (%s): runs at full workload" % "; ".join(problems), shadow_skip = "")
-    return struct(skip = False, workload = apply_overrides(full, overrides), status = status, shadow_skip = "")
+        return struct(skip = False, workload = full, status = head + "overrides ignored (%s): runs at full workload" % "; ".join(problems), shadow_skip = "")
+    if not overrides:
+        return struct(skip = False, workload = full, status = head + "planned: runs at full workload (no overrides)", shadow_skip = "")
+    applied = ", ".join(["%s=%s" % (d, render(overrides[d])) for d in sorted(overrides.keys())])
+    return struct(skip = False, workload = apply_overrides(full, overrides), status = head + "planned: overrides " + applied, shadow_skip = "")

@@ -38,7 +38,7 @@ def _test_problems():
         (_plan(tests = [{"id": "//p:a", "overrides": []}]), "tests[0].overrides: expected an object, got list"),
         (_plan(tests = [{"id": "//p:a", "priority": "high"}]), "tests[0].priority: expected a number, got str"),
         (_plan(tests = [{"id": "//p:a", "colour": 1}]), "tests[0]: unknown key 'colour'"),
-        (_plan(skipped = [{"id": "//p:a"}]), "skipped[0].id: //p:a is listed twice (also in tests[0])"),
+        (_plan(skipped = [{"id": "//p:a", "why": "w"}]), "skipped[0].id: //p:a is listed twice (also in tests[0])"),
         (_plan(reason = 3), "reason: expected a string, got int"),
     ]
     for plan, expected in cases:
@@ -75,7 +75,7 @@ def _test_decide():
     assert_contains(failures, "b why", b.status, "skipped: pruned")
     new = decide_test(plan, "//p:new", _WORKLOAD, _FLOORS, _CONSTRAINTS)
     assert_eq(failures, "unplanned test runs full", (new.skip, new.workload), (False, _WORKLOAD))
-    assert_contains(failures, "unplanned status", new.status, "//p:new is not in the plan")
+    assert_eq(failures, "unplanned status", new.status, "ok: selective plan: not in the plan: runs at full workload")
 
     below = decide_test(with_overrides({"num_layers": 1}), "//p:a", _WORKLOAD, _FLOORS, _CONSTRAINTS)
     assert_eq(failures, "below floor runs full", below.workload, _WORKLOAD)
@@ -106,4 +106,48 @@ def _test_decide():
     assert_eq(failures, "fallback runs all full", (broken.skip, broken.workload), (False, _WORKLOAD))
     return failures
 
-PLAN_MODEL_CASES = [_test_problems, _test_parse, _test_decide]
+def _test_status_holds_only_per_test_facts():
+    # Issue 11 item 15: FASTCI_PLAN_STATUS is in the test's environment, a cache key
+    # under --config=fastci: two plans that run a test alike must give it one status.
+    failures = []
+    one = parse_plan(_plan())
+    other = parse_plan(_plan(
+        reason = "another change, 7 units",
+        tree = "0123abcd",
+        tests = [{"id": "//p:a", "overrides": {"train_iters": 2}, "why": "another why"}, {"id": "//p:c"}, {"id": "//p:d"}],
+        skipped = [{"id": "//p:b", "why": "not affected"}, {"id": "//p:e", "why": "not affected"}],
+    ))
+    assert_eq(failures, "plan-wide status differs", one["status"] != other["status"], True)
+    for label in ("//p:a", "//p:c", "//p:new"):
+        a = decide_test(one, label, _WORKLOAD, _FLOORS, _CONSTRAINTS)
+        b = decide_test(other, label, _WORKLOAD, _FLOORS, _CONSTRAINTS)
+        assert_eq(failures, label + " same status under both plans", a.status, b.status)
+        for plan_wide in ("2 units changed", "another change", "0123abcd", " tests", "skipped"):
+            assert_eq(failures, "%s status %r has no %r" % (label, a.status, plan_wide), plan_wide in a.status, False)
+    a = decide_test(one, "//p:a", _WORKLOAD, _FLOORS, _CONSTRAINTS)
+    assert_eq(failures, "a status", a.status, "ok: selective plan: planned: overrides train_iters=2")
+    c = decide_test(one, "//p:c", _WORKLOAD, _FLOORS, _CONSTRAINTS)
+    assert_eq(failures, "c status", c.status, "ok: selective plan: planned: runs at full workload (no overrides)")
+    for mode, want in (("all", "ok: mode all: runs at full workload"), ("shadow", "ok: shadow plan: runs at full workload")):
+        for reason in ("r1", "r2"):
+            d = decide_test(parse_plan(_plan(mode = mode, reason = reason)), "//p:a", _WORKLOAD, _FLOORS, _CONSTRAINTS)
+            assert_eq(failures, "mode %s status (reason %s)" % (mode, reason), d.status, want)
+    return failures
+
+def _test_caps_and_required_why():
+    # Issue 11 items 11 and 12: caps on what a plan holds; a skip says why.
+    failures = []
+    many = [{"id": "//p:t%d" % i} for i in range(250001)]
+    assert_eq(failures, "entry cap", plan_problem(_plan(tests = many, skipped = [])),
+              "plan.json: tests: 250001 entries in tests and skipped together, more than a plan may hold (250000)")
+    assert_eq(failures, "entry cap across both lists", plan_problem(_plan(tests = many[:250000], skipped = [{"id": "//q:x", "why": "w"}])),
+              "plan.json: skipped: 250001 entries in tests and skipped together, more than a plan may hold (250000)")
+    assert_eq(failures, "no why", plan_problem(_plan(skipped = [{"id": "//p:b"}])),
+              "plan.json: skipped[0].why: a skipped test needs a reason (a non-empty string)")
+    huge = "x" * 5000
+    problem = plan_problem(_plan(tests = [{"id": "//p:a", "colour" + huge: 1}]))
+    assert_eq(failures, "a problem quoting a huge key is cut", (len(problem) < 1100, problem.endswith("more characters)")), (True, True))
+    assert_eq(failures, "fallback on a long reason", parse_plan(_plan(reason = huge))["ok"], False)
+    return failures
+
+PLAN_MODEL_CASES = [_test_problems, _test_parse, _test_decide, _test_status_holds_only_per_test_facts, _test_caps_and_required_why]

@@ -9,6 +9,15 @@ docs/PLAN_FORMAT.md. Bad input raises :class:`~fastci.errors.PlanError` with a
 one-line message naming the exact place, e.g.
 ``plan.json: tests[2].overrides.train_iters: expected int, float, str or bool, got list``.
 
+What a plan may hold is capped (:data:`MAX_PLAN_BYTES`, :data:`MAX_ENTRIES`,
+:data:`MAX_STRING_CHARS`): a file over the byte cap is refused before it is
+read, and so is JSON nested too deeply to decode or an object that repeats a
+key (JSON would keep the last value silently). Every refusal is one line, and
+the runners then run every test at full workload. :meth:`Plan.to_dict` keeps
+``reason`` and ``why`` under the string cap, so what ``fastci plan`` writes is
+never refused for its length. ``skipped[].why`` is required and non-empty: a
+skip always says why.
+
 A plan made by ``fastci plan`` carries ``tree``: the git tree id of the content it
 analysed (:mod:`fastci.integrations.git.tree`). A runner that finds another tree must not obey it:
 :func:`tree_problem` says why, and :func:`for_tree` turns it into the plan to run
@@ -22,6 +31,7 @@ import json
 import math
 import os
 import re
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +52,19 @@ _TOP_KEYS = ("version", "base", "head", "tree", "mode", "reason", "tests", "skip
 #: The tree id runners use when the current tree cannot be computed (never equals a plan's).
 _TEST_KEYS = ("id", "overrides", "priority", "why", "est_gpu_s")
 _SKIPPED_KEYS = ("id", "why")
+
+#: The largest plan file, in bytes, checked before it is read (a 250k-test plan
+#: with one-line reasons is about 30 MB; parsing one that size takes ~2 s).
+MAX_PLAN_BYTES = 32 * 1024 * 1024
+#: The most entries ``tests`` and ``skipped`` may hold together (a suite's size).
+MAX_ENTRIES = 250_000
+#: The longest string a plan may hold (ids, ``why``, ``reason``, ``base``/``head``/
+#: ``tree``, dimension names, string override values), in characters counted as
+#: UTF-16 code units (one outside the Basic Multilingual Plane counts 2): Bazel's
+#: strings count so, and the Starlark twin must decide alike.
+MAX_STRING_CHARS = 4096
+#: The longest problem text, in characters (a problem quoting a huge value stays one short line).
+MAX_PROBLEM_CHARS = 1000
 
 
 @dataclass(frozen=True)
@@ -91,16 +114,30 @@ class Plan:
         Raises:
             PlanError: the text is not JSON or does not follow schema version 1.
         """
+        size = len(text) if len(text) > MAX_PLAN_BYTES else _utf8_len(text)
+        if size > MAX_PLAN_BYTES:
+            raise PlanError(_too_big(source, size))
         try:
-            data = json.loads(text, parse_constant=_reject_constant)
-        except (json.JSONDecodeError, ValueError) as exc:
-            raise PlanError(f"{source}: not valid JSON: {exc}") from exc
+            data = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+        except _DuplicateKey as exc:
+            raise PlanError(_short(f"{source}: duplicate key {exc.key!r} in one JSON object "
+                                   "(JSON would keep only the last value)")) from exc
+        except RecursionError as exc:
+            raise PlanError(f"{source}: not valid JSON: nested too deeply") from exc
+        except ValueError as exc:  # json.JSONDecodeError, a non-standard constant
+            raise PlanError(_short(f"{source}: not valid JSON: {exc}")) from exc
         return cls.from_dict(data, source=source)
 
     @classmethod
     def from_dict(cls, data: object, *, source: str = "plan.json") -> Plan:
         """Validate decoded JSON and build the plan (see :meth:`from_json`)."""
-        return _parse(data, source)
+        try:
+            return _parse(data, source)
+        except PlanError as exc:
+            short = _short(str(exc))
+            if short == str(exc):
+                raise
+            raise PlanError(short) from exc
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of this plan (optional fields left out when unset)."""
@@ -112,9 +149,9 @@ class Plan:
         if self.tree is not None:
             out["tree"] = self.tree
         out["mode"] = self.mode
-        out["reason"] = self.reason
+        out["reason"] = _fit(self.reason)
         out["tests"] = [_test_dict(t) for t in self.tests]
-        out["skipped"] = [{"id": s.id, "why": s.why} for s in self.skipped]
+        out["skipped"] = [{"id": s.id, "why": _fit(s.why)} for s in self.skipped]
         return out
 
     def to_json(self) -> str:
@@ -131,7 +168,7 @@ def _test_dict(t: PlannedTest) -> dict[str, Any]:
     if t.priority is not None:
         out["priority"] = t.priority
     if t.why:
-        out["why"] = t.why
+        out["why"] = _fit(t.why)
     if t.est_gpu_s is not None:
         out["est_gpu_s"] = t.est_gpu_s
     return out
@@ -178,6 +215,60 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"non-standard JSON constant {name}")
 
 
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook``: a JSON object that names a key twice is refused."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key[:MAX_STRING_CHARS])
+            seen.add(key)
+    return out
+
+
+def _utf8_len(text: str) -> int:
+    # surrogatepass: JSON may spell a lone surrogate (\ud800); it still has a length.
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _too_big(source: str, size: int) -> str:
+    return f"{source}: {size} bytes, more than a plan may hold ({MAX_PLAN_BYTES} bytes)"
+
+
+def _chars(text: str) -> int:
+    """The length of ``text`` in UTF-16 code units (what Bazel's ``len`` says)."""
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def _too_long(where: str, text: str) -> str | None:
+    """The problem when ``text`` is over :data:`MAX_STRING_CHARS`, else None (twin: ``_too_long``)."""
+    size = len(text) if len(text) > MAX_STRING_CHARS else _chars(text)
+    if size <= MAX_STRING_CHARS:
+        return None
+    return f"{where}: {size} characters, more than a plan string may hold ({MAX_STRING_CHARS})"
+
+
+def _short(problem: str) -> str:
+    """``problem`` cut to :data:`MAX_PROBLEM_CHARS` (it may quote a huge value; twin: ``_short``)."""
+    if len(problem) <= MAX_PROBLEM_CHARS:
+        return problem
+    return problem[:MAX_PROBLEM_CHARS] + f"... ({len(problem) - MAX_PROBLEM_CHARS} more characters)"
+
+
+def _fit(text: str) -> str:
+    """``text`` cut to fit :data:`MAX_STRING_CHARS`, saying so (what a writer must not exceed)."""
+    if _too_long("", text) is None:
+        return text
+    return text[: MAX_STRING_CHARS // 2] + f"... (cut: {len(text)} characters in all)"
+
+
 def _tname(value: object) -> str:
     return "null" if value is None else type(value).__name__
 
@@ -197,20 +288,30 @@ def _parse_overrides(where: str, raw: object) -> dict[str, WorkloadValue]:
         raise PlanError(f"{where}: expected an object, got {_tname(raw)}")
     out: dict[str, WorkloadValue] = {}
     for dim, value in raw.items():
+        problem = _too_long(f"{where}: a dimension name", dim)
+        if problem:
+            raise PlanError(problem)
         if not _DIM_RE.fullmatch(dim):
             raise PlanError(f"{where}: {dim!r} is not a dimension name")
         if not isinstance(value, (int, float, str, bool)):
             raise PlanError(f"{where}.{dim}: expected int, float, str or bool, got {_tname(value)}")
+        problem = _too_long(f"{where}.{dim}", value) if isinstance(value, str) else None
+        if problem:
+            raise PlanError(problem)
         out[dim] = value
     return out
 
 
-def _parse_entry(where: str, raw: object, allowed: tuple[str, ...]) -> dict[str, Any]:
+def _parse_entry(where: str, raw: object, allowed: tuple[str, ...], *, skipped: bool) -> dict[str, Any]:
+    # The same checks in the same order as plan_model.bzl's `_check_entry` (same first problem).
     if not isinstance(raw, dict):
         raise PlanError(f"{where}: expected an object, got {_tname(raw)}")
     _check_keys(where, raw, allowed)
     if not isinstance(raw.get("id"), str) or not raw["id"]:
         raise PlanError(f"{where}.id: expected a non-empty string (a label or pytest node id), got {raw.get('id')!r}")
+    problem = _too_long(f"{where}.id", raw["id"])
+    if problem:
+        raise PlanError(problem)
     if is_label(raw["id"]):
         try:
             parse_label(raw["id"])
@@ -219,6 +320,12 @@ def _parse_entry(where: str, raw: object, allowed: tuple[str, ...]) -> dict[str,
             raise PlanError(f"{where}.id: {exc}") from exc
     if not isinstance(raw.get("why", ""), str):
         raise PlanError(f"{where}.why: expected a string, got {_tname(raw['why'])}")
+    problem = _too_long(f"{where}.why", raw.get("why", ""))
+    if problem:
+        raise PlanError(problem)
+    if skipped and not raw.get("why"):
+        # A skip always says why: a test that does not run must be traceable to a reason.
+        raise PlanError(f"{where}.why: a skipped test needs a reason (a non-empty string)")
     for key in ("priority", "est_gpu_s"):
         if key in raw and not _is_number(raw[key]):
             raise PlanError(f"{where}.{key}: expected a number, got {_tname(raw[key])}")
@@ -239,16 +346,24 @@ def _parse(data: object, source: str) -> Plan:
     for key in ("reason", "base", "head", "tree"):
         if key in data and not isinstance(data[key], str):
             raise PlanError(f"{source}: {key}: expected a string, got {_tname(data[key])}")
+        problem = _too_long(f"{source}: {key}", data[key]) if key in data else None
+        if problem:
+            raise PlanError(problem)
     seen: dict[str, str] = {}
     tests: list[PlannedTest] = []
     skipped: list[SkippedTest] = []
+    listed = 0
     for key, allowed in (("tests", _TEST_KEYS), ("skipped", _SKIPPED_KEYS)):
         entries = data.get(key, [])
         if not isinstance(entries, list):
             raise PlanError(f"{source}: {key}: expected a list, got {_tname(entries)}")
+        listed += len(entries)
+        if listed > MAX_ENTRIES:
+            raise PlanError(f"{source}: {key}: {listed} entries in tests and skipped together, "
+                            f"more than a plan may hold ({MAX_ENTRIES})")
         for i, raw in enumerate(entries):
             where = f"{source}: {key}[{i}]"
-            entry = _parse_entry(where, raw, allowed)
+            entry = _parse_entry(where, raw, allowed, skipped=key == "skipped")
             test_id = entry["id"]
             label = normalize_test_id(test_id)
             if label in seen:
@@ -285,11 +400,21 @@ def load_plan(path: Path | str) -> Plan:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise PlanError(f"{path}: cannot read: not a regular file")
+            # The size is checked before reading: a huge file is refused without loading it.
+            if info.st_size > MAX_PLAN_BYTES:
+                raise PlanError(_too_big(path.name, info.st_size))
+            data = f.read(MAX_PLAN_BYTES + 1)  # a file growing meanwhile is still capped
+        text = data.decode("utf-8")
     except FileNotFoundError as exc:
         raise PlanError(f"{path}: no such plan file") from exc
     except (OSError, UnicodeDecodeError) as exc:
-        raise PlanError(f"{path}: cannot read: {exc}") from exc
+        raise PlanError(_short(f"{path}: cannot read: {exc}")) from exc
+    if len(data) > MAX_PLAN_BYTES:
+        raise PlanError(_too_big(path.name, len(data)))
     return Plan.from_json(text, source=path.name)
 
 
