@@ -13,12 +13,15 @@ recorded file with what they analyse instead of trusting it as ``HEAD``'s.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from fastci.errors import BazelError, FastCIError
-from fastci.evidence.ingest import IngestReport, find_traces, ingest, results_from_bep
+from fastci.evidence import trace, trace_pb2
+from fastci.evidence.ingest import (IngestReport, TraceBlob, find_traces, ingest,
+                                    results_from_bep)
 from fastci.evidence.store import EvidenceStore
 from fastci.integrations.bazel.runner import EXIT_NO_TESTS, Bazel
 from fastci.integrations.git.tree import DIRTY_PREFIX, evidence_commit
@@ -43,6 +46,64 @@ def dirty_note(commit: str | None) -> list[str]:
             "plans compare every recorded file"]
 
 
+# TraceModules: a Trace's module counts alone (typed Any: see fastci.evidence.trace).
+_TRACE_MODULES: Any = getattr(trace_pb2, "TraceModules")
+# The frame before a trace's payload: magic, u32 length, u32 crc32 (fastci.evidence.trace).
+_FRAME = len(trace.MAGIC) + 8
+
+
+@dataclass
+class ModuleTally:
+    """Module counts of the traces an ingest read (``Trace.modules``), for its warning.
+
+    Attributes:
+        traces: traces that name their modules (recorders before it leave them unset).
+        flagged: those in which modules from outside the repository outnumber the
+            repository's own: most of what that process executed is not evidence.
+        outside: the most outside modules one flagged trace imported.
+        examples: where flagged traces' outside modules came from, and how often.
+    """
+
+    traces: int = 0
+    flagged: int = 0
+    outside: int = 0
+    examples: Counter[str] = field(default_factory=Counter)
+
+    def add(self, data: bytes) -> None:
+        """Count one framed trace; a bad one is ingest's to report, so it is skipped here."""
+        if not data.startswith(trace.MAGIC):
+            return
+        view = _TRACE_MODULES()
+        try:  # parses field 21 only: the files and contexts are skipped, not decoded
+            view.ParseFromString(data[_FRAME:])
+        except Exception:  # protobuf raises its own DecodeError
+            return
+        if not view.HasField("modules"):
+            return
+        mods = view.modules
+        self.traces += 1
+        if mods.outside_modules > mods.repo_modules:
+            self.flagged += 1
+            self.outside = max(self.outside, mods.outside_modules)
+            self.examples[mods.outside_example] += 1
+
+    def counting(self, blobs: Iterable[TraceBlob]) -> Iterator[TraceBlob]:
+        """Yield ``blobs`` unchanged, counting each on the way to ingest."""
+        for blob in blobs:
+            self.add(blob.data)
+            yield blob
+
+    def note(self) -> list[str]:
+        """The warning line when a recorded process executed mostly code outside the repo."""
+        if not self.flagged:
+            return []
+        where = self.examples.most_common(1)[0][0] or "another directory"
+        more = f" and {len(self.examples) - 1} other folder(s)" if len(self.examples) > 1 else ""
+        return [f"{self.outside} module(s) executed from {where}{more} outside the repository "
+                f"are not evidence ({self.flagged} of {self.traces} trace(s)): record from that "
+                "checkout, or install it inside this repository — see docs/EVIDENCE.md"]
+
+
 def guess_source(paths: Sequence[Path]) -> str:
     """``bazel`` when a path is under a ``bazel-testlogs`` tree, else ``pytest``."""
     return "bazel" if any("testlogs" in str(p) for p in paths) else "pytest"
@@ -50,7 +111,8 @@ def guess_source(paths: Sequence[Path]) -> str:
 
 def ingest_paths(store_path: Path, paths: Sequence[Path], *, source: str | None = None,
                  bep: Path | None = None, commit: str | None = None,
-                 source_root: Path) -> tuple[IngestReport, str | None]:
+                 source_root: Path,
+                 notes: list[str] | None = None) -> tuple[IngestReport, str | None]:
     """Merge the trace files under ``paths`` into the store at ``store_path`` (created if absent).
 
     Args:
@@ -62,6 +124,8 @@ def ingest_paths(store_path: Path, paths: Sequence[Path], *, source: str | None 
         commit: the commit the traces were recorded at (None: the
             :func:`~fastci.integrations.git.tree.evidence_commit` of ``source_root``).
         source_root: the tree the traces were recorded from (unit checksums are taken from it).
+        notes: warnings for the user are appended here (code outside the repository,
+            :class:`ModuleTally`); print them after :func:`summary`, before :func:`dirty_note`.
 
     Returns:
         The ingest report and the commit the evidence was stamped with (None outside
@@ -77,12 +141,16 @@ def ingest_paths(store_path: Path, paths: Sequence[Path], *, source: str | None 
     # The tree the unit checksums are computed from, taken before the store is created.
     commit = commit or evidence_commit(source_root)
     store = EvidenceStore.open(store_path, create=True)
+    tally = ModuleTally()
     try:
-        report = ingest(store, find_traces(paths), source=source or guess_source(paths),
+        report = ingest(store, tally.counting(find_traces(paths)),
+                        source=source or guess_source(paths),
                         commit=commit, results=results, root=source_root,
                         only=set(results) if results is not None else None)
     finally:
         store.close()
+    if notes is not None:
+        notes.extend(tally.note())
     return report, commit
 
 
@@ -155,8 +223,10 @@ def record_tests(workspace: Path, targets: list[str], store_path: Path, *,
     if not results and not res.no_tests:
         raise BazelError(f"bazel test reported no test results in {bep}")
     store = EvidenceStore.open(store_path, create=True)
+    tally = ModuleTally()
     try:
-        report = ingest(store, find_traces([testlogs]) if testlogs.exists() else iter(()),
+        report = ingest(store, tally.counting(find_traces([testlogs]) if testlogs.exists()
+                                              else iter(())),
                         source="bazel", commit=commit, results=results,
                         root=workspace, only=set(results))
         stats = store.stats()
@@ -170,5 +240,6 @@ def record_tests(workspace: Path, targets: list[str], store_path: Path, *,
              f"{stats['context']} contexts, {stats['file_read']} file reads, "
              f"{stats['evidence']} evidence rows, {stats['bytes'] / 1e6:.2f} MB"]
     lines += [f"fastci: {m}" for m in report.corrupt]
+    lines += tally.note()
     lines += dirty_note(commit)
     return Recording("\n".join(lines), passed, failed, res.returncode)

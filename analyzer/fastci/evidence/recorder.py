@@ -30,9 +30,12 @@ import hashlib
 import json
 import logging
 import os
+import site
 import sys
+import sysconfig
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -54,6 +57,13 @@ _CURRENT: "Recorder | None" = None
 _FORK_HOOK = False
 # In-process cache: (path, sha256) -> line index, so per-test recording re-parses nothing.
 _INDEX_CACHE: dict[tuple[str, str], units_mod.LineIndex | None] = {}
+#: FastCI's own package: machinery wherever it is installed, never "code outside the repo".
+FASTCI_CODE_DIR = os.path.dirname(EVIDENCE_CODE_DIR)
+# In-process cache for module_scope: (repo root, module name, __file__) -> (where, root).
+_SCOPE_CACHE: dict[tuple[str, str, str], tuple[str, str]] = {}
+_INTERPRETER_DIRS: tuple[str, ...] | None = None
+# Path components of installed (third-party) code, wherever the environment lives.
+_INSTALLED_PARTS = frozenset({"site-packages", "dist-packages", ".venv"})
 
 
 def _after_fork_in_child() -> None:
@@ -254,6 +264,10 @@ class Recorder:
                 if rel not in seg_lines[key]:
                     seg.reads.add(path=rel, digest=digest)
         msg.shared.extend(sorted(self.shared))
+        repo_n, outside_n, example = module_scope(self.mapper)
+        msg.modules.repo_modules = repo_n
+        msg.modules.outside_modules = outside_n
+        msg.modules.outside_example = example
         return trace.write_atomic(self.path, msg)
 
     def _fill(self, msg: trace.TraceMsg, files: Any, lines: Mapping[str, list[int]],
@@ -315,3 +329,111 @@ def fill_files(mapper: PathMapper, msg: trace.TraceMsg, files: Any,
                     msg.contexts.append(s)
                 ids.append(sig_ids[s])
             ft.units.add(qualname=qual, contexts=ids, calls_seen=min(calls, 2**32 - 1))
+
+
+# ------------------------------------------------------------------ module scope
+
+def _interpreter_dirs() -> tuple[str, ...]:
+    """The interpreter's own folders (prefixes, stdlib, site-packages), real paths + ``/``."""
+    global _INTERPRETER_DIRS
+    if _INTERPRETER_DIRS is None:
+        # Not the bare prefixes: under /usr/local may live another checkout too.
+        dirs = {v for k, v in sysconfig.get_paths().items()
+                if k in ("stdlib", "platstdlib", "purelib", "platlib", "scripts")}
+        try:
+            dirs.update(site.getsitepackages())
+            dirs.add(site.getusersitepackages())
+        except AttributeError:  # an old virtualenv's site module lacks them
+            pass
+        found = {os.path.realpath(d).rstrip(os.sep) + os.sep for d in dirs if d}
+        found |= {os.path.abspath(d).rstrip(os.sep) + os.sep for d in dirs if d}
+        # Bazel's runfiles trees: other repositories there (external/, pip repositories,
+        # the launcher stub) are dependencies, and the workspace's own files map inside.
+        found |= {os.path.realpath(os.environ[v]).rstrip(os.sep) + os.sep
+                  for v in ("RUNFILES_DIR", "TEST_SRCDIR") if os.environ.get(v)}
+        found.add(FASTCI_CODE_DIR.rstrip(os.sep) + os.sep)
+        _INTERPRETER_DIRS = tuple(sorted(found))
+    return _INTERPRETER_DIRS
+
+
+def _import_root(name: str, real: str) -> str:
+    """The ``sys.path`` entry module ``name`` was imported from (its file's folder if unsure)."""
+    parts = name.split(".")
+    folder = os.path.dirname(real)
+    if os.path.basename(real).split(".", 1)[0] == "__init__":
+        tail = parts  # a package: its folder is the last name
+    else:
+        tail = parts[:-1]
+    for part in reversed(tail):
+        if os.path.basename(folder) != part:
+            return os.path.dirname(real)  # loaded from a path, not by its name
+        folder = os.path.dirname(folder)
+    return folder
+
+
+def _classify(mapper: PathMapper, name: str, filename: str) -> tuple[str, str]:
+    """``("repo", "")``, ``("outside", <import root>)`` or ``("", "")`` (not counted)."""
+    if not os.path.isabs(filename):
+        return "", ""  # a made-up name (torch.ops has "_ops.py"), not a file imported
+    absn = os.path.normpath(filename)
+    # Cheap string tests first: most modules are the interpreter's or installed ones
+    # (which the mapper never maps into the repo either), so few need a realpath.
+    if absn.startswith(_interpreter_dirs()) or _INSTALLED_PARTS.intersection(absn.split(os.sep)):
+        return "", ""
+    if mapper.rel(filename) is not None:
+        return "repo", ""
+    real = os.path.realpath(absn)
+    for path in (real, absn):
+        # Under the repository but not evidence (.venv, bazel-out, ...): not "outside".
+        if any(path.startswith(root + os.sep) for root in mapper.roots):
+            return "", ""
+        if path.startswith(_interpreter_dirs()):
+            return "", ""
+        if _INSTALLED_PARTS.intersection(path.split(os.sep)):
+            return "", ""
+    marker = os.sep + "external" + os.sep
+    if marker in real:
+        base = real.split(marker, 1)[0]
+        if os.path.isdir(os.path.join(base, "execroot")) or \
+                os.path.basename(os.path.dirname(base)) == "execroot":
+            return "", ""  # a Bazel output base's external repository: a dependency
+    if not os.path.isfile(real):
+        return "", ""  # not a file on disk (a zip member, a made-up name)
+    return "outside", _import_root(name, real)
+
+
+def module_scope(mapper: PathMapper) -> tuple[int, int, str]:
+    """Count the imported modules' files under the repository and outside it (``ModuleScope``).
+
+    Outside means: not a repo path of ``mapper`` and not under the interpreter's
+    folders, an installed package, a Bazel runfiles tree or FastCI itself, e.g. an
+    editable install of another checkout. Such code is never evidence. One pass over
+    ``sys.modules``; results are cached per module for later stops in the process.
+
+    Returns:
+        (repo modules, outside modules, the ``sys.path`` entry most outside modules
+        came from, ``""`` when none).
+    """
+    # By file: one module may sit in sys.modules under two names (__main__, __mp_main__).
+    repo_files: set[str] = set()
+    outside: dict[str, str] = {}
+    for name, module in list(sys.modules.items()):
+        filename = getattr(module, "__file__", None)
+        if not isinstance(filename, str) or not filename:
+            continue
+        key = (mapper.repo_root, name, filename)
+        hit = _SCOPE_CACHE.get(key)
+        if hit is None:
+            try:
+                hit = _classify(mapper, name, filename)
+            except (OSError, ValueError):  # an odd file name: not counted either way
+                hit = ("", "")
+            _SCOPE_CACHE[key] = hit
+        where, root = hit
+        if where == "repo":
+            repo_files.add(filename)
+        elif where == "outside":
+            outside[filename] = root
+    roots = Counter(outside.values())
+    example = roots.most_common(1)[0][0] if roots else ""
+    return len(repo_files), len(outside), example
