@@ -144,3 +144,15 @@ def test_record_prints_the_line_before_the_dirty_note(repo: Repo, framework: Pat
         assert str(os.path.realpath(framework)) in lines[-2]
     else:
         assert hits == [], lines
+
+
+def test_the_ingest_command_prints_the_outside_line(
+        repo: Repo, framework: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from fastci import cli
+
+    run_test(repo, tmp_path / "traces", framework)
+    monkeypatch.chdir(repo.root)
+    assert cli.main(["ingest", str(tmp_path / "traces"), "--store", str(tmp_path / "e.db")]) == 0
+    out = capsys.readouterr().out
+    assert f"5 module(s) executed from {os.path.realpath(framework)} outside the repository" in out

@@ -35,15 +35,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Ingest and print a summary; exit 1 if a trace was corrupt."""
     root = repo_root(Path.cwd())
+    notes: list[str] = []  # e.g. code executed from outside the repository (not evidence)
     report, commit = ingest_paths(
         args.store or config.load(root).path(root, "store"),
         list(args.paths) or [root / "bazel-testlogs"],
         source=args.source, bep=args.bep, commit=args.commit,
-        source_root=(args.source_root or root).resolve())
+        source_root=(args.source_root or root).resolve(), notes=notes)
     for msg in report.corrupt:
         print(f"fastci: {msg}")
     print(summary(report))
-    for line in dirty_note(commit):
+    for line in notes + dirty_note(commit):
         print(line)
     return 1 if report.corrupt else 0
 
