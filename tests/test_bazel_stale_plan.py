@@ -91,7 +91,7 @@ def test_rules_obey_a_plan_only_on_its_tree(ws: Ws) -> None:
     ws.plan(clean)
     res, report = ws.test()
     assert sorted(report.outcomes) == [A, C] and report.skipped == (B,)
-    assert ws.status(A).startswith("ok: selective plan, 2 tests, 1 skipped")
+    assert ws.status(A) == "ok: selective plan: planned: overrides train_iters=2"
     assert "FastCI plan: WARNING" not in res.stderr
 
     # Edit a tracked file that no test reads: the plan describes another tree now.
@@ -114,4 +114,4 @@ def test_rules_obey_a_plan_only_on_its_tree(ws: Ws) -> None:
     res, report = ws.test()
     assert sorted(report.outcomes) == [A, C] and report.skipped == (B,)
     assert "FastCI plan: WARNING" not in res.stderr
-    assert ws.status(A).startswith("ok: selective plan, 2 tests, 1 skipped")
+    assert ws.status(A) == "ok: selective plan: planned: overrides train_iters=2"
