@@ -18,10 +18,13 @@ from typing import Iterator
 
 import pytest
 
+from bazel_support import require_bazel
 from fastci import cli
 from fastci.integrations.git.repository import cache_dir
 from test_run import Ws
 from test_units import write_pickle_payload
+
+require_bazel()  # skips without bazel; fails under CI
 
 REPO = Path(__file__).resolve().parents[1]
 
