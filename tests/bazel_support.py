@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -28,3 +30,9 @@ def require_bazel() -> None:
                     "cannot be skipped in CI (install it: `make setup`)", pytrace=False)
     pytest.skip("bazel not found on PATH (installed by `make setup`); "
                 "under CI=true this is a failure", allow_module_level=True)
+
+
+def remove_tree(base: Path) -> None:
+    """Delete a test's Bazel scratch tree (its output base holds read-only files)."""
+    subprocess.run(["chmod", "-R", "u+w", str(base)], check=False)
+    shutil.rmtree(base, ignore_errors=True)

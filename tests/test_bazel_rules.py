@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from fastci import cli
 from fastci.integrations.bazel import testlogs
 from fastci.integrations.bazel.bep import BuildReport, parse_bep
 from fastci.integrations.bazel.runner import Bazel, BazelResult
-from bazel_support import require_bazel
+from bazel_support import remove_tree, require_bazel
 
 require_bazel()  # skips without bazel; fails under CI
 
@@ -97,8 +96,7 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
     finally:
         bazel.shutdown()
         print("\nbazel e2e timings (s):", json.dumps({k: round(v, 1) for k, v in workspace.timings.items()}))
-        subprocess.run(["chmod", "-R", "u+w", str(base)], check=False)
-        shutil.rmtree(base, ignore_errors=True)
+        remove_tree(base)
 
 
 def _plan(tests: list[dict[str, Any]], skipped: list[dict[str, Any]], mode: str = "selective") -> dict[str, Any]:

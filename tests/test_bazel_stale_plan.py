@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -28,7 +27,7 @@ from fastci.integrations.bazel.runner import Bazel, BazelResult
 from fastci.plan.model import Plan, PlannedTest, SkippedTest, dump_plan
 from fastci.integrations.git.tree import head_tree, worktree_tree
 from selection_support import Repo
-from bazel_support import require_bazel
+from bazel_support import remove_tree, require_bazel
 
 REPO = Path(__file__).resolve().parents[1]
 A, B, C = "//gputests:a_test", "//gputests:b_test", "//gputests:c_test"
@@ -81,8 +80,7 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ws]:
         yield w
     finally:
         w.bazel.shutdown()
-        subprocess.run(["chmod", "-R", "u+w", str(base)], check=False)
-        shutil.rmtree(base, ignore_errors=True)
+        remove_tree(base)
 
 
 def test_rules_obey_a_plan_only_on_its_tree(ws: Ws) -> None:

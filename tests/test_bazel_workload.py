@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Iterator
@@ -28,7 +27,7 @@ import pytest
 from fastci.integrations.bazel import testlogs
 from fastci.integrations.bazel.bep import BuildReport, parse_bep
 from fastci.integrations.bazel.runner import Bazel, BazelResult
-from bazel_support import require_bazel
+from bazel_support import remove_tree, require_bazel
 
 require_bazel()  # skips without bazel; fails under CI
 
@@ -129,8 +128,7 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ws]:
         yield Ws(root, bazel)
     finally:
         bazel.shutdown()
-        subprocess.run(["chmod", "-R", "u+w", str(base)], check=False)
-        shutil.rmtree(base, ignore_errors=True)
+        remove_tree(base)
 
 
 def test_plain_run_passes_every_value_verbatim_as_one_argv_element(ws: Ws) -> None:

@@ -18,7 +18,7 @@ from typing import Iterator
 
 import pytest
 
-from bazel_support import require_bazel
+from bazel_support import remove_tree, require_bazel
 from fastci import cli
 from fastci.integrations.git.repository import cache_dir
 from test_run import Ws
@@ -59,8 +59,7 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ws]:
         yield w
     finally:
         w.bazel.shutdown()
-        subprocess.run(["chmod", "-R", "u+w", str(base)], check=False)
-        shutil.rmtree(base, ignore_errors=True)
+        remove_tree(base)
 
 
 def test_record_ingest_plan_run_leave_the_tree_clean(

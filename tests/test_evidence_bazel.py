@@ -7,7 +7,6 @@ server is shut down at the end.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -19,7 +18,7 @@ from fastci.integrations.bazel.runner import Bazel
 from fastci.evidence.record import record
 from fastci.evidence.store import EvidenceStore
 from fastci.units.index import FileUnits, index_source
-from bazel_support import require_bazel
+from bazel_support import remove_tree, require_bazel
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -42,8 +41,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, P
         yield root, store, summary
     finally:
         bazel.shutdown()
-        subprocess.run(["chmod", "-R", "u+w", str(base)], check=False)
-        shutil.rmtree(base, ignore_errors=True)
+        remove_tree(base)
 
 
 def test_record_summary(recorded: tuple[Path, Path, str]) -> None:

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from bazel_support import require_bazel
+from bazel_support import remove_tree, require_bazel
 from bench.demo import make_workspace
 from fastci.integrations.bazel import testlogs
 from fastci.integrations.bazel.bep import parse_bep
@@ -84,5 +83,4 @@ def test_bazel_test_all_with_fastci_config_obeys_the_plan_at_the_root(tmp_path: 
         assert built.returncode == 0, built.stderr[-3000:]
     finally:
         _bazel(ws, "shutdown", timeout=60)
-        subprocess.run(["chmod", "-R", "u+w", str(tmp_path)], check=False)
-        shutil.rmtree(tmp_path, ignore_errors=True)
+        remove_tree(tmp_path)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -26,7 +25,7 @@ from fastci.evidence.store import EvidenceStore
 from fastci.plan.model import Plan, PlannedTest, SkippedTest, dump_plan
 from fastci.run.runner import RunReport, execute
 from selection_support import Repo
-from bazel_support import require_bazel
+from bazel_support import remove_tree, require_bazel
 
 REPO = Path(__file__).resolve().parents[1]
 ALPHA, BETA = "//pkg:alpha_test", "//pkg:beta_test"
@@ -76,8 +75,7 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ws]:
         yield w
     finally:
         w.bazel.shutdown()
-        subprocess.run(["chmod", "-R", "u+w", str(base)], check=False)
-        shutil.rmtree(base, ignore_errors=True)
+        remove_tree(base)
 
 
 def test_record_then_nothing_changed_plans_nothing(ws: Ws) -> None:
