@@ -144,7 +144,7 @@ def current_tree(root: Path) -> str | None:
     whichever directory it starts from (``rules/bazelw`` does the same).
     """
     try:
-        return worktree_tree(Path(_git(Path(root), ["rev-parse", "--show-toplevel"])))
+        return plan_tree(root)
     except GitError:
         return None
 
