@@ -146,29 +146,33 @@ def test_scan_worktree_and_revisions(tmp_path: Path) -> None:
     assert cs2.head == head and [u.unit for u in cs2.unit_changes] == [u.unit for u in cs.unit_changes]
 
 
-def test_scan_robust_to_stale_evidence(tmp_path: Path) -> None:
-    """Evidence recorded at an older commit: changes since then count, not just base..head."""
+def test_scan_lists_what_changed_since_each_evidence_commit(tmp_path: Path) -> None:
+    """Evidence recorded at an older commit: the files changed since then are listed for it,
+    and the version it recorded diffs against the head, not just base..head."""
     repo = Repo(tmp_path)
     recorded_at = repo.commit({"pkg/m.py": BASE})
-    recorded = units_of(tmp_path, ["pkg/m.py"])
     base = repo.commit({"pkg/m.py": BASE.replace("return 1", "return 11")})  # main moved on
-    cs = scan(Git(tmp_path), base, WORKTREE, recorded=recorded, evidence_commits=[recorded_at])
-    assert [(u.unit, u.kinds) for u in cs.unit_changes] == [("pkg/m.py::helper", (ChangeKind.BODY,))]
-    # Unknown evidence commit: every recorded file is compared with its recorded checksums.
-    cs = scan(Git(tmp_path), base, WORKTREE, recorded=recorded, evidence_commits=["f" * 40])
-    assert [(u.unit, u.kinds) for u in cs.unit_changes] == [("pkg/m.py::helper", (ChangeKind.STALE,))]
-    assert cs.notes and "not in this repository" in cs.notes[0]
+    cs = scan(Git(tmp_path), base, WORKTREE, evidence_commits=[recorded_at, base])
+    assert cs.unit_changes == []  # nothing changed since base
+    assert [c.path for c in cs.since[recorded_at]] == ["pkg/m.py"] and cs.since[base] == ()
+    assert cs.versions is not None
+    old = cs.versions.at(recorded_at, "pkg/m.py")
+    assert [(u.unit, u.kinds) for u in cs.versions.diff("pkg/m.py", old).units] == \
+        [("pkg/m.py::helper", (ChangeKind.BODY,))]
+    # An unknown evidence commit has no baseline: a note says so, selection compares file by file.
+    cs = scan(Git(tmp_path), base, WORKTREE, evidence_commits=["f" * 40])
+    assert cs.since == {} and cs.notes and "not in this repository" in cs.notes[0]
 
 
-def test_scan_renamed_file_marks_recorded_units(tmp_path: Path) -> None:
+def test_scan_renamed_file_is_listed_since_the_evidence_commit(tmp_path: Path) -> None:
     repo = Repo(tmp_path)
     base = repo.commit({"pkg/m.py": BASE})
-    recorded = units_of(tmp_path, ["pkg/m.py"])
     repo.git("mv", "pkg/m.py", "pkg/n.py")
-    cs = scan(Git(tmp_path), base, WORKTREE, recorded=recorded, evidence_commits=[base])
+    cs = scan(Git(tmp_path), base, WORKTREE, evidence_commits=[base])
+    assert [(c.status, c.path, c.old_path) for c in cs.since[base]] == [("R", "pkg/n.py", "pkg/m.py")]
     changed = {u.unit: u.kinds for u in cs.unit_changes}
     assert changed["pkg/m.py::scale"] == (ChangeKind.RENAMED,)
-    assert all(uid.startswith("pkg/m.py::") for uid in changed)
+    assert cs.versions is not None and cs.versions.diff("pkg/m.py", BASE.encode()).status == "D"
 
 
 EDITS = [

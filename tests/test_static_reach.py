@@ -324,9 +324,13 @@ def test_new_file_completing_a_try_except_import(scene_dir: Path) -> None:
     assert s.chosen() == {"//t:app": {DecisionKind.STATIC_REACH}}
     why = s.sentences("//t:app")
     assert "new file pkg/fast.py" in why and "inside try/except" in why
-    # Deleting it again (after it was committed) reaches the same importer.
+    # Committed without re-recording, then deleted again: the test's evidence was
+    # recorded without the file, so for it nothing changed.
     s.base = s.repo.commit()
     s.repo.write({"pkg/fast.py": None})
+    assert s.chosen() == {}
+    # Re-recorded with the file present, deleting it reaches the same importer.
+    s.record("//t:app", {"pkg/app.py": None})
     assert s.chosen() == {"//t:app": {DecisionKind.STATIC_REACH}}
 
 
@@ -355,6 +359,8 @@ def test_new_or_deleted_init_reaches_the_whole_tree(scene_dir: Path) -> None:
                           "//t:b": {DecisionKind.STATIC_REACH}}
     assert "regular package" in s.sentences("//t:b")
     s.base = s.repo.commit()
+    s.record("//t:a", {"ns/a.py": None})
+    s.record("//t:b", {"ns/sub/b.py": None})
     s.repo.write({"ns/__init__.py": None})
     assert set(s.chosen()) == {"//t:a", "//t:b"}
 

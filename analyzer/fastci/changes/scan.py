@@ -1,28 +1,32 @@
-"""Find what changed: git revisions and the evidence's recorded checksums, to a ChangeSet.
+"""Find what changed: git revisions and the evidence's baselines, to a ChangeSet.
 
-Two sources of truth are combined, and their union is kept (more changes can only
-select more tests):
+Two views are kept:
 
-1. the diff between ``base`` and ``head`` (a revision or the working tree);
-2. robustness to stale evidence: for every commit the evidence was recorded at,
-   the files that differ between that commit and ``head``, and for those files the
-   store's recorded unit checksums compared with the current index. When a recorded
-   commit is unknown or missing, every recorded file is re-indexed and compared.
+1. the diff between ``base`` and ``head`` (a revision or the working tree): what
+   the developer changed, for the plan's summary and for evidence whose baseline
+   is not known;
+2. every test's own baseline: for each commit the held evidence was recorded at,
+   the files that differ between that commit and ``head`` (``since``), and a
+   :class:`~fastci.changes.versions.Versions` reader that diffs any recorded
+   version of a file against ``head``. Selection compares each test with the
+   version of each file *its* recording saw, so a test re-recorded after a change
+   is not selected for it again, and one recorded before it never loses it.
+   Evidence recorded from a modified tree, at no known commit, or at a commit the
+   repository lacks has no such baseline: selection compares it file by file.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from fastci.changes.semantic_diff import FileDiff, UnitChange, diff_sources, stale_changes
+from fastci.changes.semantic_diff import FileDiff, UnitChange, diff_sources
+from fastci.changes.versions import Versions
 from fastci.integrations.git.repository import WORKTREE, FileChange, Git
 from fastci.changes.static_reach import HeadTree, Reach, static_reach
 from fastci.integrations.git.tree import DIRTY_PREFIX
-from fastci.types import Checksum, RelPath, UnitId
-from fastci.units.index import FileUnits, ParseFailure, index_source, split_unit_id
+from fastci.types import RelPath
 
 LOG = logging.getLogger(__name__)
 
@@ -31,9 +35,14 @@ LOG = logging.getLogger(__name__)
 class ChangeSet:
     """Everything that changed, as values: Python files diffed, other paths listed.
 
-    ``reach`` holds the static connections (:mod:`fastci.changes.static_reach`) from changes
-    that evidence cannot see to the modules and units they affect; ``tree`` reads the
-    head side (for rules that compare files on disk), None when not scanned from git.
+    ``files``/``others`` are the ``base``..``head`` diff. ``since`` maps each commit
+    the evidence was recorded at (and that the repository holds) to the files that
+    differ between it and ``head``; evidence at a commit not in ``since`` has an
+    unknown baseline. ``reach`` holds the static connections
+    (:mod:`fastci.changes.static_reach`) from changes that evidence cannot see to the
+    modules and units they affect, over both views (``Reach.path`` says which change).
+    ``tree`` reads the head side and ``versions`` diffs recorded versions against it;
+    both None when not scanned from git.
     """
 
     base: str
@@ -43,6 +52,9 @@ class ChangeSet:
     notes: tuple[str, ...] = ()
     reach: tuple[Reach, ...] = ()
     tree: HeadTree | None = field(default=None, compare=False, repr=False)
+    since: Mapping[str, tuple[FileChange, ...]] = field(default_factory=dict, compare=False,
+                                                        repr=False)
+    versions: Versions | None = field(default=None, compare=False, repr=False)
 
     @property
     def unit_changes(self) -> list[UnitChange]:
@@ -88,9 +100,8 @@ def _diff_file(git: Git, change: FileChange, old_rev: str, head: str) -> FileDif
 
 
 def scan(git: Git, base: str, head: str = WORKTREE, *,
-         recorded: Mapping[UnitId, Checksum] | None = None,
          evidence_commits: Iterable[str | None] = ()) -> ChangeSet:
-    """Diff ``base`` against ``head`` and the evidence's recorded state against ``head``.
+    """Diff ``base`` against ``head``, and list what changed since each evidence commit.
 
     Raises:
         GitError: when ``base`` or ``head`` does not exist (the caller widens).
@@ -98,88 +109,47 @@ def scan(git: Git, base: str, head: str = WORKTREE, *,
     base_id = git.resolve(base)
     head_id = head if head == WORKTREE else git.resolve(head)
     notes: list[str] = []
-    todo: dict[RelPath, tuple[FileChange, str]] = {}
-    for ch in git.changed_files(base_id, head_id):
-        todo[ch.path] = (ch, base_id)
-    full_check = False
-    evidence_commits = list(evidence_commits)
-    for commit in sorted({c or "" for c in evidence_commits}):
-        if not commit:
-            full_check = True
-            notes.append("some evidence has no recorded commit: compared every recorded file")
-            continue
+    base_changes = tuple(git.changed_files(base_id, head_id))
+    since: dict[str, tuple[FileChange, ...]] = {}
+    commits = set(evidence_commits)
+    if None in commits or "" in commits:
+        notes.append("some evidence has no recorded commit: compared file by file with what "
+                     "it recorded")
+    for commit in sorted(c for c in commits if c):
         if commit == base_id:
-            continue
-        if commit.startswith(DIRTY_PREFIX):
-            full_check = True
+            since[commit] = base_changes
+        elif commit.startswith(DIRTY_PREFIX):
             notes.append(f"some evidence was recorded from a modified tree ({commit[:18]}): "
-                         "compared every recorded file")
-            continue
-        if not git.has_revision(commit):
-            full_check = True
+                         "compared file by file with what it recorded")
+        elif not git.has_revision(commit):
             notes.append(f"evidence commit {commit[:12]} is not in this repository: "
-                         "compared every recorded file")
-            continue
-        for ch in git.changed_files(commit, head_id):
-            todo.setdefault(ch.path, (ch, commit))
+                         "compared file by file with what it recorded")
+        else:
+            since[commit] = tuple(git.changed_files(commit, head_id))
     files: dict[RelPath, FileDiff] = {}
     others: list[FileChange] = []
-    for path, (ch, old_rev) in sorted(todo.items()):
-        if is_python(path) or (ch.old_path and is_python(ch.old_path)):
-            files[path] = _diff_file(git, ch, old_rev, head_id)
+    for ch in base_changes:
+        if is_python(ch.path) or (ch.old_path and is_python(ch.old_path)):
+            files[ch.path] = _diff_file(git, ch, base_id, head_id)
         else:
             others.append(ch)
-    # When all evidence was recorded at ``base``, its checksums are the base side of the
-    # diff above: comparing them again would find nothing new.
-    if recorded and (full_check or set(evidence_commits) != {base_id}):
-        _add_stale(git, head_id, recorded, files, full_check)
     diffs = tuple(files[p] for p in sorted(files))
     tree = HeadTree(git, head_id)
-    return ChangeSet(base_id, head_id, diffs, tuple(others), tuple(notes),
-                     tuple(static_reach(tree, diffs)), tree)
+    versions = Versions(git, head_id)
+    return ChangeSet(base_id, head_id, diffs, tuple(sorted(others, key=lambda o: o.path)),
+                     tuple(notes), tuple(_reach(tree, versions, diffs, since)), tree, since,
+                     versions)
 
 
-def _add_stale(git: Git, head: str, recorded: Mapping[UnitId, Checksum],
-               files: dict[RelPath, FileDiff], full_check: bool) -> None:
-    """Compare recorded checksums with the current index for the files that need it."""
-    by_path: dict[RelPath, dict[UnitId, Checksum]] = defaultdict(dict)
-    wanted = None if full_check else set(files) | {f.old_path for f in files.values() if f.old_path}
-    for uid, checksum in recorded.items():
-        path = split_unit_id(uid)[0]
-        if wanted is None or path in wanted:
-            by_path[path][uid] = checksum
-    for path, units in sorted(by_path.items()):
-        fd = files.get(path)
-        if fd is not None and fd.failure:
-            continue  # already widened to every test touching it
-        current: FileUnits | None
-        if fd is not None and fd.current is None and fd.status != "D":
-            idx = _index_head(git, head, path)  # the quick diff did not index the whole file
-            if isinstance(idx, ParseFailure):
-                files[path] = replace(fd, failure=idx.message)
-                continue
-            current = idx
-        elif fd is not None:
-            current = fd.current
-        else:
-            renamed = [f for f in files.values() if f.old_path == path]
-            if renamed:
-                fd = renamed[0]
-                current = None  # the recorded path no longer exists
-            else:
-                idx = _index_head(git, head, path)
-                if isinstance(idx, ParseFailure):
-                    files[path] = FileDiff(path, "M", failure=idx.message)
-                    continue
-                current = idx
-        base_fd = fd or FileDiff(path, "M" if current else "D", current=current)
-        already = {u.unit for u in base_fd.units}
-        extra = stale_changes(path, units, current, already)
-        if extra:
-            LOG.info("%s: %d unit(s) differ from the recorded evidence", path, len(extra))
-            files[base_fd.path] = replace(base_fd, units=base_fd.units + tuple(extra))
-
-
-def _index_head(git: Git, head: str, path: RelPath) -> FileUnits | ParseFailure | None:
-    data = git.read(head, path)
-    return index_source(path, data) if data is not None else None
+def _reach(tree: HeadTree, versions: Versions, diffs: tuple[FileDiff, ...],
+           since: Mapping[str, tuple[FileChange, ...]]) -> list[Reach]:
+    """Static reach of the base diff and of every file changed since an evidence commit
+    (one diff per distinct old version of a file)."""
+    seen: dict[int, FileDiff] = {}  # Versions caches a diff per distinct old version
+    for commit, changes in sorted(since.items()):
+        for ch in changes:
+            for path in sorted({ch.path, ch.base_path}):
+                if is_python(path):
+                    fd = versions.diff(path, versions.at(commit, path))
+                    seen.setdefault(id(fd), fd)
+    return list(dict.fromkeys(static_reach(tree, list(diffs) + list(seen.values()))))

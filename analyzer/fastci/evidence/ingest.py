@@ -201,9 +201,13 @@ def segment_closure(keys: Iterable[str], segments: Segments) -> tuple[list[str],
 
 
 def _add_files(units: dict[str, tuple[str, set[ContextSig]]], files: dict[str, str],
-               t: trace.TraceMsg, file_traces: Iterable[Any], reads: Iterable[Any],
-               checksums: Checksums | None) -> None:
+               sources: dict[str, str], t: trace.TraceMsg, file_traces: Iterable[Any],
+               reads: Iterable[Any], checksums: Checksums | None) -> None:
     for ft in file_traces:
+        if ft.digest:
+            # Two processes of one run that saw different bytes of a file: the
+            # evidence describes neither version alone, so the baseline is unknown.
+            sources[ft.path] = ft.digest if sources.get(ft.path, ft.digest) == ft.digest else ""
         known = checksums.of(ft.path, ft.digest) if checksums else {}
         for u in ft.units:
             uid = f"{ft.path}::{u.qualname}"
@@ -224,12 +228,18 @@ def merge_run(traces: list[trace.TraceMsg], *, source: str, commit: str | None,
     first = main or traces[0]
     units: dict[str, tuple[str, set[ContextSig]]] = {}
     files: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    distributions: dict[str, str] = {}
     for t in traces:
-        _add_files(units, files, t, t.files, t.reads, checksums)
+        _add_files(units, files, sources, t, t.files, t.reads, checksums)
+        # Trace field 22 (older traces lack it: no distribution is known, so none is
+        # narrowed to; dependency changes then reach these tests through other rules).
+        for d in getattr(t, "distributions", ()):
+            distributions[d.name] = d.version
     found, missing = segment_closure((k for t in traces for k in t.shared), segments or {})
     for key in found:
         for t, seg in (segments or {})[key]:
-            _add_files(units, files, t, seg.files, seg.reads, checksums)
+            _add_files(units, files, sources, t, seg.files, seg.reads, checksums)
     if missing:
         LOG.warning("%s: %d shared evidence segment(s) not found (e.g. %s): recorded as "
                     "incomplete", first.test_id, len(missing), missing[0])
@@ -249,7 +259,8 @@ def merge_run(traces: list[trace.TraceMsg], *, source: str, commit: str | None,
                      "packages": env.packages_digest, "torch": env.torch, "cuda": env.cuda,
                      "gpu": env.gpu_model},
         commit=commit, source=source,
-        units={u: (c, frozenset(s)) for u, (c, s) in units.items()}, files=files)
+        units={u: (c, frozenset(s)) for u, (c, s) in units.items()}, files=files,
+        sources=sources, distributions=distributions)
 
 
 def ingest(store: EvidenceStore, blobs: Iterable[TraceBlob], *, source: str,

@@ -9,6 +9,12 @@ Version history:
   what the run changed (``{}`` = full workload, NULL = not known). A reduced
   run no longer looks like a changed declaration, and "failed last" can ask
   for the newest full-workload run.
+* 3 — every test keeps its own baseline: ``evidence.checksum`` is the unit's
+  checksum as *that test's* recording saw it (``unit.checksum`` only keeps the
+  newest, for display), the new ``source`` table the digest of every Python
+  file the test executed, and ``dist_import`` the third-party distributions
+  (name, version) the test's processes imported. Selection compares each test
+  with its own baseline, so a partial re-record never hides or repeats a change.
 
 A store with another version is never migrated or deleted silently:
 :class:`~fastci.evidence.store.EvidenceStore` raises ``StoreError`` saying to
@@ -17,7 +23,7 @@ move it aside and re-record.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 SCHEMA = """
 -- Key/value facts about the store itself: schema_version, created_at.
@@ -36,7 +42,7 @@ CREATE TABLE test (
 );
 
 -- One row per unit id `path::qualname`; checksum as of the newest recording
--- that executed it (selection compares it with the current source).
+-- that executed it (for display: selection compares evidence.checksum, each test's own).
 CREATE TABLE unit (
     id INTEGER PRIMARY KEY,
     uid TEXT NOT NULL UNIQUE,
@@ -52,14 +58,36 @@ CREATE TABLE context (
 );
 
 -- Test executed unit, in these contexts: little-endian uint32 context ids.
+-- checksum: the unit's checksum when this test was recorded ('' = not known,
+-- which never equals a real checksum, so the test re-runs).
 -- Keyed unit-first so tests_for_units is one index range per unit.
 CREATE TABLE evidence (
     unit_id INTEGER NOT NULL,
     test_id INTEGER NOT NULL,
     contexts BLOB NOT NULL,
+    checksum TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (unit_id, test_id)
 ) WITHOUT ROWID;
 CREATE INDEX evidence_by_test ON evidence (test_id);
+
+-- The Python files a test executed, with the sha256 of their bytes when it was
+-- recorded: the version of the file its evidence describes (its baseline).
+CREATE TABLE source (
+    path TEXT NOT NULL,
+    test_id INTEGER NOT NULL,
+    digest TEXT NOT NULL,
+    PRIMARY KEY (path, test_id)
+) WITHOUT ROWID;
+CREATE INDEX source_by_test ON source (test_id);
+
+-- Third-party distributions a test's processes imported (name as installed, version).
+CREATE TABLE dist_import (
+    test_id INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    version TEXT NOT NULL,
+    PRIMARY KEY (test_id, name)
+) WITHOUT ROWID;
+CREATE INDEX dist_import_by_name ON dist_import (name);
 
 -- Non-Python files a test opened for reading under the repo.
 CREATE TABLE file_read (

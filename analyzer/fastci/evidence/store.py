@@ -29,7 +29,8 @@ DEFAULT_PATH = Path(".fastci/evidence.db")
 #: How long a writer waits for another writer's transaction before giving up (seconds).
 LOCK_WAIT_S = 30.0
 #: The tables a store of this schema version has.
-TABLES = frozenset({"meta", "test", "unit", "context", "evidence", "file_read", "run"})
+TABLES = frozenset({"meta", "test", "unit", "context", "evidence", "file_read", "run", "source",
+                    "dist_import"})
 _CHUNK = 500
 
 
@@ -92,6 +93,10 @@ class RunEvidence:
     source: str = "bazel"
     units: Mapping[UnitId, tuple[Checksum, frozenset[ContextSig]]] = field(default_factory=dict)
     files: Mapping[RelPath, str] = field(default_factory=dict)
+    # Python path -> sha256 of its bytes when recorded (the test's baseline of the file).
+    sources: Mapping[RelPath, str] = field(default_factory=dict)
+    # Third-party distributions the run imported: name -> version.
+    distributions: Mapping[str, str] = field(default_factory=dict)
 
 
 class StoreLockedError(StoreError):
@@ -339,6 +344,62 @@ class EvidenceStore:
         return {r[0] for r in self.conn.execute(
             "SELECT DISTINCT r.commit_sha FROM test t JOIN run r ON r.id = t.evidence_run")}
 
+    def baselines(self) -> dict[TestId, str | None]:
+        """Test -> the commit its held evidence was recorded at (None: not known)."""
+        return dict(self.conn.execute(
+            "SELECT t.name, r.commit_sha FROM test t JOIN run r ON r.id = t.evidence_run"))
+
+    def recorded_units(self, *, paths: Iterable[RelPath] | None = None,
+                       tests: Iterable[TestId] | None = None) -> list[tuple[TestId, UnitId, Checksum]]:
+        """(test, unit, the checksum *that test* recorded) for units in ``paths`` or of ``tests``.
+
+        Both None: every evidence row. Sorted.
+        """
+        query = ("SELECT t.name, u.uid, e.checksum FROM evidence e JOIN unit u ON u.id = e.unit_id"
+                 " JOIN test t ON t.id = e.test_id")
+        return sorted(set(self._rows(query, paths=paths, tests=tests, path_col="u.path")))
+
+    def source_digests(self, *, paths: Iterable[RelPath] | None = None,
+                       tests: Iterable[TestId] | None = None) -> list[tuple[TestId, RelPath, str]]:
+        """(test, Python path, sha256 of the file when that test was recorded), sorted."""
+        query = "SELECT t.name, s.path, s.digest FROM source s JOIN test t ON t.id = s.test_id"
+        return sorted(set(self._rows(query, paths=paths, tests=tests, path_col="s.path")))
+
+    def _rows(self, query: str, *, paths: Iterable[RelPath] | None, tests: Iterable[TestId] | None,
+              path_col: str) -> Iterator[Any]:
+        """Rows of ``query`` whose ``path_col`` is in ``paths`` or whose test is in ``tests``
+        (both None: every row); a row matching both comes twice (callers dedupe)."""
+        if paths is None and tests is None:
+            yield from self.conn.execute(query)
+            return
+        for col, keys in ((path_col, paths), ("t.name", tests)):
+            if keys is None:
+                continue
+            for chunk in _chunks(sorted(k for k in set(keys) if _storable(k))):
+                yield from self.conn.execute(
+                    f"{query} WHERE {col} IN ({','.join('?' * len(chunk))})", chunk)
+
+    def distributions_of_tests(self, tests: Iterable[TestId] | None = None) -> \
+            dict[TestId, dict[str, str]]:
+        """Test -> {distribution name: version} its held evidence imported."""
+        out: dict[TestId, dict[str, str]] = {}
+        query = ("SELECT t.name, d.name, d.version FROM dist_import d JOIN test t"
+                 " ON t.id = d.test_id")
+        rows: Iterable[Any]
+        if tests is None:
+            rows = self.conn.execute(query)
+        else:
+            rows = (r for chunk in _chunks(sorted(set(tests))) for r in self.conn.execute(
+                f"{query} WHERE t.name IN ({','.join('?' * len(chunk))})", chunk))
+        for test, name, version in rows:
+            out.setdefault(test, {})[name] = version
+        return out
+
+    def tests_for_distributions(self, names: Iterable[str]) -> dict[str, set[TestId]]:
+        """Distribution name -> tests whose held evidence imported it (every asked name a key)."""
+        return self._tests_by_key(names, "SELECT d.name, t.name FROM dist_import d JOIN test t"
+                                  " ON t.id = d.test_id WHERE d.name IN (%s)")
+
     def _tests_by_key(self, keys: Iterable[str], query: str) -> dict[str, set[TestId]]:
         """Run ``query`` (one ``IN (%s)`` over ``keys``, yielding (key, test)) in chunks."""
         wanted = sorted(set(keys))
@@ -409,7 +470,8 @@ class EvidenceStore:
     def stats(self) -> dict[str, int]:
         """Row counts per table and the file size in bytes."""
         out = {t: self.conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-               for t in ("test", "unit", "context", "evidence", "file_read", "run")}
+               for t in ("test", "unit", "context", "evidence", "file_read", "run", "source",
+                         "dist_import")}
         out["bytes"] = sum(p.stat().st_size for p in
                            (self.path, Path(f"{self.path}-wal")) if p.exists())
         return out
@@ -470,8 +532,8 @@ class EvidenceStore:
                 LOG.info("%s: run %s is older than the evidence held; kept as history",
                          run.test, run.run_key)
                 return True
-            self.conn.execute("DELETE FROM evidence WHERE test_id = ?", (tid,))
-            self.conn.execute("DELETE FROM file_read WHERE test_id = ?", (tid,))
+            for table in ("evidence", "file_read", "source", "dist_import"):
+                self.conn.execute(f"DELETE FROM {table} WHERE test_id = ?", (tid,))
             rows = []
             ctx_ids: dict[str, int] = {}
             for uid, (checksum, sigs) in sorted(run.units.items()):
@@ -485,10 +547,16 @@ class EvidenceStore:
                 for s in sigs:
                     if s not in ctx_ids:
                         ctx_ids[s] = self._id("context", "sig", s)
-                rows.append((unit_id, tid, pack_ids(ctx_ids[s] for s in sigs)))
-            self.conn.executemany("INSERT INTO evidence VALUES (?,?,?)", rows)
+                rows.append((unit_id, tid, pack_ids(ctx_ids[s] for s in sigs), checksum))
+            self.conn.executemany("INSERT INTO evidence VALUES (?,?,?,?)", rows)
             self.conn.executemany("INSERT INTO file_read VALUES (?,?,?)",
-                                  [(p, tid, d) for p, d in sorted(run.files.items())])
+                                  [(p, tid, d) for p, d in sorted(run.files.items())
+                                   if _storable(p)])
+            self.conn.executemany("INSERT INTO source VALUES (?,?,?)",
+                                  [(p, tid, d) for p, d in sorted(run.sources.items())
+                                   if _storable(p)])
+            self.conn.executemany("INSERT INTO dist_import VALUES (?,?,?)",
+                                  [(tid, n, v) for n, v in sorted(run.distributions.items())])
             self.conn.execute("UPDATE test SET evidence_run = ?, evidence_at = ? WHERE id = ?",
                               (rid, run.recorded_at, tid))
         return True
@@ -550,8 +618,9 @@ class EvidenceStore:
                           ((i + 1, u, u.partition("::")[0], cs) for i, (u, cs) in enumerate(units)))
             c.executemany("INSERT INTO context (id, sig) VALUES (?,?)",
                           ((i + 1, s) for i, s in enumerate(contexts)))
-            c.executemany("INSERT INTO evidence (unit_id, test_id, contexts) VALUES (?,?,?)",
-                          ((u + 1, t + 1, pack_ids(x + 1 for x in ctx))
+            c.executemany("INSERT INTO evidence (unit_id, test_id, contexts, checksum)"
+                          " VALUES (?,?,?,?)",
+                          ((u + 1, t + 1, pack_ids(x + 1 for x in ctx), units[u][1])
                            for t, u, ctx in evidence))
             c.execute("CREATE INDEX evidence_by_test ON evidence (test_id)")
         c.execute("PRAGMA synchronous=NORMAL")

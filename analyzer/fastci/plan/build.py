@@ -2,8 +2,13 @@
 
 The I/O shell around the pure selector: git (:mod:`fastci.integrations.git.repository`), the evidence
 store, ``bazel query`` for the declared tests and the environment fingerprint.
-Any error on the way becomes a plan that runs everything, with the error as its
-reason: selection never narrows silently.
+Any error on the way becomes a plan that runs everything (every test the store
+or the build knows), with the error as its reason: selection never narrows
+silently.
+
+The runner (config ``runner``, :func:`choose_runner`) says where the declared
+tests come from: Bazel (``bazel query``) in a Bazel workspace whose ``bazel`` is
+found, else pytest (the store's tests: a pytest suite declares nothing ahead).
 
 Two inputs are deliberately not taken from where the planner stands:
 
@@ -21,9 +26,9 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping
 
 from fastci.changes.scan import ChangeSet, scan
 from fastci import config as config_mod
@@ -43,16 +48,64 @@ if TYPE_CHECKING:
 LOG = logging.getLogger(__name__)
 
 DeclaredProvider = Callable[[Path, Config], Mapping[TestId, DeclaredTest]]
+#: ``analyze(declared=BY_RUNNER)``: the declared tests follow the runner (:func:`choose_runner`).
+BY_RUNNER: Literal["runner"] = "runner"
+
+#: Files that make a directory a Bazel workspace root.
+WORKSPACE_FILES = ("WORKSPACE", "WORKSPACE.bazel", "MODULE.bazel")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A test's newest recorded duration and its GPUs (declared GPUs win over recorded)."""
+
+    duration_s: float | None  # None: never run (or its duration is not known)
+    gpus: int
 
 
 @dataclass(frozen=True)
 class Analysis:
-    """What ``fastci plan`` computed: the selection, the plan, the changes, the time."""
+    """What ``fastci plan`` computed: the selection, the plan, the changes, the time.
+
+    ``runner`` and ``runner_why`` say who declared the tests and why
+    (:func:`choose_runner`; None when the caller passed the declared tests);
+    ``timing`` holds each known test's recorded duration and GPUs, for the summary.
+    """
 
     selection: Selection
     plan: Plan
     changes: ChangeSet | None
     elapsed_s: float
+    runner: str | None = None
+    runner_why: str = ""
+    timing: Mapping[TestId, Timing] = field(default_factory=dict)
+
+
+def choose_runner(root: Path, config: Config) -> tuple[str, str]:
+    """The runner whose tests make the universe (``bazel`` or ``pytest``), and why.
+
+    Config ``runner`` (set by ``fastci.yaml``, ``$FASTCI_RUNNER`` or ``--bazel`` /
+    ``--no-bazel``) wins; ``auto`` is Bazel when a Bazel workspace file is at
+    ``root`` and the Bazel executable (config ``bazel``) is found, else pytest.
+    """
+    if config.runner in ("bazel", "pytest"):
+        where = ("the command line or $FASTCI_RUNNER" if "runner" in config.overridden
+                 else "config `runner`")
+        return config.runner, f"set by {where}"
+    marker = next((name for name in WORKSPACE_FILES if (Path(root) / name).is_file()), None)
+    if marker is None:
+        return "pytest", ("no Bazel workspace (no " + ", ".join(WORKSPACE_FILES)
+                          + " at the repository root)")
+    exe = config.bazel
+    if "/" in exe:  # a path; a relative one is run from the root
+        path = Path(exe) if Path(exe).is_absolute() else Path(root) / exe
+        found = path.is_file() and os.access(path, os.X_OK)
+    else:
+        found = shutil.which(exe) is not None
+    if not found:
+        return "pytest", (f"{marker} is at the repository root, but the Bazel executable "
+                          f"{exe!r} is not found (set `runner: bazel` to insist)")
+    return "bazel", f"{marker} is at the repository root and {exe!r} is found"
 
 
 def label_to_path(label: str) -> str | None:
@@ -92,7 +145,8 @@ def to_plan(selection: Selection, *, base: str | None, head: str | None) -> Plan
 
 
 def analyze(root: Path, config: Config, *, base: str | None = None, head: str = WORKTREE,
-            declared: Mapping[TestId, DeclaredTest] | DeclaredProvider | None = bazel_declared,
+            declared: Mapping[TestId, DeclaredTest] | DeclaredProvider | None
+            | Literal["runner"] = BY_RUNNER,
             env_fingerprint: str | None | Callable[[], str] = None,
             store: EvidenceReader | None = None) -> Analysis:
     """Analyze the change ``base`` -> ``head`` and return the selection and its plan.
@@ -104,8 +158,10 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
             a Config built in code (no ``origin``) keeps its own.
         base: the base revision (``config.base`` when None).
         head: a revision, or :data:`fastci.integrations.git.repository.WORKTREE` for the working tree.
-        declared: the declared tests, a provider of them (default: ``bazel query``), or
-            None to use the tests in the store only (e.g. for pytest suites).
+        declared: the declared tests, a provider of them, None to use the tests in
+            the store only (pytest suites), or :data:`BY_RUNNER` (default): ``bazel
+            query`` when the runner is Bazel, else None (:func:`choose_runner`, with
+            the decision rules' ``runner``).
         env_fingerprint: the test runner's fingerprint, a callable giving it, or None to
             compute it by running the runner's interpreter (:func:`runner_python`).
         store: an open evidence store (opened from ``config.store`` when None).
@@ -121,17 +177,23 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
         rules, rules_changed = decision_rules(git, root, config, base, head)
     except Exception as exc:  # noqa: BLE001 - raised below, once the universe is known
         rules_error = exc
+    runner: str | None = None
+    runner_why = ""
+    if declared == BY_RUNNER:
+        runner, runner_why = choose_runner(root, rules)
+        declared = bazel_declared if runner == "bazel" else None
     try:
-        decl = declared(root, rules) if callable(declared) else declared
-        if rules_error is not None:
-            raise rules_error
         if store is None:
+            # Opened before the build is asked: a failing `bazel query` then widens to
+            # every recorded test, not to none.
             from fastci.evidence.store import EvidenceStore
 
             store = opened = EvidenceStore.open(config.path(root, "store"))
+        decl = declared(root, rules) if callable(declared) else declared
+        if rules_error is not None:
+            raise rules_error
         fingerprint = _fingerprint(env_fingerprint, root, rules)
-        changes = scan(git, base, head, recorded=store.unit_checksums(),
-                       evidence_commits=store.evidence_commits())
+        changes = scan(git, base, head, evidence_commits=store.evidence_commits())
         # FastCI's own outputs are no change; a rename keeps its old path (a file moved
         # into .fastci/ is a deletion for the tests that read it).
         changes = replace(changes, others=tuple(
@@ -150,13 +212,31 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
         reason = Reason(DecisionKind.ERROR, f"change analysis failed ({message}): everything runs",
                         via="safety rule: any error widens the plan")
         selection = widen_everything(reason, store, decl)
+    try:
+        timing = _timing(store, decl) if store is not None else {}
     finally:
         if opened is not None:
             opened.close()
     head_name = head if head != WORKTREE else "worktree"
     plan = to_plan(selection, base=changes.base if changes else base, head=(
         changes.head if changes and changes.head != WORKTREE else head_name))
-    return Analysis(selection, plan, changes, time.perf_counter() - started)
+    return Analysis(selection, plan, changes, time.perf_counter() - started,
+                    runner=runner, runner_why=runner_why, timing=timing)
+
+
+def _timing(store: EvidenceReader, declared: Mapping[TestId, DeclaredTest] | None
+            ) -> dict[TestId, Timing]:
+    """Each known test's newest recorded duration and GPUs (declared GPUs win), for the summary."""
+    try:
+        runs = store.latest_runs()
+    except Exception as exc:  # noqa: BLE001 - the summary only loses its estimate
+        LOG.warning("cannot read recorded durations: %s", exc)
+        runs = {}
+    out = {t: Timing(float(r.duration_s), int(r.gpus)) for t, r in runs.items()}
+    for t, d in (declared or {}).items():
+        run = runs.get(t)
+        out[t] = Timing(float(run.duration_s) if run is not None else None, int(d.gpus))
+    return out
 
 
 def decision_rules(git: Git, root: Path, config: Config, base: str,

@@ -16,8 +16,10 @@ from fastci.changes.scan import ChangeSet
 from fastci.config import Config
 from fastci.select.decisions import (SKIP_KINDS, WIDEN_KINDS, Decision, DecisionKind, Reason,
                                      Selection)
+from fastci.changes.versions import Versions
+from fastci.select.baseline import Baselines, change_rules
 from fastci.select.rules import (DeclaredTest, EvidenceReader, RunLike, ignored_read_rules,
-                                 path_rules, static_rules, test_rules, unit_rules)
+                                 test_rules)
 from fastci.types import TestId, as_label
 
 LOG = logging.getLogger(__name__)
@@ -76,15 +78,22 @@ def select_tests(changes: ChangeSet, store: EvidenceReader, config: Config, *,
                    if (lab := as_label(t)) is not None and not lab.repo and str(lab) not in declared}
         universe -= removed
     hits: dict[TestId, list[Reason]] = {}
-    for rule_hits in (test_rules(universe, runs, declared, env_fingerprint, changes,
+    versions = changes.versions or (Versions(changes.tree.git, changes.tree.head)
+                                    if changes.tree is not None else None)
+    baselines = Baselines.of(changes, store.baselines())
+
+    def src_changed(test: TestId, path: str) -> bool:
+        if versions is None:
+            return path in changes.paths
+        return baselines.src_changed(changes, versions, test, path)
+
+    change_hits, widen, notes = change_rules(changes, store, config, universe, baselines,
+                                             versions)
+    for rule_hits in (test_rules(universe, runs, declared, env_fingerprint, src_changed,
                                  evidence_tests),
-                      unit_rules(changes, store), static_rules(changes, store),
-                      ignored_read_rules(changes, store)):
+                      change_hits, ignored_read_rules(changes, store)):
         for test, reasons in rule_hits.items():
             hits.setdefault(test, []).extend(reasons)
-    path_hits, widen, notes = path_rules(changes, store, config, universe)
-    for test, reasons in path_hits.items():
-        hits.setdefault(test, []).extend(reasons)
     notes = list(changes.notes) + notes
     decisions = []
     quiet = "no changed unit, file or rule reaches it" + (

@@ -25,6 +25,7 @@ class DecisionKind(enum.Enum):
     PATH_RULE = "mapped to a changed path by fastci.yaml"
     COMPILED_CODE = "runs compiled or traced code that changed"
     STATIC_REACH = "imports or discovers a new, deleted or newly named module"
+    CHANGED_SINCE_RECORDED = "a path that runs everything changed since its evidence was recorded"
     # ... or because its evidence cannot be trusted ...
     NO_EVIDENCE = "has no evidence"
     INCOMPLETE_EVIDENCE = "its recording did not complete"

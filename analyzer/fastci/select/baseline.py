@@ -1,0 +1,348 @@
+"""Change rules that compare every test with its own baseline.
+
+A store filled over many commits (a CI that records what ran on every merge, a
+local re-run, a lost shard) holds evidence of different ages. Each test's
+evidence describes the code as *its* recording saw it: the checksum of every unit
+it executed, the digest of every Python file and data file it opened, and the
+commit it ran at. A test is affected by a change when something it depends on
+differs from that baseline now; never because another test's baseline differs.
+
+* **Units it executed**: the checksum it recorded differs from the head's (or the
+  unit is gone).
+* **Import-time code of a module it touches** (module statements, decorators,
+  class bodies, signatures): the diff from the version of the file it recorded
+  (found by digest at the commits that may hold it) to the head has an
+  import-time change. A version the history does not hold (recorded from a
+  modified tree) counts as changed.
+* **Compiled or traced code**, a file that no longer parses: as above, per module.
+* **Static reach** (new, deleted and newly named modules): when the reached path
+  changed since the test's commit.
+* **Files it read**: the digest it recorded differs from the head's.
+* **Paths no test reads** (configured ``run_all``, unknown paths, ``path_tests``):
+  when the path changed since the test's commit. A path changed since every
+  baseline widens the whole plan, as before.
+
+Evidence with no known baseline commit is compared file by file with what it
+recorded, against every change the scan saw (the safe side).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from fastci.changes.scan import ChangeSet, is_python
+from fastci.changes.semantic_diff import ChangeKind, FileDiff, UnitChange
+from fastci.changes.static_reach import ReachKind
+from fastci.changes.versions import Versions
+from fastci.config import Config, first_match, glob_match
+from fastci.integrations.git.repository import FileChange, shown
+from fastci.select.decisions import DecisionKind, Reason
+from fastci.select.rules import EvidenceReader, Hits, add_hit, kinds_of, own_output
+from fastci.types import Checksum, RelPath, TestId, UnitId
+
+LOG = logging.getLogger(__name__)
+
+
+def _paths(changes: Iterable[FileChange]) -> frozenset[RelPath]:
+    return frozenset(p for ch in changes for p in (ch.path, ch.old_path) if p)
+
+
+@dataclass(frozen=True)
+class Baselines:
+    """Which paths may differ from each test's evidence.
+
+    ``commits`` maps a test with evidence to the commit it was recorded at; a test
+    whose commit is not in ``since`` has no known baseline (``None`` from
+    :meth:`changed_since`), and every path the scan saw change is a candidate.
+    """
+
+    commits: Mapping[TestId, str | None]
+    since: Mapping[str, frozenset[RelPath]]
+    everything: frozenset[RelPath]
+
+    @classmethod
+    def of(cls, changes: ChangeSet, commits: Mapping[TestId, str | None]) -> Baselines:
+        """The baselines of the tests in ``commits`` for ``changes``."""
+        since = {c: _paths(chs) for c, chs in changes.since.items()}
+        everything = frozenset(changes.paths).union(*since.values())
+        return cls(commits, since, everything)
+
+    def changed_since(self, test: TestId) -> frozenset[RelPath] | None:
+        """Paths that differ between the test's commit and the head; None: not known."""
+        return self.since.get(self.commits.get(test) or "")
+
+    def candidates(self, test: TestId) -> frozenset[RelPath]:
+        """Paths that may differ from what the test saw (every changed one when unknown)."""
+        known = self.changed_since(test)
+        return self.everything if known is None else known
+
+    def unknown(self) -> set[TestId]:
+        """Tests with evidence but no known baseline commit."""
+        return {t for t, c in self.commits.items() if (c or "") not in self.since}
+
+    def src_changed(self, changes: ChangeSet, versions: Versions, test: TestId,
+                    path: RelPath) -> bool:
+        """Whether ``path`` changed since the test's baseline: semantically for Python
+        (a comment is no change), by content otherwise."""
+        if path not in self.candidates(test):
+            return False
+        if not is_python(path):
+            return True
+        commit = self.commits.get(test) or ""
+        if commit in self.since:
+            fd = versions.diff(path, versions.at(commit, path))
+        else:
+            found = [f for f in changes.files if path in (f.path, f.old_path)]
+            if not found:
+                return True  # unknown baseline and not in the base diff: assume it changed
+            fd = found[0]
+        return bool(fd.units or fd.failure)
+
+
+def change_rules(changes: ChangeSet, store: EvidenceReader, config: Config,
+                 universe: Iterable[TestId], base: Baselines | None = None,
+                 versions: Versions | None = None) -> tuple[Hits, list[Reason], list[str]]:
+    """Every change rule, per test against its baseline: (hits, plan-wide widenings, notes)."""
+    versions = versions or changes.versions
+    if versions is None:
+        if changes.tree is None:
+            raise ValueError("a ChangeSet without a tree cannot be compared with baselines")
+        versions = Versions(changes.tree.git, changes.tree.head)
+    base = base or Baselines.of(changes, store.baselines())
+    hits: Hits = {}
+    _unit_rules(hits, changes, store, base, versions)
+    _reach_rules(hits, changes, store, base)
+    _read_rules(hits, store, base, versions)
+    widen, notes = _path_rules(hits, changes, store, config, base, sorted(universe))
+    return hits, widen, notes
+
+
+# ---------------------------------------------------------------------- Python files
+
+
+def _unit_rules(hits: Hits, changes: ChangeSet, store: EvidenceReader, base: Baselines,
+                versions: Versions) -> None:
+    """Units executed, import-time code, compiled code and parse failures, per test."""
+    python = sorted(p for p in base.everything if is_python(p))
+    unknown = base.unknown()
+    units: dict[tuple[TestId, RelPath], dict[UnitId, Checksum]] = defaultdict(dict)
+    for test, uid, checksum in store.recorded_units(paths=python, tests=unknown):
+        units[(test, uid.partition("::")[0])][uid] = checksum
+    digests: dict[tuple[TestId, RelPath], str] = {}
+    holders: dict[tuple[RelPath, str], list[str]] = defaultdict(list)
+    for test, path, seen in store.source_digests(paths=python, tests=unknown):
+        digests[(test, path)] = seen
+        held_at = base.commits.get(test) or ""
+        if seen and held_at in base.since:
+            holders[(path, seen)].append(held_at)
+    base_diffs = {f.path: f for f in changes.files}
+    for (test, path), recorded in sorted(units.items()):
+        if path not in base.candidates(test) and test not in unknown:
+            continue
+        digest: str | None = digests.get((test, path))
+        now_digest = versions.digest_now(path)
+        if digest and digest == now_digest:
+            continue  # byte for byte the file the test ran
+        commit = base.commits.get(test) or ""
+        old: bytes | None = None
+        found = False
+        if digest:
+            revs = ([commit] if commit in base.since else []) + \
+                sorted(set(holders[(path, digest)])) + [changes.base]
+            old = versions.find(path, digest, revs)
+            found = old is not None
+        elif digest is None and commit in base.since:
+            old, found = versions.at(commit, path), True  # no digest: the commit's version
+        now = versions.checksums_now(path)
+        if now is None:
+            add_hit(hits, test, Reason(
+                DecisionKind.UNPARSABLE_FILE, f"touches {path}, which does not parse",
+                path=path, change="does not parse",
+                via="static rule: a file that does not parse widens to every test touching it"))
+            continue
+        fd = versions.diff(path, old) if found else None
+        _executed(hits, test, path, recorded, now, fd)
+        if fd is None:
+            fallback = base_diffs.get(path)
+            if digest != now_digest or fallback is not None:
+                _unknown_version(hits, test, path, fallback)
+            continue
+        _import_time(hits, test, path, fd)
+
+
+def _executed(hits: Hits, test: TestId, path: RelPath, recorded: Mapping[UnitId, Checksum],
+              now: Mapping[UnitId, Checksum], fd: FileDiff | None) -> None:
+    """Units the test executed that changed since its version of ``path``.
+
+    With the test's version of the file found (``fd`` diffs it against the head),
+    the semantic diff decides, as for any diff: a unit whose checksum moved only
+    because a new definition joined its scope did not change for this test. Without
+    it, every recorded checksum that differs from the head's counts.
+    """
+    if fd is not None:
+        for u in fd.units:
+            if u.unit in recorded and ChangeKind.ADDED not in u.kinds:
+                change = kinds_of(u)
+                add_hit(hits, test, Reason(
+                    DecisionKind.CHANGED_UNIT, f"executes {u.unit}, whose {change}",
+                    unit=u.unit, change=change, path=path,
+                    via=f"evidence: the test's recording executed {u.unit}; diffed from the "
+                        "version of the file it recorded"))
+        return
+    for uid, checksum in sorted(recorded.items()):
+        current = now.get(uid)
+        if current is not None and current == checksum:
+            continue
+        change = ChangeKind.DELETED.value if current is None else ChangeKind.STALE.value
+        add_hit(hits, test, Reason(
+            DecisionKind.CHANGED_UNIT, f"executes {uid}, whose {change}", unit=uid,
+            change=change, path=path,
+            via=f"evidence: the test's recording executed {uid} (checksum "
+                f"{checksum[:8] or 'unknown'}, now {current[:8] if current else 'gone'})"))
+
+
+def _import_time(hits: Hits, test: TestId, path: RelPath, fd: FileDiff) -> None:
+    if fd.failure:
+        add_hit(hits, test, Reason(
+            DecisionKind.UNPARSABLE_FILE, f"touches {path}, which does not parse",
+            path=path, change=fd.failure,
+            via="static rule: a file that does not parse widens to every test touching it"))
+        return
+    selected = {r.unit for r in hits.get(test, ()) if r.kind is DecisionKind.CHANGED_UNIT}
+    for u in fd.units:
+        if ChangeKind.COMPILED in u.kinds:
+            add_hit(hits, test, Reason(
+                DecisionKind.COMPILED_CODE,
+                f"its evidence touches {path}, where {u.qualname} changed and is compiled or "
+                f"traced ({u.detail}): compiled code never produces Python line events, so no "
+                "evidence records which tests run it", unit=u.unit, change=kinds_of(u),
+                path=path, via="static rule: a change to compiled code reaches every test "
+                               "whose evidence touches its module"))
+        elif u.import_time and u.unit not in selected and ChangeKind.ADDED not in u.kinds:
+            add_hit(hits, test, Reason(
+                DecisionKind.IMPORTS_CHANGED_MODULE,
+                f"its evidence touches {path}, where {u.qualname} {kinds_of(u)} "
+                "(acts at import time)", unit=u.unit, change=kinds_of(u), path=path,
+                via="static rule: an import-time change reaches every test whose evidence "
+                    "touches the module"))
+
+
+def _unknown_version(hits: Hits, test: TestId, path: RelPath, fallback: FileDiff | None) -> None:
+    """The test's version of ``path`` is not in the history: any import-time change counts."""
+    add_hit(hits, test, Reason(
+        DecisionKind.IMPORTS_CHANGED_MODULE,
+        f"its evidence of {path} was recorded from a version the history does not hold "
+        "(a modified tree or an unknown commit), and the file differs from it now",
+        path=path, change=ChangeKind.STALE.value,
+        via="safety rule: import-time code of an unknown version counts as changed"))
+    if fallback is not None and fallback.failure:
+        _import_time(hits, test, path, fallback)
+
+
+def _reach_rules(hits: Hits, changes: ChangeSet, store: EvidenceReader,
+                 base: Baselines) -> None:
+    """New, deleted and newly named modules; callers of compiled code (static reach)."""
+    by_unit = store.tests_for_units(sorted({r.unit for r in changes.reach if r.unit}))
+    by_module = store.tests_for_modules(sorted({r.module for r in changes.reach if r.module}))
+    for r in changes.reach:
+        tests = by_unit.get(r.unit, set()) if r.unit else by_module.get(r.module or "", set())
+        for test in sorted(tests):
+            if r.path not in base.candidates(test):
+                continue  # the test's own recording already saw this change
+            if r.unit and r.kind is ReachKind.COMPILED:
+                reason = Reason(
+                    DecisionKind.COMPILED_CODE,
+                    f"executes {r.unit}, a caller of compiled {r.change}: compiled code never "
+                    "produces Python line events, so evidence cannot see the call",
+                    unit=r.changed_unit, change=r.change, path=r.path,
+                    via=f"static rule: {r.how}")
+            else:
+                reason = Reason(
+                    DecisionKind.STATIC_REACH,
+                    f"its evidence touches {r.module or r.unit}, which {r.kind.value}: "
+                    f"{r.change} ({r.how})", unit=r.changed_unit, change=r.change, path=r.path,
+                    via=f"static rule: {r.how}")
+            if reason not in hits.get(test, ()):
+                add_hit(hits, test, reason)
+
+
+# ---------------------------------------------------------------------- other files
+
+
+def _read_rules(hits: Hits, store: EvidenceReader, base: Baselines, versions: Versions) -> None:
+    """Tracked files a test read whose digest differs from the one it recorded."""
+    paths = sorted(p for p in base.everything if not is_python(p))
+    for path, test, digest in store.file_digests(paths):
+        if path not in base.candidates(test):
+            continue
+        now = versions.digest_now(path)
+        if now is not None and now == digest:
+            continue
+        gone = now is None
+        add_hit(hits, test, Reason(
+            DecisionKind.READ_CHANGED_FILE,
+            f"read {shown(path)}, which {'is gone' if gone else 'changed since it was recorded'}",
+            path=path, change="deleted" if gone else "content changed",
+            via="evidence: the test's recording read the file"))
+
+
+def _path_rules(hits: Hits, changes: ChangeSet, store: EvidenceReader, config: Config,
+                base: Baselines, tests: list[TestId]) -> tuple[list[Reason], list[str]]:
+    """Changed paths no evidence reads: ``run_all``, ``path_tests``, ``ignore``, unknown."""
+    widen: list[Reason] = []
+    notes: list[str] = []
+    paths = sorted(p for p in base.everything if not is_python(p))
+    readers = store.tests_for_files(paths)
+    evidence_tests = sorted(base.commits)
+    for path in paths:
+        if own_output(path, config):
+            continue
+        reached = [t for t in evidence_tests if path in base.candidates(t)]
+        rule = first_match(path, config.run_all)
+        if rule is not None:
+            _widen(hits, widen, reached, len(evidence_tests), Reason(
+                DecisionKind.RUN_ALL_PATH,
+                f"{shown(path)} changed and matches run_all {rule!r}: everything runs",
+                path=path, via=f"fastci.yaml run_all: {rule}"), rule=f"run_all {rule!r}")
+            continue
+        matched = bool(readers.get(path))
+        for glob, test_globs in config.path_tests:
+            if glob_match(path, glob):
+                matched = True
+                since = set(reached)
+                for test in tests:
+                    if (test in since or test not in base.commits) and \
+                            any(fnmatch.fnmatchcase(test, g) for g in test_globs):
+                        add_hit(hits, test, Reason(
+                            DecisionKind.PATH_RULE, f"{shown(path)} changed and fastci.yaml maps "
+                            f"{glob!r} to it", path=path, via=f"fastci.yaml path_tests: {glob}"))
+        if matched:
+            continue
+        rule = first_match(path, config.ignore)
+        if rule is not None:
+            notes.append(f"{shown(path)}: ignored (fastci.yaml ignore {rule!r})")
+            continue
+        _widen(hits, widen, reached, len(evidence_tests), Reason(
+            DecisionKind.UNKNOWN_PATH,
+            f"{shown(path)} changed: no test recorded reading it and no rule in fastci.yaml "
+            "maps it, so everything runs", path=path,
+            via="safety rule: an unknown path widens to every test"), rule="an unknown path")
+    return widen, notes
+
+
+def _widen(hits: Hits, widen: list[Reason], reached: list[TestId], n_tests: int, reason: Reason,
+           *, rule: str) -> None:
+    """Widen the plan, or, when only some baselines predate the change, those tests."""
+    if len(reached) == n_tests:
+        widen.append(reason)
+        return
+    for test in reached:
+        add_hit(hits, test, Reason(
+            DecisionKind.CHANGED_SINCE_RECORDED,
+            f"{shown(reason.path or '')} changed since its evidence was recorded, and {rule} "
+            "runs every test whose evidence predates it", path=reason.path,
+            via=f"safety rule: {rule} widens to every test recorded before the change"))

@@ -1,0 +1,113 @@
+"""Each test is compared with its own baseline (issue 12 item 1): evidence of mixed ages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastci.config import Config
+from fastci.evidence.store import EvidenceStore
+from fastci.plan.build import analyze
+from fastci.select import DecisionKind, Selection
+from selection_support import Repo, env_now, ingest, units_of
+
+M1 = '''def u1():
+    return 1
+
+
+def u2():
+    return 2
+'''
+
+
+def _plan(root: Path, store: EvidenceStore, base: str, config: Config | None = None) -> Selection:
+    return analyze(root, config or Config(), base=base, declared=None, env_fingerprint=env_now(),
+                   store=store).selection
+
+
+def _record(root: Path, store: EvidenceStore, test: str, quals: list[str], commit: str,
+            files: dict[str, str] | None = None) -> None:
+    units = units_of(root, ["pkg/m.py"])
+    ingest(store, test, {u: c for u, c in units.items() if u.split("::")[1] in quals},
+           commit=commit, files=files)
+
+
+def _chosen(sel: Selection) -> dict[str, set[DecisionKind]]:
+    return {d.test: {r.kind for r in d.reasons} for d in sel.selected}
+
+
+def test_partial_re_record_neither_hides_nor_repeats_a_change(tmp_path: Path) -> None:
+    """The issue's miss: test_b recorded before u1 changed, only test_a re-recorded since."""
+    repo = Repo(tmp_path)
+    repo.write({".gitignore": ".fastci/\n"})
+    r0 = repo.commit({"pkg/m.py": M1})
+    store = EvidenceStore.open(tmp_path / ".fastci/evidence.db", create=True)
+    for test in ("test_a", "test_b"):
+        _record(tmp_path, store, test, ["<module>", "u1"], r0)
+    _record(tmp_path, store, "test_c", ["<module>", "u2"], r0)
+    r1 = repo.commit({"pkg/m.py": M1.replace("return 1", "return 10")})  # u1 changes
+    _record(tmp_path, store, "test_a", ["<module>", "u1"], r1)  # only test_a re-recorded
+    # Clean at r1: test_b still has to run for u1; test_a ran it already.
+    assert _chosen(_plan(tmp_path, store, r1)) == {"test_b": {DecisionKind.CHANGED_UNIT}}
+    # Then u2 is edited in the working tree: test_b keeps its u1 reason, test_c joins,
+    # and test_a is not selected again for u1.
+    repo.write({"pkg/m.py": M1.replace("return 1", "return 10").replace("return 2", "return 20")})
+    sel = _plan(tmp_path, store, r1)
+    assert _chosen(sel) == {"test_b": {DecisionKind.CHANGED_UNIT},
+                            "test_c": {DecisionKind.CHANGED_UNIT}}
+    (b,) = [d for d in sel.selected if d.test == "test_b"]
+    assert [r.unit for r in b.reasons] == ["pkg/m.py::u1"]
+    # Whatever commit is named as the base, the answer is the same.
+    assert _chosen(_plan(tmp_path, store, r0)) == _chosen(sel)
+    store.close()
+
+
+def test_a_path_no_test_reads_widens_only_tests_recorded_before_it(tmp_path: Path) -> None:
+    repo = Repo(tmp_path)
+    repo.write({".gitignore": ".fastci/\n"})
+    r0 = repo.commit({"pkg/m.py": M1, "tools/build.sh": "echo 1\n"})
+    store = EvidenceStore.open(tmp_path / ".fastci/evidence.db", create=True)
+    for test in ("test_a", "test_b"):
+        _record(tmp_path, store, test, ["<module>", "u1"], r0)
+    # Unknown path changed since every baseline: the whole plan widens, as before.
+    repo.write({"tools/build.sh": "echo 2\n"})
+    assert _plan(tmp_path, store, r0).mode == "all"
+    r1 = repo.commit()
+    _record(tmp_path, store, "test_a", ["<module>", "u1"], r1)
+    sel = _plan(tmp_path, store, r1)
+    assert sel.mode == "selective"
+    assert _chosen(sel) == {"test_b": {DecisionKind.CHANGED_SINCE_RECORDED}}
+    store.close()
+
+
+def test_a_read_file_is_compared_with_the_digest_each_test_recorded(tmp_path: Path) -> None:
+    repo = Repo(tmp_path)
+    repo.write({".gitignore": ".fastci/\n"})
+    r0 = repo.commit({"pkg/m.py": M1, "data/cfg.json": "{}\n"})
+    store = EvidenceStore.open(tmp_path / ".fastci/evidence.db", create=True)
+    import hashlib
+
+    def digest() -> str:
+        return hashlib.sha256((tmp_path / "data/cfg.json").read_bytes()).hexdigest()
+
+    for test in ("test_a", "test_b"):
+        _record(tmp_path, store, test, ["u1"], r0, files={"data/cfg.json": digest()})
+    r1 = repo.commit({"data/cfg.json": '{"lr": 1}\n'})
+    _record(tmp_path, store, "test_a", ["u1"], r1, files={"data/cfg.json": digest()})
+    assert _chosen(_plan(tmp_path, store, r1)) == {"test_b": {DecisionKind.READ_CHANGED_FILE}}
+    store.close()
+
+
+def test_evidence_from_a_modified_tree_is_compared_with_its_own_checksums(tmp_path: Path) -> None:
+    repo = Repo(tmp_path)
+    repo.write({".gitignore": ".fastci/\n"})
+    r0 = repo.commit({"pkg/m.py": M1})
+    store = EvidenceStore.open(tmp_path / ".fastci/evidence.db", create=True)
+    repo.write({"pkg/m.py": M1.replace("return 2", "return 22")})  # recorded dirty
+    _record(tmp_path, store, "test_a", ["<module>", "u1"], "dirty:abc")
+    _record(tmp_path, store, "test_c", ["<module>", "u2"], "dirty:abc")
+    repo.write({"pkg/m.py": M1})  # back to the commit: u2 differs from what test_c ran
+    sel = _plan(tmp_path, store, r0)
+    chosen = _chosen(sel)
+    assert DecisionKind.CHANGED_UNIT in chosen["test_c"]
+    assert any("modified tree" in n for n in sel.notes)
+    store.close()
