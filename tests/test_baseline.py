@@ -111,3 +111,18 @@ def test_evidence_from_a_modified_tree_is_compared_with_its_own_checksums(tmp_pa
     assert DecisionKind.CHANGED_UNIT in chosen["test_c"]
     assert any("modified tree" in n for n in sel.notes)
     store.close()
+
+
+def test_skipped_and_xfailed_runs_are_not_failures(tmp_path: Path) -> None:
+    """Issue 12 item 2: a test whose last run was skipped is selected only for its evidence."""
+    repo = Repo(tmp_path)
+    repo.write({".gitignore": ".fastci/\n"})
+    r0 = repo.commit({"pkg/m.py": M1})
+    store = EvidenceStore.open(tmp_path / ".fastci/evidence.db", create=True)
+    units = units_of(tmp_path, ["pkg/m.py"])
+    for test, outcome in (("t_skip", "skipped"), ("t_xfail", "xfailed"), ("t_xpass", "xpassed"),
+                          ("t_fail", "failed"), ("t_err", "error"), ("t_odd", "interrupted")):
+        ingest(store, test, {"pkg/m.py::u2": units["pkg/m.py::u2"]}, commit=r0, outcome=outcome)
+    assert _chosen(_plan(tmp_path, store, r0)) == {
+        t: {DecisionKind.FAILED_LAST} for t in ("t_fail", "t_err", "t_odd")}
+    store.close()
