@@ -45,6 +45,28 @@ DEFAULT_RUN_ALL: tuple[str, ...] = (
     "conftest.py",  # pytest fixtures and hooks run at collection, which is not recorded
     "rules/**", "tools/**",  # the gpu_test rules, the launcher and the setup scripts
 )
+#: Dotted names (fnmatch globs) of decorators and calls that act at import time only on
+#: the object they build: a new def decorated only with these is a new unit (not an
+#: import-time change), and a module-level binding whose value calls only these changes
+#: only that name. ``torch.set_grad_enabled`` is left out on purpose: calling it flips the
+#: grad mode at once; so is ``pytest.fixture`` (a new fixture can shadow a conftest one).
+DEFAULT_PURE_CALLABLES: tuple[str, ...] = (
+    "pytest.mark.*", "pytest.param",
+    "torch.no_grad", "torch.inference_mode", "torch.enable_grad", "torch.autocast",
+    "torch.amp.autocast", "torch.cuda.amp.autocast", "torch.cuda.is_available",
+    "torch.cuda.device_count",
+    "functools.wraps", "functools.lru_cache", "functools.cache", "functools.cached_property",
+    "functools.partial", "functools.total_ordering",
+    "staticmethod", "classmethod", "property",
+    "abc.abstractmethod", "typing.overload", "typing.final", "typing.no_type_check",
+    "typing_extensions.overload", "typing_extensions.final", "typing.TypeVar", "typing.NewType",
+    "typing.cast", "collections.namedtuple", "dataclasses.dataclass", "dataclasses.field",
+    "contextlib.contextmanager", "contextlib.asynccontextmanager",
+    "unittest.mock.patch", "unittest.mock.patch.*", "mock.patch", "mock.patch.*",
+    "unittest.skip", "unittest.skipIf", "unittest.skipUnless", "unittest.expectedFailure",
+    "os.environ.get", "os.getenv", "os.path.join", "os.path.dirname", "os.path.abspath",
+    "pathlib.Path", "re.compile", "logging.getLogger",
+)
 #: Paths that never affect a test's outcome.
 DEFAULT_IGNORE: tuple[str, ...] = (
     "*.md", "*.rst", "docs/**", "LICENSE", ".gitignore", "bench/**",
@@ -65,6 +87,8 @@ class Config:
     ignore: tuple[str, ...] = DEFAULT_IGNORE
     path_tests: tuple[tuple[str, tuple[str, ...]], ...] = ()  # glob -> test id globs
     runner_python: str = "auto"  # the test runner's interpreter, for its environment fingerprint
+    runner: str = "auto"  # auto | bazel | pytest: who declares and runs the tests (RUNNERS)
+    pure_callables: tuple[str, ...] = DEFAULT_PURE_CALLABLES  # side-effect-free at import
     # Provenance, not keys (never compared), set by :func:`load`: the config file it
     # consulted (absolute; it may not exist; None for a Config built in code) and the
     # keys the environment or command line set (levels 3 and 4).
@@ -88,6 +112,7 @@ ENV_VARS: dict[str, str] = {
     "FASTCI_BAZEL": "bazel",
     "FASTCI_BAZEL_CONFIG": "bazel_config",
     "FASTCI_RUNNER_PYTHON": "runner_python",
+    "FASTCI_RUNNER": "runner",
 }
 #: Names the config file location (not a key).
 ENV_CONFIG_FILE = "FASTCI_CONFIG"
@@ -95,7 +120,11 @@ ENV_CONFIG_FILE = "FASTCI_CONFIG"
 #: Keys that decide which tests run. They come from the *base* revision's config file
 #: (plus environment and command line), never from the change under analysis; every
 #: other key says where FastCI reads and writes or how it runs things.
-DECISION_KEYS: tuple[str, ...] = ("run_all", "ignore", "path_tests", "targets", "runner_python")
+DECISION_KEYS: tuple[str, ...] = ("run_all", "ignore", "path_tests", "targets", "runner_python",
+                                  "runner", "pure_callables")
+#: Values of ``runner`` (``auto``: Bazel in a Bazel workspace with ``bazel`` found, else
+#: pytest; :func:`fastci.plan.build.choose_runner`).
+RUNNERS: tuple[str, ...] = ("auto", "bazel", "pytest")
 
 _LIST_KEYS = {"run_all", "ignore"}
 _INTERNAL = frozenset({"origin", "overridden"})
@@ -113,6 +142,10 @@ def _coerce(key: str, value: Any, where: str) -> Any:
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             raise ConfigError(f"{where}: {key}: expected a list of path globs")
         return tuple(value)
+    if key == "pure_callables":
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise ConfigError(f"{where}: pure_callables: expected a list of dotted names (globs)")
+        return tuple(value)
     if key == "path_tests":
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: path_tests: expected a mapping glob -> list of tests")
@@ -125,6 +158,8 @@ def _coerce(key: str, value: Any, where: str) -> Any:
                 raise ConfigError(f"{where}: path_tests: {glob!r}: expected a list of test ids")
             out.append((glob, tuple(tests)))
         return tuple(out)
+    if key == "runner" and value not in RUNNERS:
+        raise ConfigError(f"{where}: runner: expected one of {', '.join(RUNNERS)}, got {value!r}")
     return _check_str(key, value, where)
 
 

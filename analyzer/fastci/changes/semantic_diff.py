@@ -17,10 +17,14 @@ import ast
 import builtins
 import enum
 from dataclasses import dataclass, field, replace
+from typing import Sequence
 
+from fastci.config import DEFAULT_PURE_CALLABLES
 from fastci.types import Checksum, RelPath, UnitId
 from fastci.changes.fast_diff import quick_diff
-from fastci.changes.static_facts import compiled_functions, open_namespace, registrable_classes
+from fastci.changes.static_facts import (compiled_functions, module_bindings, module_imports,
+                                         open_namespace, pure_decorator, registrable_classes,
+                                         resolve_dotted)
 from fastci.units.index import (MODULE_QUALNAME, FileUnits, ParseFailure, Unit, UnitKind,
                                 index_source, unit_id)
 
@@ -126,17 +130,36 @@ class ScopeFacts:
     """Syntax facts about one scope (module or class body) that checksums do not say."""
 
     literals: frozenset[str] = frozenset()  # names bound to config literals
-    decorated: frozenset[str] = frozenset()  # names of decorated nested defs/classes
+    decorated: frozenset[str] = frozenset()  # defs/classes with a decorator not known pure
     open: str | None = None  # why any new name in this module matters (star import...)
     registrable: tuple[tuple[str, str], ...] = ()  # (class name, why it may register itself)
+    test_class: bool = False  # a class where a new ``test*`` method overrides nothing
 
 
-def scope_facts(source: bytes | None) -> dict[str, ScopeFacts]:
+#: Bases a class may have and still take a new ``test*`` method as a new unit: they
+#: define no attribute whose name starts with ``test``.
+_TEST_BASES = frozenset({"object", "unittest.TestCase", "unittest.IsolatedAsyncioTestCase"})
+#: Module-level functions that test frameworks call without any reference to them
+#: (xunit-style setup, ``load_tests``, pytest hooks), so a new one changes existing tests.
+_IMPLICIT_HOOKS = frozenset({"setup_module", "teardown_module", "setup_function",
+                             "teardown_function", "setup", "teardown", "setUpModule",
+                             "tearDownModule", "load_tests"})
+
+
+def _implicit(name: str) -> bool:
+    """Whether a module-level def of this name is called by a framework or the import system."""
+    return name in _IMPLICIT_HOOKS or name.startswith("pytest_") \
+        or (name.startswith("__") and name.endswith("__"))
+
+
+def scope_facts(source: bytes | None, *,
+                pure: Sequence[str] = DEFAULT_PURE_CALLABLES) -> dict[str, ScopeFacts]:
     """Per scope qualname (module or class), the config-literal names and decorated defs.
 
     A config literal is a name bound to a literal table (dict, list, tuple, set of
     constants: registries, presets) or any field of a ``@dataclass`` class (its
-    defaults are configuration).
+    defaults are configuration). A def counts as decorated unless every decorator
+    is pure (:func:`fastci.changes.static_facts.pure_decorator` with ``pure``).
     """
     out: dict[str, ScopeFacts] = {}
     if source is None:
@@ -145,8 +168,12 @@ def scope_facts(source: bytes | None) -> dict[str, ScopeFacts]:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return out
+    names, bound = module_imports(tree), module_bindings(tree)
 
-    def scan(body: list[ast.stmt], scope: str, dataclass_: bool) -> None:
+    def pure_decorators(node: ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+        return all(pure_decorator(d, names, pure, bound) for d in node.decorator_list)
+
+    def scan(body: list[ast.stmt], scope: str, dataclass_: bool, test_class: bool) -> None:
         literals: set[str] = set()
         decorated: set[str] = set()
         for stmt in body:
@@ -157,15 +184,18 @@ def scope_facts(source: bytes | None) -> dict[str, ScopeFacts]:
                                   and _literal(stmt.value)):
                     literals.update(t.id for t in targets if isinstance(t, ast.Name))
             elif isinstance(stmt, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                if stmt.decorator_list:
+                if not pure_decorators(stmt):
                     decorated.add(stmt.name)
                 if isinstance(stmt, ast.ClassDef):
                     is_dc = any("dataclass" in ast.unparse(d) for d in stmt.decorator_list)
                     inner = stmt.name if scope == MODULE_QUALNAME else f"{scope}.{stmt.name}"
-                    scan(stmt.body, inner, is_dc)
-        out[scope] = ScopeFacts(frozenset(literals), frozenset(decorated))
+                    bases = [resolve_dotted(b, names, bound) for b in stmt.bases]
+                    plain = not stmt.keywords and pure_decorators(stmt) \
+                        and all(b in _TEST_BASES for b in bases)
+                    scan(stmt.body, inner, is_dc, plain)
+        out[scope] = ScopeFacts(frozenset(literals), frozenset(decorated), test_class=test_class)
 
-    scan(tree.body, MODULE_QUALNAME, False)
+    scan(tree.body, MODULE_QUALNAME, False, False)
     # New names that act without being called (static_facts): module scope only, since in
     # a class every new method already counts.
     module = out[MODULE_QUALNAME]
@@ -190,8 +220,15 @@ def _part_kinds(unit: Unit, old: dict[str, Checksum], new: dict[str, Checksum],
         elif prefix == "header":
             kind = ChangeKind.CLASS_HEADER
         elif prefix in ("def", "class"):
-            if key not in old and unit.kind == UnitKind.MODULE and not bound & facts.decorated \
-                    and not bound & (_bound_before(old) | _BUILTINS):
+            new_name = key not in old and not bound & facts.decorated \
+                and not bound & (_bound_before(old) | _BUILTINS)
+            if new_name and in_class and facts.test_class and prefix == "def" \
+                    and all(n.startswith("test") for n in bound):
+                # A new test method (no decorator, or only pure ones) in a class whose
+                # bases define no test* name: it overrides nothing and acts only when
+                # called, so it is a new unit (ADDED), and a new test.
+                continue
+            if new_name and unit.kind == UnitKind.MODULE and not any(map(_implicit, bound)):
                 # A plain new function or class shadowing nothing: its own unit is ADDED and
                 # whatever calls it changed too. (In a class, a new method may override a
                 # base class's, so it always counts.) Unless the name acts without a call:
@@ -240,15 +277,22 @@ def _bound_before(parts: dict[str, Checksum]) -> set[str]:
 def _merge(a: ScopeFacts | None, b: ScopeFacts | None) -> ScopeFacts:
     a, b = a or ScopeFacts(), b or ScopeFacts()
     return ScopeFacts(a.literals | b.literals, a.decorated | b.decorated, b.open or a.open,
-                      tuple(sorted(set(a.registrable) | set(b.registrable))))
+                      tuple(sorted(set(a.registrable) | set(b.registrable))),
+                      a.test_class and b.test_class)
 
 
 def diff_units(path: RelPath, old: FileUnits | None, new: FileUnits | None,
-               old_source: bytes | None = None, new_source: bytes | None = None) -> list[UnitChange]:
-    """Compare two indexes of one file (either may be None for added/deleted files)."""
+               old_source: bytes | None = None, new_source: bytes | None = None, *,
+               pure: Sequence[str] = DEFAULT_PURE_CALLABLES) -> list[UnitChange]:
+    """Compare two indexes of one file (either may be None for added/deleted files).
+
+    ``pure`` names the decorators a new def may carry and still be only a new unit
+    (the ``pure_callables`` key of ``fastci.yaml``).
+    """
     old_units = old.by_qualname() if old else {}
     new_units = new.by_qualname() if new else {}
-    facts_old, facts_new = scope_facts(old_source), scope_facts(new_source)
+    facts_old = scope_facts(old_source, pure=pure)
+    facts_new = scope_facts(new_source, pure=pure)
     changes: list[UnitChange] = []
     added = [q for q in new_units if q not in old_units]
     deleted = [q for q in old_units if q not in new_units]
@@ -286,18 +330,22 @@ def diff_units(path: RelPath, old: FileUnits | None, new: FileUnits | None,
 
 
 def diff_sources(path: RelPath, old: bytes | None, new: bytes | None, *, status: str = "M",
-                 old_path: RelPath | None = None, quick: bool = True) -> FileDiff:
+                 old_path: RelPath | None = None, quick: bool = True,
+                 pure: Sequence[str] = DEFAULT_PURE_CALLABLES) -> FileDiff:
     """Semantic diff of one Python file between two sources (None = absent).
 
     With ``quick``, a modified file whose units kept their names is diffed by
     re-hashing only the units whose text changed (:mod:`fastci.changes.fast_diff`); the
     result then has no ``current`` index (callers index the file if they need it).
+    ``pure``: dotted-name globs of decorators with no import-time side effect
+    (``Config.pure_callables``): a new def decorated only with them, shadowing
+    nothing, is reported as ADDED alone, not as a change of its module or class.
     """
     if quick and old is not None and new is not None and not old_path:
         pairs = quick_diff(path, old, new)
         if pairs is not None:
             return FileDiff(path, status, None,
-                            _mark_compiled(_pair_changes(path, pairs, old, new), old, new))
+                            _mark_compiled(_pair_changes(path, pairs, old, new, pure), old, new))
     old_rel = old_path or path
     old_idx = index_source(old_rel, old) if old is not None else None
     new_idx = index_source(path, new) if new is not None else None
@@ -309,7 +357,7 @@ def diff_sources(path: RelPath, old: bytes | None, new: bytes | None, *, status:
         units = tuple(UnitChange(u.id, path, u.qualname, (ChangeKind.STALE,), (), None, u.checksum)
                       for u in (new_idx.units if new_idx else ()))
         return FileDiff(path, status, old_path, units, current=new_idx)
-    changes = diff_units(path, old_idx, new_idx, old, new)
+    changes = diff_units(path, old_idx, new_idx, old, new, pure=pure)
     return FileDiff(path, status, old_path, _mark_compiled(changes, old, new), current=new_idx)
 
 
@@ -325,11 +373,12 @@ def _mark_compiled(changes: list[UnitChange], old: bytes | None,
 
 
 def _pair_changes(path: RelPath, pairs: list[tuple[Unit, Unit]], old: bytes,
-                  new: bytes) -> list[UnitChange]:
+                  new: bytes, pure: Sequence[str]) -> list[UnitChange]:
     if not pairs:
         return []
     scoped = any(n.kind != UnitKind.FUNCTION for _, n in pairs)  # only scopes use the syntax facts
-    facts_old, facts_new = (scope_facts(old), scope_facts(new)) if scoped else ({}, {})
+    facts_old, facts_new = (scope_facts(old, pure=pure), scope_facts(new, pure=pure)) \
+        if scoped else ({}, {})
     out = []
     for o, n in pairs:
         facts = _merge(facts_old.get(n.qualname), facts_new.get(n.qualname))

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import ast
 import builtins
+import fnmatch
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterable, Iterator, Sequence
 
 from fastci.types import RelPath
 
@@ -435,6 +436,151 @@ def discovers_files(tree: ast.Module) -> str | None:
     return None
 
 
+# --------------------------------------------------------------------------- purity
+#
+# Which decorators and expressions act at import time only on the object they make
+# (so a new def using them is a new unit, and a binding using them changes only its
+# name's value). Names resolve through the module's own imports; a name the module
+# binds any other way, or binds two ways, resolves to nothing and is never pure.
+
+#: Builtins that compute a value and touch nothing else (iterating their arguments
+#: is pure when those are).
+PURE_BUILTINS = frozenset({
+    "abs", "all", "any", "bool", "bytes", "chr", "dict", "divmod", "enumerate", "float",
+    "frozenset", "hash", "int", "isinstance", "issubclass", "len", "list", "max", "min",
+    "object", "ord", "pow", "range", "repr", "reversed", "round", "set", "slice", "sorted",
+    "str", "sum", "tuple", "type", "zip",
+})
+
+
+def module_imports(tree: ast.Module) -> dict[str, str]:
+    """Module-scope name -> the dotted name its import binds, for unambiguous imports only.
+
+    ``import torch as t`` gives ``t -> torch``, ``from pytest import mark`` gives
+    ``mark -> pytest.mark``; a relative import keeps its dots (``.x.y``), so it
+    matches no absolute pattern. A name also bound by an assignment, a def, a loop
+    or a second, different import (``try: import x / except: x = None``) is left out.
+    """
+    imported: dict[str, set[str]] = {}
+    other: set[str] = set()
+
+    def scan(stmts: list[ast.stmt]) -> None:
+        for stmt in stmts:
+            if isinstance(stmt, ast.Import):
+                for a in stmt.names:
+                    if a.asname:
+                        imported.setdefault(a.asname, set()).add(a.name)
+                    else:
+                        head = a.name.split(".")[0]
+                        imported.setdefault(head, set()).add(head)
+            elif isinstance(stmt, ast.ImportFrom):
+                base = "." * stmt.level + (stmt.module or "")
+                for a in stmt.names:
+                    if a.name == "*":
+                        continue
+                    sep = "" if base.endswith(".") else "."
+                    imported.setdefault(a.asname or a.name, set()).add(f"{base}{sep}{a.name}")
+            elif isinstance(stmt, (*_FuncNode, ast.ClassDef)):
+                other.add(stmt.name)
+            else:
+                for n in ast.walk(stmt):
+                    if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+                        other.add(n.id)
+                    elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                        other.update((a.asname or a.name).split(".")[0] for a in n.names)
+                    elif isinstance(n, ast.ExceptHandler) and n.name:
+                        other.add(n.name)
+
+    scan(tree.body)
+    return {k: next(iter(v)) for k, v in imported.items() if len(v) == 1 and k not in other}
+
+
+def resolve_dotted(node: ast.AST, names: dict[str, str], bound: frozenset[str] = frozenset()) \
+        -> str | None:
+    """The full dotted name ``node`` refers to (through ``names``), else None.
+
+    A bare name the module does not import resolves to itself only if it is a builtin
+    that the module (``bound``: every name it binds) does not rebind.
+    """
+    text = dotted(node)
+    if text is None:
+        return None
+    head, _, rest = text.partition(".")
+    if head in names:
+        return f"{names[head]}.{rest}" if rest else names[head]
+    if head in _BUILTIN_NAMES and head not in bound:
+        return text
+    return None
+
+
+_BUILTIN_NAMES = frozenset(dir(builtins))
+
+
+def matches(name: str, patterns: Iterable[str]) -> bool:
+    """Whether a dotted name matches one of the glob ``patterns`` (``pytest.mark.*``)."""
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def pure_expression(node: ast.AST, names: dict[str, str], pure: Sequence[str],
+                    bound: frozenset[str] = frozenset()) -> bool:
+    """Whether evaluating ``node`` only computes a value: no call except to ``pure`` callables.
+
+    Constants, names, attributes, operators, subscripts, containers, f-strings,
+    comprehensions and lambdas of pure parts; calls of :data:`PURE_BUILTINS`, of
+    names matching ``pure``, or of methods of a constant (``", ".join(...)``).
+    Anything else (a call of an unknown function, ``await``, ``:=``) is not pure.
+    """
+    for n in ast.walk(node):
+        if isinstance(n, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)):
+            return False
+        if isinstance(n, ast.Call):
+            func = n.func
+            if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Constant):
+                continue
+            target = resolve_dotted(func, names, bound)
+            if target is None:
+                return False
+            if not (target in PURE_BUILTINS or matches(target, pure)):
+                return False
+    return True
+
+
+def pure_decorator(node: ast.expr, names: dict[str, str], pure: Sequence[str],
+                   bound: frozenset[str] = frozenset()) -> bool:
+    """Whether a decorator only wraps or marks its function, with no other import-time effect.
+
+    ``@torch.no_grad``, ``@torch.inference_mode()``, ``@pytest.mark.parametrize("x", [1, 2])``:
+    the decorator (or the callee of a decorator call) resolves to a name matching
+    ``pure`` and every argument is a :func:`pure_expression`.
+    """
+    target = node.func if isinstance(node, ast.Call) else node
+    full = resolve_dotted(target, names, bound)
+    if full is None or not matches(full, pure):
+        return False
+    return pure_expression(node, names, pure, bound)
+
+
+def module_bindings(tree: ast.Module) -> frozenset[str]:
+    """Every name the module scope binds (imports, assignments, defs, loops, ...)."""
+    out: set[str] = set()
+    todo: list[ast.AST] = list(tree.body)
+    while todo:
+        n = todo.pop()
+        if isinstance(n, (*_FuncNode, ast.ClassDef)):
+            out.add(n.name)
+            todo.extend(n.decorator_list)
+            continue
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+            out.add(n.id)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            out.update((a.asname or a.name).split(".")[0] for a in n.names)
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            out.add(n.name)
+        todo.extend(ast.iter_child_nodes(n))
+    return frozenset(out)
+
+
 __all__ = ["COMPILERS", "Import", "compiled_functions", "open_namespace", "registrable_classes",
            "imports_of", "discovers_members", "discovers_files", "module_name", "names_module",
-           "parse", "aliases", "compiler_of", "dotted"]
+           "parse", "aliases", "compiler_of", "dotted", "PURE_BUILTINS", "module_imports",
+           "resolve_dotted", "matches", "pure_expression", "pure_decorator", "module_bindings"]
