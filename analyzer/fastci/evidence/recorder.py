@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from fastci.units import lines as units_mod
-from fastci.evidence import environment, trace
+from fastci.evidence import distributions, environment, trace
 from fastci.evidence.children import ChildEnvironment
 from fastci.evidence.contexts import ContextProfiler
 from fastci.evidence.covplugin import make_coverage
@@ -268,6 +268,8 @@ class Recorder:
         msg.modules.repo_modules = repo_n
         msg.modules.outside_modules = outside_n
         msg.modules.outside_example = example
+        for name, version in distributions.imported().items():  # third-party imports
+            msg.distributions.add(name=name, version=version)
         return trace.write_atomic(self.path, msg)
 
     def _fill(self, msg: trace.TraceMsg, files: Any, lines: Mapping[str, list[int]],
