@@ -58,7 +58,10 @@ def test_deselects_skipped_with_reasons_and_orders_by_plan(tmp_path: Path) -> No
     assert ran == ["c", "a", "unplanned"]  # plan order; an unplanned test still runs, last
     assert 'RAN c {"train_iters": 2}' in out and "RAN a None" in out
     assert "1 deselected" in out
-    assert "test_suite.py::test_b: not affected by the change" in out
+    # One summary line, not one line per deselected test (issue 12 item 9).
+    assert ("fastci: deselected 1 of 4 tests; --fastci-list-deselected to list them, "
+            "`fastci explain TEST` for why") in out
+    assert "test_suite.py::test_b: not affected by the change" not in out
 
 
 def test_mode_all_deselects_nothing(tmp_path: Path) -> None:
@@ -120,7 +123,8 @@ def test_repo_relative_plan_ids_match_from_a_sub_rootdir(tmp_path: Path) -> None
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(plan.to_json())
     res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "fastci.integrations.pytest.plugin",
-                          "-s", "-v", "--fastci-plan", str(plan_file), "test_suite.py"],
+                          "-s", "-v", "--fastci-plan", str(plan_file), "--fastci-list-deselected",
+                          "test_suite.py"],
                          cwd=suite, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
     assert re.findall(r"RAN (\w+)", res.stdout) == ["c", "a", "unplanned"]

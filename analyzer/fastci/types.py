@@ -4,6 +4,7 @@ and the one parser of test ids (Bazel labels and pytest node ids)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Mapping, Union
 
@@ -31,6 +32,45 @@ WorkloadValue = Union[int, float, str, bool]
 
 #: Workload dimension name -> value.
 Workload = Mapping[str, WorkloadValue]
+
+
+# --- Test outcomes: one vocabulary ----------------------------------------------
+
+
+class Outcome(str, Enum):
+    """How one run of a test ended, as its runner reported it (the values are stored).
+
+    pytest's own words: a strict xfail that passes is ``failed`` (pytest reports
+    it so); a non-strict one is ``xpassed``. A test a plan deselected did not run
+    and has no outcome: it is never recorded as a run.
+    """
+
+    PASSED = "passed"
+    FAILED = "failed"  # the test body failed (or a strict xfail passed)
+    ERROR = "error"  # setup or teardown failed, the run crashed, or its trace is missing
+    SKIPPED = "skipped"  # skip / skipif / pytest.skip()
+    XFAILED = "xfailed"  # failed as its xfail marker expects
+    XPASSED = "xpassed"  # passed despite a non-strict xfail marker
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: Every outcome value (the strings stored and written in traces and result lines).
+OUTCOMES: frozenset[str] = frozenset(o.value for o in Outcome)
+#: The outcomes that are failures; every other *known* outcome is not.
+FAILURE_OUTCOMES: frozenset[str] = frozenset({Outcome.FAILED.value, Outcome.ERROR.value})
+_NOT_FAILURES = OUTCOMES - FAILURE_OUTCOMES
+
+
+def is_failure(outcome: str) -> bool:
+    """Whether ``outcome`` is a failure: ``failed``, ``error`` or any string not in :class:`Outcome`.
+
+    An unknown outcome (empty, misspelt, from a newer writer) counts as a failure:
+    the safe side (the test is selected again). Skipped, xfailed and xpassed runs
+    are not failures.
+    """
+    return outcome not in _NOT_FAILURES
 
 
 # --- Test ids: Bazel labels and pytest node ids -------------------------------

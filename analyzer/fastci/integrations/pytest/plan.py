@@ -10,7 +10,9 @@ deselects nothing. A selective plan none of whose ids matches a collected test
 is warned about loudly (a ``PytestWarning`` and a terminal section): its ids are
 probably of another suite or kind. A plan that deselects every collected test
 ("nothing affected") ends the session with exit status 0, not pytest's 5 ("no
-tests ran"), and says so.
+tests ran"), and says so. The deselected tests are summarized in one line
+(how many of how many, and which plan); ``--fastci-list-deselected`` lists each
+with its reason (``fastci explain TEST`` gives any test's reason too).
 
 Workload overrides follow the Bazel rules: a planned test's overrides reach it
 as ``FASTCI_WORKLOAD`` (JSON) while it runs only when the test declares its
@@ -98,8 +100,16 @@ def register_marker(config: pytest.Config) -> None:
 class PlanPlugin:
     """Apply a :class:`~fastci.plan.model.Plan` to a pytest session."""
 
-    def __init__(self, plan: Plan, root: Path | None = None) -> None:
+    def __init__(self, plan: Plan, root: Path | None = None, *, source: str | None = None,
+                 list_deselected: bool | None = None) -> None:
+        """Apply ``plan`` (read from ``source``, for messages) to the session.
+
+        ``list_deselected``: list each deselected test in the terminal summary
+        (None: the ``--fastci-list-deselected`` option decides; default one line).
+        """
         self.plan = plan
+        self.source = source
+        self.list_deselected = list_deselected
         # Evidence (and so plans) name tests relative to the repo root; pytest's
         # node ids are relative to its rootdir. Match either.
         self.root = root
@@ -117,8 +127,11 @@ class PlanPlugin:
         self.all_deselected = False  # the plan deselected every collected test
 
     def pytest_configure(self, config: pytest.Config) -> None:
-        """Register the ``fastci_workload`` marker."""
+        """Register the ``fastci_workload`` marker; read ``--fastci-list-deselected``."""
         register_marker(config)
+        if self.list_deselected is None:  # the option exists only where the plugin is loaded
+            self.list_deselected = bool(config.getoption("--fastci-list-deselected",
+                                                         default=False))
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config,
@@ -228,7 +241,7 @@ class PlanPlugin:
                 f"{len(self.plan.skipped)} skipped" + (f" ({self.plan.reason})" if self.plan.reason else ""))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """List every deselected test, and every test whose overrides were ignored, with why."""
+        """Summarize the deselected tests (or list them), and list ignored overrides with why."""
         if self.no_match is not None:
             terminalreporter.section("fastci: WARNING: the plan matched no collected test", red=True)
             terminalreporter.write_line(self.no_match)
@@ -242,9 +255,19 @@ class PlanPlugin:
                 terminalreporter.write_line(f"{nodeid}: {why}")
         if not self.deselected:
             return
+        if not self.list_deselected:
+            # One line: a plan may deselect thousands of tests.
+            terminalreporter.write_line(self.deselected_line())
+            return
         terminalreporter.section("fastci: skipped by the plan")
         for nodeid, why in self.deselected:
             terminalreporter.write_line(f"{nodeid}: {why}")
+
+    def deselected_line(self) -> str:
+        """The one-line summary of what the plan deselected."""
+        where = f" (plan {self.source})" if self.source else ""
+        return (f"fastci: deselected {len(self.deselected)} of {self.collected} tests{where}; "
+                "--fastci-list-deselected to list them, `fastci explain TEST` for why")
 
 
 def _render(overrides: Mapping[str, Any]) -> str:

@@ -20,9 +20,16 @@ Inert unless asked:
   label). A malformed plan, or one made for another tree (its ``tree``), runs
   everything, loudly.
 * ``--fastci-results PATH`` writes one JSON line per test run: its FastCI id
-  (repo-relative node id), outcome (``passed``/``failed``/``error``/``skipped``),
-  duration (all phases), declared workload, the overrides it ran with and its
-  ``gpus`` marker. ``fastci run`` reads it to record results (:mod:`fastci.run.runner`).
+  (repo-relative node id), outcome, duration (all phases), declared workload,
+  the overrides it ran with and its ``gpus`` marker. ``fastci run`` reads it to
+  record results (:mod:`fastci.run.runner`).
+
+Outcomes (:class:`fastci.types.Outcome`, recorded alike in traces and result
+lines) are pytest's own: ``passed``, ``failed``, ``error`` (setup or teardown
+failed), ``skipped``, ``xfailed``, ``xpassed`` (a non-strict xfail that passed; a
+strict one is ``failed``, as pytest reports it). A test the plan deselected
+does not run and is recorded nowhere: a "deselected" run would hide the test's
+real last outcome (and duration) behind one that says nothing about the code.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Generator
 import pytest
 
 from fastci.integrations.pytest.ids import test_id_for
+from fastci.types import Outcome
 
 if TYPE_CHECKING:
     from fastci.evidence.collection import CollectionRecorder
@@ -80,6 +88,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run only what this FastCI plan selects, in its order")
     group.addoption("--fastci-results", default=None, metavar="PATH",
                     help="write each test's id, outcome, duration and workload as JSON lines")
+    group.addoption("--fastci-list-deselected", action="store_true", default=False,
+                    help="list every test the plan deselected, with its reason (default: "
+                         "one summary line; `fastci explain TEST` gives any test's reason)")
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
@@ -148,7 +159,10 @@ def pytest_configure(config: pytest.Config) -> None:
                 LOG.warning(msg)
                 config.issue_config_time_warning(pytest.PytestWarning(msg), stacklevel=2)
             if obeyed is plan:
-                config.pluginmanager.register(pytest_plan.PlanPlugin(plan, root), "fastci-plan")
+                config.pluginmanager.register(pytest_plan.PlanPlugin(
+                    plan, root, source=plan_path,
+                    list_deselected=bool(config.getoption("--fastci-list-deselected"))),
+                    "fastci-plan")
 
 
 def _declared_and_overrides(item: pytest.Item) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -174,6 +188,33 @@ def _declared_and_overrides(item: pytest.Item) -> tuple[dict[str, Any], dict[str
     return declared, {k: v for k, v in raw.items() if declared.get(k) != v}
 
 
+def phase_outcome(report: pytest.TestReport) -> str:
+    """The outcome one phase report (setup, call or teardown) says, in pytest's words.
+
+    pytest's skipping plugin has already turned xfail markers into reports: an
+    expected failure is a *skipped* report with ``wasxfail``, a non-strict xpass a
+    *passed* one with ``wasxfail``, a strict xpass a *failed* call.
+    """
+    xfail = hasattr(report, "wasxfail")
+    if report.failed:
+        return Outcome.FAILED.value if report.when == "call" else Outcome.ERROR.value
+    if report.skipped:
+        return Outcome.XFAILED.value if xfail else Outcome.SKIPPED.value
+    return Outcome.XPASSED.value if xfail else Outcome.PASSED.value
+
+
+#: Which phase's word wins when the phases disagree (higher wins): a failed
+#: teardown after an xfailed call is an error, as pytest counts it.
+_PRECEDENCE = {o.value: i for i, o in enumerate((
+    Outcome.PASSED, Outcome.SKIPPED, Outcome.XPASSED, Outcome.XFAILED, Outcome.FAILED,
+    Outcome.ERROR))}
+
+
+def fold_outcome(current: str, phase: str) -> str:
+    """Fold one phase's outcome into the test's: error > failed > xfailed > xpassed > skipped > passed."""
+    return phase if _PRECEDENCE.get(phase, 0) > _PRECEDENCE.get(current, 0) else current
+
+
 class RecordPlugin:
     """Wrap each test item's run protocol in a recorder; share collection and fixtures."""
 
@@ -182,7 +223,7 @@ class RecordPlugin:
         self.root = root
         self.out_dir = out_dir
         self.traces = 0
-        self._outcome = "passed"
+        self._outcome = Outcome.PASSED.value
         self.collection = collection
         self._collected = False  # the collection segments were written
         self._session = collection.session if collection is not None else uuid.uuid4().hex
@@ -304,7 +345,7 @@ class RecordPlugin:
         col = self.collection
         if col is not None:
             col.take_requested()  # imports between tests are nobody's
-        self._outcome = "passed"
+        self._outcome = Outcome.PASSED.value
         rec.start()
         self._rec = rec
         try:
@@ -318,11 +359,8 @@ class RecordPlugin:
             self.traces += 1
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Fold the phase reports into one outcome: error > failed > skipped > passed."""
-        if report.failed:
-            self._outcome = "error" if report.when != "call" else "failed"
-        elif report.skipped and self._outcome == "passed":
-            self._outcome = "skipped"
+        """Fold the phase reports into one outcome (:func:`fold_outcome`)."""
+        self._outcome = fold_outcome(self._outcome, phase_outcome(report))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """Say where the traces went and how to ingest them."""
@@ -347,13 +385,13 @@ class ResultsPlugin:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("")  # a run that collects nothing leaves an empty file, not a stale one
-        self._outcome = "passed"
+        self._outcome = Outcome.PASSED.value
         self._duration = 0.0
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: Any) -> Generator[None, Any, None]:
         declared, overrides = _declared_and_overrides(item)
-        self._outcome, self._duration = "passed", 0.0
+        self._outcome, self._duration = Outcome.PASSED.value, 0.0
         try:
             yield
         finally:
@@ -364,10 +402,6 @@ class ResultsPlugin:
                 out.write(json.dumps(line, sort_keys=True) + "\n")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Fold the phase reports into one outcome (error > failed > skipped > passed)."""
+        """Fold the phase reports into one outcome (:func:`fold_outcome`)."""
         self._duration += float(getattr(report, "duration", 0.0) or 0.0)
-        if report.failed:
-            if self._outcome != "error":
-                self._outcome = "error" if report.when != "call" else "failed"
-        elif report.skipped and self._outcome == "passed":
-            self._outcome = "skipped"
+        self._outcome = fold_outcome(self._outcome, phase_outcome(report))
