@@ -128,14 +128,16 @@ def scan(git: Git, base: str, head: str = WORKTREE, *,
             since[commit] = tuple(git.changed_files(commit, head_id))
     files: dict[RelPath, FileDiff] = {}
     others: list[FileChange] = []
+    versions = Versions(git, head_id)
     for ch in base_changes:
-        if is_python(ch.path) or (ch.old_path and is_python(ch.old_path)):
-            files[ch.path] = _diff_file(git, ch, base_id, head_id)
-        else:
+        if not (is_python(ch.path) or (ch.old_path and is_python(ch.old_path))):
             others.append(ch)
+        elif ch.old_path and ch.old_path != ch.path:
+            files[ch.path] = _diff_file(git, ch, base_id, head_id)  # a rename: units move
+        else:
+            files[ch.path] = versions.diff(ch.path, versions.at(base_id, ch.path))
     diffs = tuple(files[p] for p in sorted(files))
     tree = HeadTree(git, head_id)
-    versions = Versions(git, head_id)
     return ChangeSet(base_id, head_id, diffs, tuple(sorted(others, key=lambda o: o.path)),
                      tuple(notes), tuple(_reach(tree, versions, diffs, since)), tree, since,
                      versions)
@@ -145,11 +147,11 @@ def _reach(tree: HeadTree, versions: Versions, diffs: tuple[FileDiff, ...],
            since: Mapping[str, tuple[FileChange, ...]]) -> list[Reach]:
     """Static reach of the base diff and of every file changed since an evidence commit
     (one diff per distinct old version of a file)."""
-    seen: dict[int, FileDiff] = {}  # Versions caches a diff per distinct old version
+    seen: dict[int, FileDiff] = {id(fd): fd for fd in diffs}  # one diff per old version
     for commit, changes in sorted(since.items()):
         for ch in changes:
             for path in sorted({ch.path, ch.base_path}):
                 if is_python(path):
                     fd = versions.diff(path, versions.at(commit, path))
                     seen.setdefault(id(fd), fd)
-    return list(dict.fromkeys(static_reach(tree, list(diffs) + list(seen.values()))))
+    return list(dict.fromkeys(static_reach(tree, list(seen.values()))))

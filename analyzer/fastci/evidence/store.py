@@ -206,6 +206,9 @@ class EvidenceStore:
         self.conn = conn
         self.path = path
         self.lock_wait_s = lock_wait_s
+        # latest_runs() is read by several stages of one plan; a write through this
+        # object drops it (another process's write is seen by the next open()).
+        self._latest: dict[TestId, RunRecord] | None = None
 
     # ------------------------------------------------------------------ opening
 
@@ -317,6 +320,7 @@ class EvidenceStore:
             self.store.conn.execute("ROLLBACK" if exc_type else "COMMIT")
 
     def _tx(self) -> "EvidenceStore._Tx":
+        self._latest = None
         return EvidenceStore._Tx(self)
 
     # ------------------------------------------------------------------ read side
@@ -327,6 +331,11 @@ class EvidenceStore:
 
     def latest_runs(self) -> dict[TestId, RunRecord]:
         """The newest run per test (ties: the later ingested), with its ``last_full`` run."""
+        if self._latest is None:
+            self._latest = self._latest_runs()
+        return dict(self._latest)
+
+    def _latest_runs(self) -> dict[TestId, RunRecord]:
         newest: dict[TestId, RunRecord] = {}
         full: dict[TestId, RunRecord] = {}
         for rec in self._runs("", ()):

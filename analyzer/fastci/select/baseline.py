@@ -126,83 +126,118 @@ def change_rules(changes: ChangeSet, store: EvidenceReader, config: Config,
 
 def _unit_rules(hits: Hits, changes: ChangeSet, store: EvidenceReader, base: Baselines,
                 versions: Versions) -> None:
-    """Units executed, import-time code, compiled code and parse failures, per test."""
+    """Units executed, import-time code, compiled code and parse failures, per test.
+
+    The (test, file) pairs whose recorded version differs from the head are grouped
+    by that version (its digest, else the commit it was recorded at): each group is
+    diffed once, and only the changed units are looked up in the evidence.
+    """
     python = sorted(p for p in base.everything if is_python(p))
     unknown = base.unknown()
-    units: dict[tuple[TestId, RelPath], dict[UnitId, Checksum]] = defaultdict(dict)
-    for test, uid, checksum in store.recorded_units(paths=python, tests=unknown):
-        units[(test, uid.partition("::")[0])][uid] = checksum
+    touching = {p: set(ts) for p, ts in store.tests_for_modules(python).items()}
     digests: dict[tuple[TestId, RelPath], str] = {}
-    holders: dict[tuple[RelPath, str], list[str]] = defaultdict(list)
+    holders: dict[tuple[RelPath, str], set[str]] = defaultdict(set)
     for test, path, seen in store.source_digests(paths=python, tests=unknown):
         digests[(test, path)] = seen
+        touching.setdefault(path, set()).add(test)
         held_at = base.commits.get(test) or ""
         if seen and held_at in base.since:
-            holders[(path, seen)].append(held_at)
-    base_diffs = {f.path: f for f in changes.files}
-    for (test, path), recorded in sorted(units.items()):
-        if path not in base.candidates(test) and test not in unknown:
-            continue
-        digest: str | None = digests.get((test, path))
+            holders[(path, seen)].add(held_at)
+    if unknown:  # no baseline commit: every file their evidence touches is compared
+        for test, uid, _ in store.recorded_units(tests=unknown):
+            touching.setdefault(uid.partition("::")[0], set()).add(test)
+    groups: dict[tuple[RelPath, str], list[TestId]] = defaultdict(list)
+    for path, tests in sorted(touching.items()):
         now_digest = versions.digest_now(path)
-        if digest and digest == now_digest:
-            continue  # byte for byte the file the test ran
-        commit = base.commits.get(test) or ""
+        for test in sorted(tests):
+            if test not in unknown and path not in base.candidates(test):
+                continue
+            digest = digests.get((test, path))
+            commit = base.commits.get(test) or ""
+            if digest:
+                if digest == now_digest:
+                    continue  # byte for byte the file the test ran
+                groups[(path, f"digest:{digest}")].append(test)
+            elif digest is None and commit in base.since:
+                groups[(path, f"commit:{commit}")].append(test)
+            else:
+                groups[(path, "unknown")].append(test)
+    diffs: dict[tuple[RelPath, str], FileDiff | None] = {}
+    for (path, key) in groups:
         old: bytes | None = None
         found = False
-        if digest:
-            revs = ([commit] if commit in base.since else []) + \
-                sorted(set(holders[(path, digest)])) + [changes.base]
-            old = versions.find(path, digest, revs)
+        kind, _, value = key.partition(":")
+        if kind == "digest":
+            revs = sorted(holders[(path, value)]) + [changes.base]
+            old = versions.find(path, value, revs)
             found = old is not None
-        elif digest is None and commit in base.since:
-            old, found = versions.at(commit, path), True  # no digest: the commit's version
-        now = versions.checksums_now(path)
-        if now is None:
-            add_hit(hits, test, Reason(
-                DecisionKind.UNPARSABLE_FILE, f"touches {path}, which does not parse",
-                path=path, change="does not parse",
-                via="static rule: a file that does not parse widens to every test touching it"))
+        elif kind == "commit":
+            old, found = versions.at(value, path), True
+        diffs[(path, key)] = versions.diff(path, old) if found else None
+    changed_units = sorted({u.unit for fd in diffs.values() if fd is not None for u in fd.units
+                            if ChangeKind.ADDED not in u.kinds})
+    executed = store.tests_for_units(changed_units)
+    base_diffs = {f.path: f for f in changes.files}
+    for (path, key), members in sorted(groups.items()):
+        fd = diffs[(path, key)]
+        if fd is not None:
+            for test in members:
+                _executed(hits, test, path, fd, executed)
+                _import_time(hits, test, path, fd)  # a failure to parse widens here too
             continue
-        fd = versions.diff(path, old) if found else None
-        _executed(hits, test, path, recorded, now, fd)
-        if fd is None:
-            fallback = base_diffs.get(path)
-            if digest != now_digest or fallback is not None:
-                _unknown_version(hits, test, path, fallback)
-            continue
-        _import_time(hits, test, path, fd)
-
-
-def _executed(hits: Hits, test: TestId, path: RelPath, recorded: Mapping[UnitId, Checksum],
-              now: Mapping[UnitId, Checksum], fd: FileDiff | None) -> None:
-    """Units the test executed that changed since its version of ``path``.
-
-    With the test's version of the file found (``fd`` diffs it against the head),
-    the semantic diff decides, as for any diff: a unit whose checksum moved only
-    because a new definition joined its scope did not change for this test. Without
-    it, every recorded checksum that differs from the head's counts.
-    """
-    if fd is not None:
-        for u in fd.units:
-            if u.unit in recorded and ChangeKind.ADDED not in u.kinds:
-                change = kinds_of(u)
+        if versions.checksums_now(path) is None:
+            for test in members:
                 add_hit(hits, test, Reason(
-                    DecisionKind.CHANGED_UNIT, f"executes {u.unit}, whose {change}",
-                    unit=u.unit, change=change, path=path,
-                    via=f"evidence: the test's recording executed {u.unit}; diffed from the "
-                        "version of the file it recorded"))
-        return
-    for uid, checksum in sorted(recorded.items()):
-        current = now.get(uid)
-        if current is not None and current == checksum:
+                    DecisionKind.UNPARSABLE_FILE, f"touches {path}, which does not parse",
+                    path=path, change="does not parse",
+                    via="static rule: a file that does not parse widens to every test touching "
+                        "it"))
             continue
-        change = ChangeKind.DELETED.value if current is None else ChangeKind.STALE.value
-        add_hit(hits, test, Reason(
-            DecisionKind.CHANGED_UNIT, f"executes {uid}, whose {change}", unit=uid,
-            change=change, path=path,
-            via=f"evidence: the test's recording executed {uid} (checksum "
-                f"{checksum[:8] or 'unknown'}, now {current[:8] if current else 'gone'})"))
+        _unknown_versions(hits, store, versions, path, members, base_diffs.get(path),
+                          {t: digests.get((t, path)) for t in members})
+
+
+def _executed(hits: Hits, test: TestId, path: RelPath, fd: FileDiff,
+              executed: Mapping[UnitId, set[TestId]]) -> None:
+    """Units the test executed that changed between its version of ``path`` and the head.
+
+    The semantic diff decides, as for any diff: a unit whose checksum moved only
+    because a new definition joined its scope did not change for this test.
+    """
+    for u in fd.units:
+        if ChangeKind.ADDED not in u.kinds and test in executed.get(u.unit, ()):
+            change = kinds_of(u)
+            add_hit(hits, test, Reason(
+                DecisionKind.CHANGED_UNIT, f"executes {u.unit}, whose {change}",
+                unit=u.unit, change=change, path=path,
+                via=f"evidence: the test's recording executed {u.unit}; diffed from the "
+                    "version of the file it recorded"))
+
+
+def _unknown_versions(hits: Hits, store: EvidenceReader, versions: Versions, path: RelPath,
+                      tests: list[TestId], fallback: FileDiff | None,
+                      digests: Mapping[TestId, str | None]) -> None:
+    """Tests whose version of ``path`` the history does not hold: every recorded checksum
+    that differs from the head's counts, and so does any import-time code."""
+    now = versions.checksums_now(path) or {}
+    now_digest = versions.digest_now(path)
+    recorded: dict[TestId, dict[UnitId, Checksum]] = defaultdict(dict)
+    for test, uid, checksum in store.recorded_units(paths=[path], tests=None):
+        if test in digests:
+            recorded[test][uid] = checksum
+    for test in tests:
+        for uid, checksum in sorted(recorded[test].items()):
+            current = now.get(uid)
+            if current is not None and current == checksum:
+                continue
+            change = ChangeKind.DELETED.value if current is None else ChangeKind.STALE.value
+            add_hit(hits, test, Reason(
+                DecisionKind.CHANGED_UNIT, f"executes {uid}, whose {change}", unit=uid,
+                change=change, path=path,
+                via=f"evidence: the test's recording executed {uid} (checksum "
+                    f"{checksum[:8] or 'unknown'}, now {current[:8] if current else 'gone'})"))
+        if digests[test] != now_digest or fallback is not None:
+            _unknown_version(hits, test, path, fallback)
 
 
 def _import_time(hits: Hits, test: TestId, path: RelPath, fd: FileDiff) -> None:
