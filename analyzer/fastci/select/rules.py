@@ -19,7 +19,7 @@ from fastci.config import Config
 from fastci.evidence.files import sha256_file
 from fastci.integrations.git.repository import shown
 from fastci.select.decisions import DecisionKind, Reason
-from fastci.types import Checksum, ContextSig, RelPath, TestId, UnitId
+from fastci.types import Checksum, ContextSig, RelPath, TestId, UnitId, is_failure
 
 LOG = logging.getLogger(__name__)
 
@@ -164,17 +164,6 @@ def own_output(path: RelPath, config: Config) -> bool:
     if path.startswith(".fastci/"):
         return not path.rsplit("/", 1)[-1].startswith("BUILD")
     return path in (config.store, config.plan) or path.startswith(f"{config.store}-")
-
-
-#: Outcomes that are not failures: a test whose last run ended so is selected only
-#: for its evidence. Any other outcome (failed, error, timeout, an unknown word)
-#: counts as a failure: the safe side.
-NOT_FAILED = frozenset({"passed", "skipped", "xfailed", "xpassed", "deselected"})
-
-
-def is_failure(outcome: str) -> bool:
-    """Whether a recorded outcome counts as a failure ("failed last time")."""
-    return outcome not in NOT_FAILED
 
 
 def test_rules(universe: Iterable[TestId], runs: Mapping[TestId, RunLike],
