@@ -39,11 +39,27 @@ DEFAULT_RUN_ALL: tuple[str, ...] = (
     "csrc/**",  # kernels: compiled code that coverage of Python cannot see
     "BUILD", "BUILD.bazel", "*.bzl", "WORKSPACE", "WORKSPACE.bazel", "MODULE.bazel",
     ".bazelrc", ".bazelversion",  # build files: targets, deps, toolchains, flags
-    "requirements*.txt", "pyproject.toml", "setup.py", "setup.cfg", "third_party/**",
+    # setup.py is code; requirements*.txt, pyproject.toml, setup.cfg and lock files are read
+    # for meaning (fastci.changes.manifests): a pin selects the tests that imported it.
+    "setup.py", "third_party/**",
     ".ci/**",  # the CI configuration itself
     "fastci.yaml",  # FastCI's own rules changed
     "conftest.py",  # pytest fixtures and hooks run at collection, which is not recorded
     "rules/**", "tools/**",  # the gpu_test rules, the launcher and the setup scripts
+)
+#: Repository metadata that no test process opens: a change is noted, nothing runs for it,
+#: unless a test recorded reading the file or path_tests maps it (docs/CONFIG.md lists each
+#: with its residual risk). CI workflows (.github/workflows/**) are not here: they set the
+#: flags and variables tests run with.
+DEFAULT_METADATA_IGNORE: tuple[str, ...] = (
+    ".pre-commit-config.yaml", ".pre-commit-hooks.yaml", ".editorconfig", "CODEOWNERS",
+    ".mailmap", ".git-blame-ignore-revs", ".github/ISSUE_TEMPLATE/**",
+    ".github/PULL_REQUEST_TEMPLATE*", ".github/pull_request_template*", ".github/dependabot.yml",
+    ".github/FUNDING.yml", ".github/labeler.yml", ".github/release-drafter.yml",
+    ".readthedocs.yaml", ".readthedocs.yml", ".flake8", ".pylintrc", ".isort.cfg",
+    ".ruff.toml", "ruff.toml", ".yamllint", ".yamllint.yaml", ".yamllint.yml",
+    ".markdownlint*", ".prettierrc*", ".clang-format", "AUTHORS", "CONTRIBUTORS", "NOTICE",
+    "CITATION.cff",
 )
 #: Dotted names (fnmatch globs) of decorators and calls that act at import time only on
 #: the object they build: a new def decorated only with these is a new unit (not an
@@ -85,6 +101,7 @@ class Config:
     bazel_config: str = "fastci"
     run_all: tuple[str, ...] = DEFAULT_RUN_ALL
     ignore: tuple[str, ...] = DEFAULT_IGNORE
+    metadata_ignore: tuple[str, ...] = DEFAULT_METADATA_IGNORE  # repository metadata
     path_tests: tuple[tuple[str, tuple[str, ...]], ...] = ()  # glob -> test id globs
     runner_python: str = "auto"  # the test runner's interpreter, for its environment fingerprint
     runner: str = "auto"  # auto | bazel | pytest: who declares and runs the tests (RUNNERS)
@@ -121,12 +138,12 @@ ENV_CONFIG_FILE = "FASTCI_CONFIG"
 #: (plus environment and command line), never from the change under analysis; every
 #: other key says where FastCI reads and writes or how it runs things.
 DECISION_KEYS: tuple[str, ...] = ("run_all", "ignore", "path_tests", "targets", "runner_python",
-                                  "runner", "pure_callables")
+                                  "runner", "pure_callables", "metadata_ignore")
 #: Values of ``runner`` (``auto``: Bazel in a Bazel workspace with ``bazel`` found, else
 #: pytest; :func:`fastci.plan.build.choose_runner`).
 RUNNERS: tuple[str, ...] = ("auto", "bazel", "pytest")
 
-_LIST_KEYS = {"run_all", "ignore"}
+_LIST_KEYS = {"run_all", "ignore", "metadata_ignore"}
 _INTERNAL = frozenset({"origin", "overridden"})
 _KEYS = {f.name for f in fields(Config)} - _INTERNAL
 

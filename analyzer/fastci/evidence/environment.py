@@ -55,6 +55,49 @@ _LDCONFIG = ("/sbin/ldconfig", "/usr/sbin/ldconfig")
 _CUDA_HOME = "/usr/local/cuda"
 _LDCACHE_LINE = re.compile(r"^\s*(lib[\w+.-]*?\.so\.[0-9.]+)\s+\(([^)]*)\)\s+=>\s+(\S.*?)\s*$")
 _FINGERPRINT = re.compile(r"[0-9a-f]{16}")
+_CANONICAL = re.compile(r"[-_.]+")
+#: Parts of :func:`describe` that are not in the fingerprint (it has their digest).
+LISTING_KEYS = ("packages_list",)
+
+
+def _site_dirs() -> list[str]:
+    dirs = set(site.getsitepackages())
+    if site.ENABLE_USER_SITE:
+        dirs.add(site.getusersitepackages())
+    return sorted(dirs)
+
+
+def packages_listing(site_dirs: list[str] | None = None) -> tuple[str, ...]:
+    """``name==version`` of every installed distribution (canonical names), sorted.
+
+    From the same metadata directory names as :func:`packages_digest` (no file is
+    read): two environments' listings say *which* packages differ, where the
+    digests only say that some do. Not part of the fingerprint (the digest is).
+    """
+    out: set[str] = set()
+    for site_dir in _site_dirs() if site_dirs is None else site_dirs:
+        try:
+            entries = os.listdir(site_dir)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.endswith((".dist-info", ".egg-info")):
+                # Wheel and egg folder names escape "-" in the name: the first "-" ends it.
+                name, _, version = entry.rsplit(".", 1)[0].partition("-")
+                if entry.endswith(".egg-info"):
+                    version = version.split("-py", 1)[0]
+                out.add(f"{_CANONICAL.sub('-', name).lower()}=={version}")
+    return tuple(sorted(out))
+
+
+def parse_listing(text: str) -> dict[str, str]:
+    """``{name: version}`` from a ``packages_list`` (one ``name==version`` a line)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        name, sep, version = line.strip().partition("==")
+        if sep and name:
+            out[name] = version
+    return out
 
 
 def packages_digest(site_dirs: list[str] | None = None) -> str:
@@ -69,10 +112,7 @@ def packages_digest(site_dirs: list[str] | None = None) -> str:
     """
     names: set[str] = set()
     if site_dirs is None:
-        dirs = set(site.getsitepackages())
-        if site.ENABLE_USER_SITE:
-            dirs.add(site.getusersitepackages())
-        site_dirs = sorted(dirs)
+        site_dirs = _site_dirs()
     for site_dir in site_dirs:
         try:
             entries = os.listdir(site_dir)
@@ -200,6 +240,8 @@ def describe() -> dict[str, str]:
         "cuda_toolkit": _cuda_toolkit(),
         "libc": _libc(),
         "libraries": "; ".join(_libraries()),
+        # Not fingerprinted (``packages`` is its digest): says which packages differ.
+        "packages_list": "\n".join(packages_listing()),
     }
 
 
@@ -210,7 +252,18 @@ def fingerprint_of(*parts: str) -> str:
 
 def current_fingerprint() -> str:
     """The fingerprint of this process's environment (what the recorder stamps on traces)."""
-    return fingerprint_of(*describe().values())
+    return fingerprint_of(*(v for k, v in describe().items() if k not in LISTING_KEYS))
+
+
+def base_fingerprint(parts: dict[str, str] | None = None) -> str:
+    """The fingerprint of everything but the installed packages (interpreter, machine, GPU stack).
+
+    Two environments with equal base fingerprints differ at most in packages,
+    which their ``packages_list`` names.
+    """
+    parts = describe() if parts is None else parts
+    return fingerprint_of(*(v for k, v in parts.items()
+                            if k not in LISTING_KEYS and k != "packages"))
 
 
 def current() -> trace.TraceMsg:
@@ -222,7 +275,8 @@ def current() -> trace.TraceMsg:
     return trace.Environment(
         fingerprint=current_fingerprint(), python=parts["python"], platform=parts["platform"],
         packages_digest=parts["packages"], torch=torch_version, cuda=cuda,
-        gpu_model=parts["gpu_model"])
+        gpu_model=parts["gpu_model"], base_fingerprint=base_fingerprint(),
+        packages_list=parts["packages_list"])
 
 
 def fingerprint_of_interpreter(python: str, *, cwd: Path | None = None,
@@ -253,11 +307,39 @@ def fingerprint_of_interpreter(python: str, *, cwd: Path | None = None,
     return lines[-1]
 
 
+def environment_of_interpreter(python: str, *, cwd: Path | None = None,
+                               timeout: float = 120.0) -> dict[str, str]:
+    """Every part of the environment ``python`` runs tests in (``--json``), by running it.
+
+    Holds ``fingerprint``, ``base_fingerprint``, ``packages_list`` and the
+    :func:`describe` parts, as :func:`fingerprint_of_interpreter` computes them.
+
+    Raises:
+        FastCIError: ``python`` cannot be run or printed no environment.
+    """
+    from fastci.errors import FastCIError
+
+    package_parent = str(Path(__file__).resolve().parents[2])
+    code = (f"import sys; sys.path.insert(0, {package_parent!r}); "
+            "from fastci.evidence.environment import main; raise SystemExit(main(['--json']))")
+    try:
+        proc = subprocess.run([python, "-c", code], capture_output=True, text=True,
+                              timeout=timeout, check=False, cwd=cwd)
+        data = json.loads(proc.stdout) if proc.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        raise FastCIError(f"cannot read the environment of {python}: {exc}") from exc
+    if not isinstance(data, dict) or not _FINGERPRINT.fullmatch(str(data.get("fingerprint"))):
+        err = (proc.stderr.strip().splitlines() or ["no environment printed"])[-1]
+        raise FastCIError(f"{python} could not describe its environment: {err}")
+    return {str(k): str(v) for k, v in data.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m fastci.evidence.environment [--json]``: print the fingerprint (or its parts)."""
     args = sys.argv[1:] if argv is None else argv
     if "--json" in args:
-        print(json.dumps({"fingerprint": current_fingerprint(), **describe()}, indent=2))
+        print(json.dumps({"fingerprint": current_fingerprint(),
+                          "base_fingerprint": base_fingerprint(), **describe()}, indent=2))
     else:
         print(current_fingerprint())
     return 0

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x66\x61stci/evidence/trace.proto\x12\x0f\x66\x61stci.evidence\"\x8d\x01\n\x0b\x45nvironment\x12\x13\n\x0b\x66ingerprint\x18\x01 \x01(\t\x12\x0e\n\x06python\x18\x02 \x01(\t\x12\x10\n\x08platform\x18\x03 \x01(\t\x12\x17\n\x0fpackages_digest\x18\x04 \x01(\t\x12\r\n\x05torch\x18\x05 \x01(\t\x12\x0c\n\x04\x63uda\x18\x06 \x01(\t\x12\x11\n\tgpu_model\x18\x07 \x01(\t\"i\n\tFileTrace\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\x12\x13\n\x0bline_deltas\x18\x03 \x03(\r\x12)\n\x05units\x18\x04 \x03(\x0b\x32\x1a.fastci.evidence.UnitTrace\"U\n\tUnitTrace\x12\x10\n\x08qualname\x18\x01 \x01(\t\x12\x10\n\x08\x63hecksum\x18\x02 \x01(\t\x12\x10\n\x08\x63ontexts\x18\x03 \x03(\r\x12\x12\n\ncalls_seen\x18\x04 \x01(\r\"(\n\x08\x46ileRead\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\"}\n\x07Segment\x12\x0b\n\x03key\x18\x01 \x01(\t\x12)\n\x05\x66iles\x18\x02 \x03(\x0b\x32\x1a.fastci.evidence.FileTrace\x12(\n\x05reads\x18\x03 \x03(\x0b\x32\x19.fastci.evidence.FileRead\x12\x10\n\x08includes\x18\x04 \x03(\t\"U\n\x0bModuleScope\x12\x14\n\x0crepo_modules\x18\x01 \x01(\r\x12\x17\n\x0foutside_modules\x18\x02 \x01(\r\x12\x17\n\x0foutside_example\x18\x03 \x01(\t\"-\n\x0c\x44istribution\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\"\xc0\x04\n\x05Trace\x12\x16\n\x0e\x66ormat_version\x18\x01 \x01(\r\x12\x0f\n\x07test_id\x18\x02 \x01(\t\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x10\n\x08\x63omplete\x18\x04 \x01(\x08\x12\x0f\n\x07outcome\x18\x05 \x01(\t\x12\x0c\n\x04role\x18\x06 \x01(\t\x12\x0b\n\x03pid\x18\x07 \x01(\x05\x12\x12\n\nparent_pid\x18\x08 \x01(\x05\x12\x12\n\nstarted_at\x18\t \x01(\x01\x12\x12\n\nduration_s\x18\n \x01(\x01\x12\x0c\n\x04gpus\x18\x0b \x01(\r\x12\x15\n\rworkload_json\x18\x0c \x01(\t\x12\x31\n\x0b\x65nvironment\x18\r \x01(\x0b\x32\x1c.fastci.evidence.Environment\x12\x10\n\x08\x63ontexts\x18\x0e \x03(\t\x12)\n\x05\x66iles\x18\x0f \x03(\x0b\x32\x1a.fastci.evidence.FileTrace\x12(\n\x05reads\x18\x10 \x03(\x0b\x32\x19.fastci.evidence.FileRead\x12\x0c\n\x04\x61rgv\x18\x11 \x01(\t\x12*\n\x08segments\x18\x12 \x03(\x0b\x32\x18.fastci.evidence.Segment\x12\x0e\n\x06shared\x18\x13 \x03(\t\x12\x16\n\x0eoverrides_json\x18\x14 \x01(\t\x12-\n\x07modules\x18\x15 \x01(\x0b\x32\x1c.fastci.evidence.ModuleScope\x12\x34\n\rdistributions\x18\x16 \x03(\x0b\x32\x1d.fastci.evidence.Distribution\"=\n\x0cTraceModules\x12-\n\x07modules\x18\x15 \x01(\x0b\x32\x1c.fastci.evidence.ModuleScopeb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x66\x61stci/evidence/trace.proto\x12\x0f\x66\x61stci.evidence\"\xbe\x01\n\x0b\x45nvironment\x12\x13\n\x0b\x66ingerprint\x18\x01 \x01(\t\x12\x0e\n\x06python\x18\x02 \x01(\t\x12\x10\n\x08platform\x18\x03 \x01(\t\x12\x17\n\x0fpackages_digest\x18\x04 \x01(\t\x12\r\n\x05torch\x18\x05 \x01(\t\x12\x0c\n\x04\x63uda\x18\x06 \x01(\t\x12\x11\n\tgpu_model\x18\x07 \x01(\t\x12\x18\n\x10\x62\x61se_fingerprint\x18\x08 \x01(\t\x12\x15\n\rpackages_list\x18\t \x01(\t\"i\n\tFileTrace\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\x12\x13\n\x0bline_deltas\x18\x03 \x03(\r\x12)\n\x05units\x18\x04 \x03(\x0b\x32\x1a.fastci.evidence.UnitTrace\"U\n\tUnitTrace\x12\x10\n\x08qualname\x18\x01 \x01(\t\x12\x10\n\x08\x63hecksum\x18\x02 \x01(\t\x12\x10\n\x08\x63ontexts\x18\x03 \x03(\r\x12\x12\n\ncalls_seen\x18\x04 \x01(\r\"(\n\x08\x46ileRead\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\"}\n\x07Segment\x12\x0b\n\x03key\x18\x01 \x01(\t\x12)\n\x05\x66iles\x18\x02 \x03(\x0b\x32\x1a.fastci.evidence.FileTrace\x12(\n\x05reads\x18\x03 \x03(\x0b\x32\x19.fastci.evidence.FileRead\x12\x10\n\x08includes\x18\x04 \x03(\t\"U\n\x0bModuleScope\x12\x14\n\x0crepo_modules\x18\x01 \x01(\r\x12\x17\n\x0foutside_modules\x18\x02 \x01(\r\x12\x17\n\x0foutside_example\x18\x03 \x01(\t\"-\n\x0c\x44istribution\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\"\xc0\x04\n\x05Trace\x12\x16\n\x0e\x66ormat_version\x18\x01 \x01(\r\x12\x0f\n\x07test_id\x18\x02 \x01(\t\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x10\n\x08\x63omplete\x18\x04 \x01(\x08\x12\x0f\n\x07outcome\x18\x05 \x01(\t\x12\x0c\n\x04role\x18\x06 \x01(\t\x12\x0b\n\x03pid\x18\x07 \x01(\x05\x12\x12\n\nparent_pid\x18\x08 \x01(\x05\x12\x12\n\nstarted_at\x18\t \x01(\x01\x12\x12\n\nduration_s\x18\n \x01(\x01\x12\x0c\n\x04gpus\x18\x0b \x01(\r\x12\x15\n\rworkload_json\x18\x0c \x01(\t\x12\x31\n\x0b\x65nvironment\x18\r \x01(\x0b\x32\x1c.fastci.evidence.Environment\x12\x10\n\x08\x63ontexts\x18\x0e \x03(\t\x12)\n\x05\x66iles\x18\x0f \x03(\x0b\x32\x1a.fastci.evidence.FileTrace\x12(\n\x05reads\x18\x10 \x03(\x0b\x32\x19.fastci.evidence.FileRead\x12\x0c\n\x04\x61rgv\x18\x11 \x01(\t\x12*\n\x08segments\x18\x12 \x03(\x0b\x32\x18.fastci.evidence.Segment\x12\x0e\n\x06shared\x18\x13 \x03(\t\x12\x16\n\x0eoverrides_json\x18\x14 \x01(\t\x12-\n\x07modules\x18\x15 \x01(\x0b\x32\x1c.fastci.evidence.ModuleScope\x12\x34\n\rdistributions\x18\x16 \x03(\x0b\x32\x1d.fastci.evidence.Distribution\"=\n\x0cTraceModules\x12-\n\x07modules\x18\x15 \x01(\x0b\x32\x1c.fastci.evidence.ModuleScopeb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,21 +32,21 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'fastci.evidence.trace_pb2',
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ENVIRONMENT']._serialized_start=49
-  _globals['_ENVIRONMENT']._serialized_end=190
-  _globals['_FILETRACE']._serialized_start=192
-  _globals['_FILETRACE']._serialized_end=297
-  _globals['_UNITTRACE']._serialized_start=299
-  _globals['_UNITTRACE']._serialized_end=384
-  _globals['_FILEREAD']._serialized_start=386
-  _globals['_FILEREAD']._serialized_end=426
-  _globals['_SEGMENT']._serialized_start=428
-  _globals['_SEGMENT']._serialized_end=553
-  _globals['_MODULESCOPE']._serialized_start=555
-  _globals['_MODULESCOPE']._serialized_end=640
-  _globals['_DISTRIBUTION']._serialized_start=642
-  _globals['_DISTRIBUTION']._serialized_end=687
-  _globals['_TRACE']._serialized_start=690
-  _globals['_TRACE']._serialized_end=1266
-  _globals['_TRACEMODULES']._serialized_start=1268
-  _globals['_TRACEMODULES']._serialized_end=1329
+  _globals['_ENVIRONMENT']._serialized_end=239
+  _globals['_FILETRACE']._serialized_start=241
+  _globals['_FILETRACE']._serialized_end=346
+  _globals['_UNITTRACE']._serialized_start=348
+  _globals['_UNITTRACE']._serialized_end=433
+  _globals['_FILEREAD']._serialized_start=435
+  _globals['_FILEREAD']._serialized_end=475
+  _globals['_SEGMENT']._serialized_start=477
+  _globals['_SEGMENT']._serialized_end=602
+  _globals['_MODULESCOPE']._serialized_start=604
+  _globals['_MODULESCOPE']._serialized_end=689
+  _globals['_DISTRIBUTION']._serialized_start=691
+  _globals['_DISTRIBUTION']._serialized_end=736
+  _globals['_TRACE']._serialized_start=739
+  _globals['_TRACE']._serialized_end=1315
+  _globals['_TRACEMODULES']._serialized_start=1317
+  _globals['_TRACEMODULES']._serialized_end=1378
 # @@protoc_insertion_point(module_scope)

@@ -1,0 +1,218 @@
+"""Dependency manifests, repository metadata and package environments, read for meaning.
+
+* :func:`manifest_rules`: a changed manifest (``pyproject.toml``, requirements,
+  ``setup.cfg``, lock files; :mod:`fastci.changes.manifests`) selects the tests
+  whose evidence imported a distribution whose requirement changed; settings that
+  can change any test, core packages (the interpreter, torch, CUDA), new
+  distributions no test imported yet, and manifests that cannot be read run
+  everything. Repository metadata no test process opens (``metadata_ignore``:
+  ``.pre-commit-config.yaml``, ``CODEOWNERS`` ...) is noted, not run for.
+* :func:`environment_rules`: evidence recorded in another environment is kept
+  when the two environments differ only in packages the test never imported.
+
+Paths this module read are returned as *handled*: the path rules still apply
+``path_tests`` and recorded reads to them (a test that opened the file runs),
+but neither ignore nor widen them again. A path that ``run_all`` matches is left
+to the path rules (configuration wins).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, NamedTuple, Protocol
+
+from fastci.changes.manifests import ManifestChange, is_manifest, read_change
+from fastci.changes.scan import ChangeSet
+from fastci.config import Config, first_match
+from fastci.evidence.environment import parse_listing
+from fastci.integrations.git.repository import shown
+from fastci.integrations.git.tree import DIRTY_PREFIX
+from fastci.select.decisions import DecisionKind, Reason
+from fastci.types import RelPath, TestId
+
+Hits = dict[TestId, list[Reason]]
+
+#: Distributions whose change reaches every test whatever it imported: the GPU stack
+#: (loaded by torch without a Python import of its own) and build tools used by JIT builds.
+CORE_NAMES = frozenset({"torch", "triton", "pytorch-triton", "pytorch-triton-rocm",
+                        "pytorch-triton-xpu", "jax", "jaxlib", "ninja", "cmake"})
+CORE_PREFIXES = ("nvidia-", "cuda-", "cupy-cuda")
+# The kinds the integrator adds; until then the closest existing ones.
+_DIST_KIND: DecisionKind = getattr(DecisionKind, "CHANGED_DISTRIBUTION", DecisionKind.PATH_RULE)
+_ENV_KIND: DecisionKind = getattr(DecisionKind, "ENVIRONMENT_PACKAGES",
+                                  DecisionKind.ENVIRONMENT_CHANGED)
+
+
+class DistributionReader(Protocol):
+    """What these rules read from the evidence store."""
+
+    def tests_for_distributions(self, names: Iterable[str]) -> Mapping[str, set[TestId]]: ...
+    def evidence_commits(self) -> set[str | None]: ...
+
+
+class ManifestSelection(NamedTuple):
+    """What :func:`manifest_rules` found: per-test hits, widenings, paths read, notes."""
+
+    hits: Hits
+    widen: list[Reason]
+    handled: set[RelPath]
+    notes: list[str]
+
+
+def is_core(name: str) -> bool:
+    """Whether a change to distribution ``name`` reaches every test (torch, CUDA wheels ...)."""
+    return name in CORE_NAMES or name.startswith(CORE_PREFIXES)
+
+
+def manifest_rules(changes: ChangeSet, store: DistributionReader,
+                   config: Config) -> ManifestSelection:
+    """Changed manifests -> tests that imported a changed distribution, or widening."""
+    out = ManifestSelection({}, [], set(), [])
+    paths = [p for p in changes.paths if first_match(p, config.run_all) is None]
+    for path in paths:
+        rule = first_match(path, config.metadata_ignore)
+        if rule is not None and not is_manifest(path):
+            out.handled.add(path)
+            out.notes.append(f"{shown(path)}: repository metadata no test recorded opening, "
+                             f"ignored (fastci.yaml metadata_ignore {rule!r})")
+    manifests = [p for p in paths if is_manifest(p)]
+    if not manifests or changes.tree is None:
+        return out  # not read from git: the path rules decide (run_all, unknown)
+    for path in manifests:
+        change = _read(changes, store, path)
+        out.handled.add(path)
+        if change is None:
+            out.widen.append(Reason(
+                DecisionKind.RUN_ALL_PATH, f"{shown(path)} changed and could not be read as a "
+                "dependency manifest: everything runs", path=path,
+                via="safety rule: an unreadable manifest widens to every test"))
+            continue
+        _apply(change, store, out)
+    return out
+
+
+def _read(changes: ChangeSet, store: DistributionReader, path: RelPath) -> ManifestChange | None:
+    """The union of the change against the base and every evidence commit (None: unreadable)."""
+    assert changes.tree is not None
+    git = changes.tree.git
+    old_path = next((o.old_path for o in changes.others if o.path == path and o.old_path), path)
+    revs = {changes.base} | {c for c in store.evidence_commits()
+                             if c and not c.startswith(DIRTY_PREFIX) and git.has_revision(c)}
+    new = git.read(changes.head, path)
+    merged: dict[str, set[str]] = {"distributions": set(), "added": set(), "settings": set(),
+                                   "inert": set()}
+    for rev in sorted(revs):
+        got = read_change(path, git.read(rev, old_path), new)
+        if got is None:
+            return None
+        for key, values in merged.items():
+            values.update(getattr(got, key))
+    return ManifestChange(path, *(tuple(sorted(merged[k])) for k in
+                                  ("distributions", "added", "settings", "inert")))
+
+
+def _apply(change: ManifestChange, store: DistributionReader, out: ManifestSelection) -> None:
+    path = change.path
+    if change.settings:
+        out.widen.append(Reason(
+            DecisionKind.RUN_ALL_PATH, f"{shown(path)} changed {', '.join(change.settings)}, "
+            "which can change any test: everything runs", path=path,
+            change=", ".join(change.settings),
+            via="static rule: build, interpreter and test-runner settings reach every test"))
+    core = [n for n in change.distributions if is_core(n)]
+    if core:
+        out.widen.append(Reason(
+            DecisionKind.RUN_ALL_PATH, f"{shown(path)} changed the requirement of "
+            f"{', '.join(core)} (interpreter, torch or CUDA stack): everything runs", path=path,
+            change=", ".join(core), via="safety rule: a core package change reaches every test"))
+    importers = store.tests_for_distributions(change.distributions)
+    new = [n for n in change.added if not importers.get(n)]
+    if new:
+        out.widen.append(Reason(
+            DecisionKind.RUN_ALL_PATH, f"{shown(path)} adds {', '.join(new)}, which no recorded "
+            "test imported: code that imports it only when it is installed (try/except "
+            "ImportError, plugin entry points) left no evidence, so everything runs", path=path,
+            change="added " + ", ".join(new),
+            via="safety rule: a new dependency widens to every test"))
+    for name in change.distributions:
+        for test in sorted(importers.get(name, ())):
+            out.hits.setdefault(test, []).append(Reason(
+                _DIST_KIND, f"imported {name}, whose requirement changed in {shown(path)}",
+                path=path, change=f"requirement of {name} changed",
+                via="evidence: the test's recording imported the distribution"))
+    if change.inert and not (change.settings or change.distributions):
+        out.notes.append(f"{shown(path)}: only {', '.join(change.inert)} changed, which no test "
+                         "reads: nothing runs for it")
+
+
+# ------------------------------------------------------------------------ environments
+
+
+def package_changes(recorded: Mapping[str, Any],
+                    current: Mapping[str, Any]) -> tuple[list[str], list[str]] | None:
+    """``(changed or removed, added)`` distribution names between two environments.
+
+    None when they cannot be compared by package: either lacks a ``packages_list``
+    or a ``base_fingerprint``, or the bases differ (interpreter, platform, GPUs,
+    driver, CUDA toolkit, system libraries).
+    """
+    keys = ("base_fingerprint", "packages_list")
+    if not all(recorded.get(k) for k in keys) or not all(current.get(k) for k in keys):
+        return None
+    if recorded["base_fingerprint"] != current["base_fingerprint"]:
+        return None
+    old = parse_listing(str(recorded["packages_list"]))
+    now = parse_listing(str(current["packages_list"]))
+    changed = sorted(n for n in old if now.get(n) != old[n])
+    return changed, sorted(set(now) - set(old))
+
+
+def environment_rules(runs: Mapping[TestId, Any], current: Mapping[str, Any] | None,
+                      imported: Mapping[TestId, Mapping[str, str]]) -> Hits:
+    """Tests whose evidence another environment invalidates (replaces the fingerprint check).
+
+    Args:
+        runs: test -> its latest run (``env_fingerprint`` and ``environment``, the
+            run's environment JSON).
+        current: the test runner's environment (``environment_of_interpreter``),
+            None when unknown.
+        imported: test -> {distribution: version} its evidence imported.
+
+    Same fingerprint: nothing. Otherwise the test runs, unless the environments
+    differ only in packages (same base fingerprint), none of them core, none new,
+    and the test recorded its imports and imported none of them.
+    """
+    hits: Hits = {}
+    now = (current or {}).get("fingerprint") or None
+    for test, run in sorted(runs.items()):
+        recorded = run.env_fingerprint
+        if now is not None and recorded == now:
+            continue
+        env = getattr(run, "environment", None) or {}
+        diff = package_changes(env, current) if current is not None else None
+        mine = imported.get(test) or {}
+        reason: str | None
+        if diff is None or not mine:
+            why = "" if diff is None or mine else \
+                " (its evidence does not say which packages it imported)"
+            reason = (f"recorded in environment {recorded or 'unknown'}, now {now or 'unknown'} "
+                      f"(Python, packages incl. torch/CUDA, or GPU differ){why}")
+        else:
+            changed, added = diff
+            core = [n for n in changed + added if is_core(n)]
+            used = [n for n in changed if n in mine]
+            if core:
+                reason = f"the environment's {', '.join(core)} changed (reaches every test)"
+            elif added:
+                reason = (f"the environment gained {', '.join(added)}, which no evidence can "
+                          "rule out (optional imports, plugin entry points)")
+            elif used:
+                reason = "it imported " + ", ".join(
+                    f"{n} {mine[n]}" for n in used) + ", which changed in the environment"
+            else:
+                continue  # only packages it never imported differ: its evidence stands
+        hits[test] = [Reason(
+            _ENV_KIND if diff is not None and mine else DecisionKind.ENVIRONMENT_CHANGED,
+            reason, via="safety rule: a changed environment invalidates evidence that "
+                        "depends on what changed")]
+    return hits
+
