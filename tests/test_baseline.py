@@ -126,3 +126,38 @@ def test_skipped_and_xfailed_runs_are_not_failures(tmp_path: Path) -> None:
     assert _chosen(_plan(tmp_path, store, r0)) == {
         t: {DecisionKind.FAILED_LAST} for t in ("t_fail", "t_err", "t_odd")}
     store.close()
+
+
+def test_a_pin_bump_reaches_importers_once(tmp_path: Path) -> None:
+    """Issue 12 items 4/5 against baselines: the pin bump selects the tests that imported the
+    package; once they are re-recorded, later commits select nobody for it."""
+    import time
+
+    from fastci.evidence.store import RunEvidence
+
+    def record(test: str, commit: str, dists: dict[str, str]) -> None:
+        units = units_of(tmp_path, ["pkg/m.py"])
+        store.ingest(RunEvidence(
+            test=test, run_key=f"{test}:{time.time_ns()}", outcome="passed", complete=True,
+            duration_s=1.0, gpus=0, workload={}, recorded_at=time.time(), env_fingerprint=env_now(),
+            commit=commit, units={"pkg/m.py::u1": (units["pkg/m.py::u1"], frozenset({"c"}))},
+            distributions=dists))
+
+    repo = Repo(tmp_path)
+    repo.write({".gitignore": ".fastci/\n"})
+    reqs = "pyyaml==6.0.1\nprotobuf==5.0\n"
+    r0 = repo.commit({"pkg/m.py": M1, "requirements.txt": reqs,
+                      ".pre-commit-config.yaml": "repos: []\n"})
+    store = EvidenceStore.open(tmp_path / ".fastci/evidence.db", create=True)
+    record("t_yaml", r0, {"pyyaml": "6.0.1"})
+    record("t_proto", r0, {"protobuf": "5.0"})
+    repo.write({"requirements.txt": reqs.replace("6.0.1", "6.0.2"),
+                ".pre-commit-config.yaml": "repos: [x]\n"})
+    sel = _plan(tmp_path, store, r0)
+    assert sel.mode == "selective"
+    assert _chosen(sel) == {"t_yaml": {DecisionKind.CHANGED_DISTRIBUTION}}
+    r1 = repo.commit()
+    record("t_yaml", r1, {"pyyaml": "6.0.2"})  # the CI recorded what ran
+    repo.write({"pkg/m.py": M1.replace("return 2", "return 3")})  # code neither test runs
+    assert _chosen(_plan(tmp_path, store, r1)) == {}
+    store.close()

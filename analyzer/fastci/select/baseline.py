@@ -18,6 +18,9 @@ differs from that baseline now; never because another test's baseline differs.
 * **Static reach** (new, deleted and newly named modules): when the reached path
   changed since the test's commit.
 * **Files it read**: the digest it recorded differs from the head's.
+* **Dependency manifests** (:mod:`fastci.select.manifest_rules`): the manifest as
+  of the test's commit against the head; a changed requirement selects the tests
+  that imported that distribution.
 * **Paths no test reads** (configured ``run_all``, unknown paths, ``path_tests``):
   when the path changed since the test's commit. A path changed since every
   baseline widens the whole plan, as before.
@@ -41,6 +44,7 @@ from fastci.changes.versions import Versions
 from fastci.config import Config, first_match, glob_match
 from fastci.integrations.git.repository import FileChange, shown
 from fastci.select.decisions import DecisionKind, Reason
+from fastci.select.manifest_rules import manifest_rules
 from fastci.select.rules import EvidenceReader, Hits, add_hit, kinds_of, own_output
 from fastci.types import Checksum, RelPath, TestId, UnitId
 
@@ -327,9 +331,14 @@ def _read_rules(hits: Hits, store: EvidenceReader, base: Baselines, versions: Ve
 
 def _path_rules(hits: Hits, changes: ChangeSet, store: EvidenceReader, config: Config,
                 base: Baselines, tests: list[TestId]) -> tuple[list[Reason], list[str]]:
-    """Changed paths no evidence reads: ``run_all``, ``path_tests``, ``ignore``, unknown."""
-    widen: list[Reason] = []
-    notes: list[str] = []
+    """Changed paths no evidence reads: ``run_all``, manifests, ``path_tests``, ``ignore``,
+    repository metadata, unknown."""
+    manifests = manifest_rules(changes, store, config, base.commits)
+    for test, reasons in manifests.hits.items():
+        for reason in reasons:
+            add_hit(hits, test, reason)
+    widen: list[Reason] = list(manifests.widen)
+    notes: list[str] = list(manifests.notes)
     paths = sorted(p for p in base.everything if not is_python(p))
     readers = store.tests_for_files(paths)
     evidence_tests = sorted(base.commits)
@@ -344,7 +353,7 @@ def _path_rules(hits: Hits, changes: ChangeSet, store: EvidenceReader, config: C
                 f"{shown(path)} changed and matches run_all {rule!r}: everything runs",
                 path=path, via=f"fastci.yaml run_all: {rule}"), rule=f"run_all {rule!r}")
             continue
-        matched = bool(readers.get(path))
+        matched = bool(readers.get(path)) or path in manifests.handled
         for glob, test_globs in config.path_tests:
             if glob_match(path, glob):
                 matched = True

@@ -26,10 +26,12 @@ class DecisionKind(enum.Enum):
     COMPILED_CODE = "runs compiled or traced code that changed"
     STATIC_REACH = "imports or discovers a new, deleted or newly named module"
     CHANGED_SINCE_RECORDED = "a path that runs everything changed since its evidence was recorded"
+    CHANGED_DISTRIBUTION = "imported a distribution whose requirement changed"
     # ... or because its evidence cannot be trusted ...
     NO_EVIDENCE = "has no evidence"
     INCOMPLETE_EVIDENCE = "its recording did not complete"
     ENVIRONMENT_CHANGED = "its evidence was recorded in another environment"
+    ENVIRONMENT_PACKAGES = "imported a package that differs in this environment"
     FAILED_LAST = "failed in its last run"
     NEW_TEST = "is a new test"
     MODIFIED_TEST = "the test itself changed"

@@ -25,7 +25,6 @@ from fastci.changes.scan import ChangeSet
 from fastci.config import Config, first_match
 from fastci.evidence.environment import parse_listing
 from fastci.integrations.git.repository import shown
-from fastci.integrations.git.tree import DIRTY_PREFIX
 from fastci.select.decisions import DecisionKind, Reason
 from fastci.types import RelPath, TestId
 
@@ -36,10 +35,6 @@ Hits = dict[TestId, list[Reason]]
 CORE_NAMES = frozenset({"torch", "triton", "pytorch-triton", "pytorch-triton-rocm",
                         "pytorch-triton-xpu", "jax", "jaxlib", "ninja", "cmake"})
 CORE_PREFIXES = ("nvidia-", "cuda-", "cupy-cuda")
-# The kinds the integrator adds; until then the closest existing ones.
-_DIST_KIND: DecisionKind = getattr(DecisionKind, "CHANGED_DISTRIBUTION", DecisionKind.PATH_RULE)
-_ENV_KIND: DecisionKind = getattr(DecisionKind, "ENVIRONMENT_PACKAGES",
-                                  DecisionKind.ENVIRONMENT_CHANGED)
 
 
 class DistributionReader(Protocol):
@@ -50,7 +45,7 @@ class DistributionReader(Protocol):
 
 
 class ManifestSelection(NamedTuple):
-    """What :func:`manifest_rules` found: per-test hits, widenings, paths read, notes."""
+    """What :func:`manifest_rules` found: per-test hits, plan-wide widenings, paths read, notes."""
 
     hits: Hits
     widen: list[Reason]
@@ -63,44 +58,64 @@ def is_core(name: str) -> bool:
     return name in CORE_NAMES or name.startswith(CORE_PREFIXES)
 
 
-def manifest_rules(changes: ChangeSet, store: DistributionReader,
-                   config: Config) -> ManifestSelection:
-    """Changed manifests -> tests that imported a changed distribution, or widening."""
+def manifest_rules(changes: ChangeSet, store: DistributionReader, config: Config,
+                   baselines: Mapping[TestId, str | None] | None = None) -> ManifestSelection:
+    """Changed manifests -> tests that imported a changed distribution, or widening.
+
+    Each test is compared with the manifest as of the commit its evidence was
+    recorded at (``baselines``: test -> commit; a test re-recorded after a pin bump
+    is not selected for it again, and one that never imported the package never
+    is). Tests with no known baseline commit, or every test when ``baselines`` is
+    None, are compared with the base and every evidence commit (the union).
+    What runs everything for some baselines but not all selects those tests only.
+    """
     out = ManifestSelection({}, [], set(), [])
-    paths = [p for p in changes.paths if first_match(p, config.run_all) is None]
+    since = {c: {ch.path: ch for ch in chs} for c, chs in changes.since.items()}
+    renamed = {o.path: o.old_path for o in changes.others if o.old_path}
+    paths = sorted({*changes.paths, *(p for chs in since.values() for p in chs)})
+    paths = [p for p in paths if first_match(p, config.run_all) is None]
     for path in paths:
         rule = first_match(path, config.metadata_ignore)
         if rule is not None and not is_manifest(path):
             out.handled.add(path)
-            out.notes.append(f"{shown(path)}: repository metadata no test recorded opening, "
-                             f"ignored (fastci.yaml metadata_ignore {rule!r})")
+            out.notes.append(f"{shown(path)}: repository metadata, ignored unless a test "
+                             f"recorded opening it (fastci.yaml metadata_ignore {rule!r})")
     manifests = [p for p in paths if is_manifest(p)]
     if not manifests or changes.tree is None:
         return out  # not read from git: the path rules decide (run_all, unknown)
+    groups: dict[str, list[TestId] | None] = {"": None}
+    if baselines is not None:
+        known: dict[str, list[TestId]] = {}
+        for test, commit in sorted(baselines.items()):
+            known.setdefault(commit if commit and commit in since else "", []).append(test)
+        groups = dict(known)
+    everyone = len(baselines) if baselines is not None else None
     for path in manifests:
-        change = _read(changes, store, path)
         out.handled.add(path)
-        if change is None:
-            out.widen.append(Reason(
-                DecisionKind.RUN_ALL_PATH, f"{shown(path)} changed and could not be read as a "
-                "dependency manifest: everything runs", path=path,
-                via="safety rule: an unreadable manifest widens to every test"))
-            continue
-        _apply(change, store, out)
+        for key, tests in sorted(groups.items()):
+            if key and path not in since[key]:
+                continue  # unchanged since these tests were recorded
+            if key:
+                ch = since[key][path]
+                change = _read(changes, path, [(key, ch.old_path or path)])
+            else:
+                revs = {changes.base} | {c for c in store.evidence_commits()
+                                         if c and c in since}
+                change = _read(changes, path, [(r, renamed.get(path, path)) for r in sorted(revs)])
+            whole = tests is None or len(tests) == everyone
+            _apply(path, change, store, out, tests, whole)
     return out
 
 
-def _read(changes: ChangeSet, store: DistributionReader, path: RelPath) -> ManifestChange | None:
-    """The union of the change against the base and every evidence commit (None: unreadable)."""
+def _read(changes: ChangeSet, path: RelPath,
+          olds: list[tuple[str, RelPath]]) -> ManifestChange | None:
+    """The union of the change from each ``(revision, path there)`` to head (None: unreadable)."""
     assert changes.tree is not None
     git = changes.tree.git
-    old_path = next((o.old_path for o in changes.others if o.path == path and o.old_path), path)
-    revs = {changes.base} | {c for c in store.evidence_commits()
-                             if c and not c.startswith(DIRTY_PREFIX) and git.has_revision(c)}
     new = git.read(changes.head, path)
     merged: dict[str, set[str]] = {"distributions": set(), "added": set(), "settings": set(),
                                    "inert": set()}
-    for rev in sorted(revs):
+    for rev, old_path in olds:
         got = read_change(path, git.read(rev, old_path), new)
         if got is None:
             return None
@@ -110,38 +125,61 @@ def _read(changes: ChangeSet, store: DistributionReader, path: RelPath) -> Manif
                                   ("distributions", "added", "settings", "inert")))
 
 
-def _apply(change: ManifestChange, store: DistributionReader, out: ManifestSelection) -> None:
-    path = change.path
+def _apply(path: RelPath, change: ManifestChange | None, store: DistributionReader,
+           out: ManifestSelection, tests: list[TestId] | None, whole: bool) -> None:
+    """Add what ``change`` means for ``tests`` (None: every test) to ``out``."""
+    widen: list[Reason] = []
+    if change is None:
+        widen.append(Reason(
+            DecisionKind.RUN_ALL_PATH, f"{shown(path)} changed and could not be read as a "
+            "dependency manifest: everything runs", path=path,
+            via="safety rule: an unreadable manifest widens to every test"))
+        change = ManifestChange(path)
     if change.settings:
-        out.widen.append(Reason(
+        widen.append(Reason(
             DecisionKind.RUN_ALL_PATH, f"{shown(path)} changed {', '.join(change.settings)}, "
             "which can change any test: everything runs", path=path,
             change=", ".join(change.settings),
             via="static rule: build, interpreter and test-runner settings reach every test"))
     core = [n for n in change.distributions if is_core(n)]
     if core:
-        out.widen.append(Reason(
+        widen.append(Reason(
             DecisionKind.RUN_ALL_PATH, f"{shown(path)} changed the requirement of "
             f"{', '.join(core)} (interpreter, torch or CUDA stack): everything runs", path=path,
             change=", ".join(core), via="safety rule: a core package change reaches every test"))
     importers = store.tests_for_distributions(change.distributions)
     new = [n for n in change.added if not importers.get(n)]
     if new:
-        out.widen.append(Reason(
+        widen.append(Reason(
             DecisionKind.RUN_ALL_PATH, f"{shown(path)} adds {', '.join(new)}, which no recorded "
             "test imported: code that imports it only when it is installed (try/except "
             "ImportError, plugin entry points) left no evidence, so everything runs", path=path,
             change="added " + ", ".join(new),
             via="safety rule: a new dependency widens to every test"))
+    mine = None if tests is None else set(tests)
+    if widen and whole:
+        out.widen.extend(widen)
+    elif widen:
+        for test in tests or ():
+            for reason in widen:
+                out.hits.setdefault(test, []).append(Reason(
+                    DecisionKind.CHANGED_SINCE_RECORDED,
+                    f"{reason.sentence.rsplit(':', 1)[0]} since its evidence was recorded, "
+                    "which runs every test recorded before it", path=path, change=reason.change,
+                    via=reason.via))
     for name in change.distributions:
         for test in sorted(importers.get(name, ())):
-            out.hits.setdefault(test, []).append(Reason(
-                _DIST_KIND, f"imported {name}, whose requirement changed in {shown(path)}",
-                path=path, change=f"requirement of {name} changed",
-                via="evidence: the test's recording imported the distribution"))
+            if mine is None or test in mine:
+                out.hits.setdefault(test, []).append(Reason(
+                    DecisionKind.CHANGED_DISTRIBUTION,
+                    f"imported {name}, whose requirement changed in {shown(path)}", path=path,
+                    change=f"requirement of {name} changed",
+                    via="evidence: the test's recording imported the distribution"))
     if change.inert and not (change.settings or change.distributions):
-        out.notes.append(f"{shown(path)}: only {', '.join(change.inert)} changed, which no test "
-                         "reads: nothing runs for it")
+        note = f"{shown(path)}: only {', '.join(change.inert)} changed, which no test reads: " \
+            "nothing runs for it"
+        if note not in out.notes:
+            out.notes.append(note)
 
 
 # ------------------------------------------------------------------------ environments
@@ -211,7 +249,7 @@ def environment_rules(runs: Mapping[TestId, Any], current: Mapping[str, Any] | N
             else:
                 continue  # only packages it never imported differ: its evidence stands
         hits[test] = [Reason(
-            _ENV_KIND if diff is not None and mine else DecisionKind.ENVIRONMENT_CHANGED,
+            DecisionKind.ENVIRONMENT_PACKAGES if diff is not None and mine else DecisionKind.ENVIRONMENT_CHANGED,
             reason, via="safety rule: a changed environment invalidates evidence that "
                         "depends on what changed")]
     return hits
