@@ -161,3 +161,46 @@ def test_a_pin_bump_reaches_importers_once(tmp_path: Path) -> None:
     repo.write({"pkg/m.py": M1.replace("return 2", "return 3")})  # code neither test runs
     assert _chosen(_plan(tmp_path, store, r1)) == {}
     store.close()
+
+
+def test_an_environment_that_differs_in_unimported_packages_keeps_the_evidence(
+        tmp_path: Path) -> None:
+    """Issue 12 item 4: only the tests that imported a package that differs re-run."""
+    import time
+
+    from fastci.changes.scan import scan
+    from fastci.evidence.store import RunEvidence
+    from fastci.integrations.git.repository import Git
+    from fastci.select import select_tests
+
+    def listing(pkgs: dict[str, str]) -> str:
+        return "\n".join(f"{n}=={v}" for n, v in sorted(pkgs.items()))
+
+    old = {"pyyaml": "6.0.1", "black": "24.1", "protobuf": "5.0"}
+    repo = Repo(tmp_path)
+    repo.write({".gitignore": ".fastci/\n"})
+    r0 = repo.commit({"pkg/m.py": M1})
+    store = EvidenceStore.open(tmp_path / ".fastci/evidence.db", create=True)
+    units = units_of(tmp_path, ["pkg/m.py"])
+    for test, dists in (("t_yaml", {"pyyaml": "6.0.1"}), ("t_none", {})):
+        store.ingest(RunEvidence(
+            test=test, run_key=f"{test}:{time.time_ns()}", outcome="passed", complete=True,
+            duration_s=1.0, gpus=0, workload={}, recorded_at=time.time(), env_fingerprint="fp-old",
+            environment={"base_fingerprint": "b1", "packages_list": listing(old)}, commit=r0,
+            units={"pkg/m.py::u1": (units["pkg/m.py::u1"], frozenset({"c"}))},
+            distributions=dists))
+    assert store.latest_runs()["t_yaml"].environment["packages_list"] == listing(old)
+
+    def chosen(new: dict[str, str], base_fp: str = "b1") -> dict[str, set[DecisionKind]]:
+        env = {"fingerprint": "fp-new", "base_fingerprint": base_fp, "packages_list": listing(new)}
+        sel = select_tests(scan(Git(tmp_path), r0, evidence_commits=[r0]), store, Config(),
+                           declared=None, env_fingerprint="fp-new", environment=env)
+        return _chosen(sel)
+
+    # black differs: nobody imported it. t_none recorded no imports: it cannot be trusted.
+    assert chosen({**old, "black": "24.2"}) == {"t_none": {DecisionKind.ENVIRONMENT_CHANGED}}
+    assert chosen({**old, "pyyaml": "6.0.2"}) == {
+        "t_yaml": {DecisionKind.ENVIRONMENT_PACKAGES}, "t_none": {DecisionKind.ENVIRONMENT_CHANGED}}
+    # Another interpreter or GPU stack (base fingerprint): everything.
+    assert set(chosen(old, base_fp="b2")) == {"t_yaml", "t_none"}
+    store.close()

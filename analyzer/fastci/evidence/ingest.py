@@ -257,7 +257,9 @@ def merge_run(traces: list[trace.TraceMsg], *, source: str, commit: str | None,
         recorded_at=min(t.started_at for t in traces), env_fingerprint=env.fingerprint,
         environment={"python": env.python, "platform": env.platform,
                      "packages": env.packages_digest, "torch": env.torch, "cuda": env.cuda,
-                     "gpu": env.gpu_model},
+                     "gpu": env.gpu_model, "base_fingerprint": env.base_fingerprint,
+                     # Stored once per fingerprint (the store's env_listing), not per run.
+                     "packages_list": env.packages_list},
         commit=commit, source=source,
         units={u: (c, frozenset(s)) for u, (c, s) in units.items()}, files=files,
         sources=sources, distributions=distributions)

@@ -13,7 +13,9 @@ Version history:
   checksum as *that test's* recording saw it (``unit.checksum`` only keeps the
   newest, for display), the new ``source`` table the digest of every Python
   file the test executed, and ``dist_import`` the third-party distributions
-  (name, version) the test's processes imported. Selection compares each test
+  (name, version) the test's processes imported, and ``env_listing`` the installed
+  packages (``name==version`` lines) once per environment fingerprint, so two
+  environments can be compared package by package. Selection compares each test
   with its own baseline, so a partial re-record never hides or repeats a change.
 
 A store with another version is never migrated or deleted silently:
@@ -88,6 +90,13 @@ CREATE TABLE dist_import (
     PRIMARY KEY (test_id, name)
 ) WITHOUT ROWID;
 CREATE INDEX dist_import_by_name ON dist_import (name);
+
+-- The installed distributions of an environment (one `name==version` a line), once per
+-- fingerprint (the fingerprint covers them): which packages two environments differ in.
+CREATE TABLE env_listing (
+    fingerprint TEXT PRIMARY KEY,
+    packages_list TEXT NOT NULL
+) WITHOUT ROWID;
 
 -- Non-Python files a test opened for reading under the repo.
 CREATE TABLE file_read (

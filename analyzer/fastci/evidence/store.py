@@ -30,7 +30,7 @@ DEFAULT_PATH = Path(".fastci/evidence.db")
 LOCK_WAIT_S = 30.0
 #: The tables a store of this schema version has.
 TABLES = frozenset({"meta", "test", "unit", "context", "evidence", "file_read", "run", "source",
-                    "dist_import"})
+                    "dist_import", "env_listing"})
 _CHUNK = 500
 
 
@@ -56,6 +56,21 @@ class RunRecord:
     recorded_at: float
     overrides: Mapping[str, Any] | None = None
     last_full: RunRecord | None = None
+    environment_json: str = field(default="{}", repr=False, compare=False)
+    packages_list: str = field(default="", repr=False, compare=False)
+
+    @property
+    def environment(self) -> dict[str, Any]:
+        """The run's environment parts (``python``, ``base_fingerprint`` ...) and, when the
+        store holds it, ``packages_list``: what environment rules compare package by package."""
+        try:
+            env = json.loads(self.environment_json)
+        except ValueError:
+            env = {}
+        env = env if isinstance(env, dict) else {}
+        if self.packages_list:
+            env["packages_list"] = self.packages_list
+        return env
 
     @property
     def full(self) -> bool:
@@ -470,17 +485,19 @@ class EvidenceStore:
         """Runs (joined with their test) matching ``where``, oldest first."""
         rows = self.conn.execute(
             "SELECT t.name, r.commit_sha, r.env_fingerprint, r.workload, r.overrides, r.duration_s,"
-            " r.gpus, r.outcome, r.complete, r.recorded_at FROM run r JOIN test t"
-            f" ON t.id = r.test_id{where} ORDER BY r.recorded_at, r.id", args)
-        for name, commit, env, wl, ov, dur, gpus, outcome, complete, at in rows:
+            " r.gpus, r.outcome, r.complete, r.recorded_at, r.environment, l.packages_list"
+            " FROM run r JOIN test t ON t.id = r.test_id LEFT JOIN env_listing l"
+            f" ON l.fingerprint = r.env_fingerprint{where} ORDER BY r.recorded_at, r.id", args)
+        for name, commit, env, wl, ov, dur, gpus, outcome, complete, at, ej, listing in rows:
             yield RunRecord(name, commit, env, json.loads(wl), dur, gpus, outcome, bool(complete),
-                            at, None if ov is None else json.loads(ov))
+                            at, None if ov is None else json.loads(ov), environment_json=ej,
+                            packages_list=listing or "")
 
     def stats(self) -> dict[str, int]:
         """Row counts per table and the file size in bytes."""
         out = {t: self.conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
                for t in ("test", "unit", "context", "evidence", "file_read", "run", "source",
-                         "dist_import")}
+                         "dist_import", "env_listing")}
         out["bytes"] = sum(p.stat().st_size for p in
                            (self.path, Path(f"{self.path}-wal")) if p.exists())
         return out
@@ -532,8 +549,13 @@ class EvidenceStore:
             if self.has_run(run.run_key):
                 return False
             tid = self._id("test", "name", run.test)
+            environment = dict(run.environment)
+            listing = environment.pop("packages_list", "")
+            if listing and run.env_fingerprint:
+                self.conn.execute("INSERT OR IGNORE INTO env_listing VALUES (?,?)",
+                                  (run.env_fingerprint, str(listing)))
             rid = self._insert_run(tid, run.run_key, run.commit, run.env_fingerprint,
-                                   run.environment, run.workload, run.overrides, run.duration_s,
+                                   environment, run.workload, run.overrides, run.duration_s,
                                    run.gpus, run.outcome, run.complete, run.recorded_at,
                                    run.source, True)
             held = self.conn.execute("SELECT evidence_at FROM test WHERE id = ?", (tid,)).fetchone()

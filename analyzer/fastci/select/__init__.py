@@ -10,7 +10,7 @@ union, and never drops a test without a reason. Gathering the inputs (git, SQLit
 from __future__ import annotations
 
 import logging
-from typing import Mapping
+from typing import Any, Mapping
 
 from fastci.changes.scan import ChangeSet
 from fastci.config import Config
@@ -18,6 +18,7 @@ from fastci.select.decisions import (SKIP_KINDS, WIDEN_KINDS, Decision, Decision
                                      Selection)
 from fastci.changes.versions import Versions
 from fastci.select.baseline import Baselines, change_rules
+from fastci.select.manifest_rules import environment_rules
 from fastci.select.rules import (DeclaredTest, EvidenceReader, RunLike, ignored_read_rules,
                                  test_rules)
 from fastci.types import TestId, as_label
@@ -58,7 +59,8 @@ def _finish(decisions: list[Decision]) -> list[Decision]:
 
 def select_tests(changes: ChangeSet, store: EvidenceReader, config: Config, *,
                  declared: Mapping[TestId, DeclaredTest] | None,
-                 env_fingerprint: str | None) -> Selection:
+                 env_fingerprint: str | None,
+                 environment: Mapping[str, Any] | None = None) -> Selection:
     """Decide every test of the universe (declared ∪ recorded) for ``changes``.
 
     Args:
@@ -67,6 +69,10 @@ def select_tests(changes: ChangeSet, store: EvidenceReader, config: Config, *,
         config: the effective configuration.
         declared: the declared tests (``bazel query``), or None when unknown.
         env_fingerprint: the current environment fingerprint, None if unknown.
+        environment: the test runner's whole environment
+            (:func:`fastci.evidence.environment.environment_of_interpreter`), so evidence
+            from an environment that differs only in packages a test never imported is
+            kept; None: compared by fingerprint alone.
     """
     evidence_tests = set(store.test_ids())
     runs = store.latest_runs()
@@ -89,8 +95,13 @@ def select_tests(changes: ChangeSet, store: EvidenceReader, config: Config, *,
 
     change_hits, widen, notes = change_rules(changes, store, config, universe, baselines,
                                              versions)
-    for rule_hits in (test_rules(universe, runs, declared, env_fingerprint, src_changed,
-                                 evidence_tests),
+    current = dict(environment) if environment is not None else (
+        {"fingerprint": env_fingerprint} if env_fingerprint else None)
+    with_evidence = {t: r for t, r in runs.items() if t in universe and t in evidence_tests}
+    imported = store.distributions_of_tests(sorted(with_evidence)) if current and any(
+        r.env_fingerprint != current.get("fingerprint") for r in with_evidence.values()) else {}
+    for rule_hits in (test_rules(universe, runs, declared, src_changed, evidence_tests),
+                      environment_rules(with_evidence, current, imported),
                       change_hits, ignored_read_rules(changes, store)):
         for test, reasons in rule_hits.items():
             hits.setdefault(test, []).extend(reasons)

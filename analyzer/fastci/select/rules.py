@@ -51,6 +51,8 @@ class RunLike(Protocol):
     def complete(self) -> bool: ...
     @property
     def overrides(self) -> Mapping[str, Any] | None: ...
+    @property
+    def environment(self) -> Mapping[str, Any]: ...
 
     @property
     def last_full(self) -> RunLike | None: ...
@@ -88,6 +90,10 @@ class EvidenceReader(Protocol):
         ...
     def tests_for_distributions(self, names: Iterable[str]) -> Mapping[str, set[TestId]]:
         """Distribution name -> tests whose evidence imported it."""
+        ...
+    def distributions_of_tests(self, tests: Iterable[TestId] | None = None) -> \
+            Mapping[TestId, Mapping[str, str]]:
+        """Test -> {distribution: version} its evidence imported."""
         ...
     def units_of_test(self, test: TestId) -> Mapping[UnitId, Sequence[ContextSig]]:
         """Unit id -> the contexts ``test`` exercised it in (for ``fastci explain``)."""
@@ -167,10 +173,12 @@ def own_output(path: RelPath, config: Config) -> bool:
 
 
 def test_rules(universe: Iterable[TestId], runs: Mapping[TestId, RunLike],
-               declared: Mapping[TestId, DeclaredTest] | None, env_fingerprint: str | None,
+               declared: Mapping[TestId, DeclaredTest] | None,
                src_changed: Callable[[TestId, RelPath], bool],
                evidence_tests: set[TestId]) -> Hits:
-    """Always-select rules: no/incomplete evidence, failed last, new/modified test, environment.
+    """Always-select rules: no/incomplete evidence, failed last, new/modified test.
+
+    (The environment is compared by :func:`fastci.select.manifest_rules.environment_rules`.)
 
     ``src_changed(test, path)`` says whether a declared source of the test changed
     (semantically, for Python) since the test's baseline.
@@ -203,13 +211,6 @@ def test_rules(universe: Iterable[TestId], runs: Mapping[TestId, RunLike],
                 f"its last full-workload run ended {full.outcome!r}; the later pass was "
                 f"{_at_workload(run)}, which does not clear it",
                 via="safety rule: a test whose last full-workload run failed is selected"))
-        if env_fingerprint is None or run.env_fingerprint != env_fingerprint:
-            now = env_fingerprint or "unknown"
-            add_hit(hits, test, Reason(
-                DecisionKind.ENVIRONMENT_CHANGED,
-                f"recorded in environment {run.env_fingerprint or 'unknown'}, now {now} "
-                "(Python, packages incl. torch/CUDA, or GPU differ)",
-                via="safety rule: a changed environment invalidates evidence"))
         if decl is not None:
             _declaration_reasons(hits, test, decl, run,
                                  {src for src in decl.srcs if src_changed(test, src)})
