@@ -22,7 +22,10 @@ It reads files and the interpreter, never environment variables other than
 Libraries found only through ``LD_LIBRARY_PATH`` are not covered, nor are the
 kernel version and host name (they change often and rarely matter).
 
-Everything is computed once per process (the recorder asks at every trace stop).
+Everything is computed once per process (the recorder asks at every trace stop);
+the answers of ``ldconfig -p`` and ``nvidia-smi`` are also kept in a private per-user
+folder under the temporary directory, keyed by what they depend on (the linker
+cache's stat; the driver's version file and the boot id), for the next process.
 This module needs only the standard library, so any interpreter can run it.
 """
 
@@ -37,10 +40,12 @@ import platform
 import re
 import shutil
 import site
+import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     from fastci.evidence import trace
@@ -52,6 +57,7 @@ LIBRARIES: tuple[str, ...] = ("libcuda", "libcudart", "libnccl", "libcudnn", "li
 _SMI_FALLBACKS = ("/usr/bin/nvidia-smi", "/usr/local/nvidia/bin/nvidia-smi",
                   "/usr/local/bin/nvidia-smi")
 _LDCONFIG = ("/sbin/ldconfig", "/usr/sbin/ldconfig")
+_LD_SO_CACHE = "/etc/ld.so.cache"
 _CUDA_HOME = "/usr/local/cuda"
 _LDCACHE_LINE = re.compile(r"^\s*(lib[\w+.-]*?\.so\.[0-9.]+)\s+\(([^)]*)\)\s+=>\s+(\S.*?)\s*$")
 _FINGERPRINT = re.compile(r"[0-9a-f]{16}")
@@ -130,10 +136,16 @@ def _torch_versions() -> tuple[str, str]:
         version = getattr(torch, "__version__", "")
         cuda = getattr(getattr(torch, "version", None), "cuda", None) or ""
         return str(version), str(cuda)
+    return _torch_distribution(), ""
+
+
+@functools.lru_cache(maxsize=1)
+def _torch_distribution() -> str:
+    # Reading distribution metadata costs 1-5 ms, and the recorder asks at every stop.
     try:
-        return importlib.metadata.version("torch"), ""
+        return importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
-        return "", ""
+        return ""
 
 
 def _run(cmd: list[str]) -> str:
@@ -142,6 +154,73 @@ def _run(cmd: list[str]) -> str:
     except (OSError, subprocess.SubprocessError):
         return ""
     return out.stdout if out.returncode == 0 else ""
+
+
+#: Where probe outputs are kept between processes (see :func:`_cached_run`).
+_PROBE_CACHE = "fastci-probes-{uid}"
+
+
+def _file_key(path: str, *, content: bool = False) -> str | None:
+    """What identifies ``path``'s current version: its stat, or (``/proc``) its content."""
+    try:
+        if content:
+            return Path(path).read_text()
+        st = os.stat(path)
+    except OSError:
+        return None
+    return f"{path} {st.st_dev} {st.st_ino} {st.st_size} {st.st_mtime_ns}"
+
+
+def _probe_dir() -> str | None:
+    """This user's probe cache folder (created private), ``None`` when it is not safe to use."""
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    folder = os.path.join(tempfile.gettempdir(), _PROBE_CACHE.format(uid=uid))
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return None
+    # Someone else's folder, or one others can write to, could hold a planted answer.
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o022:
+        return None
+    return folder
+
+
+def _cached_run(cmd: list[str], key: list[str | None],
+                keep: Callable[[str], str] = lambda out: out) -> str:
+    """``_run(cmd)``, its ``keep``-filtered output kept in a per-user file keyed by ``key``.
+
+    Every recorded process (each test process, each child a test starts) takes the
+    fingerprint; ``ldconfig -p`` costs about 17 ms and ``nvidia-smi`` far more.
+    ``key`` names what their answers depend on (files' stat or content); a
+    ``None`` in it (a file missing) means no caching. An empty answer (the tool
+    failed) is never kept.
+    """
+    folder = _probe_dir() if None not in key else None
+    if folder is None:
+        return keep(_run(cmd))
+    digest = hashlib.sha256("\0".join([*cmd, "", *(k or "" for k in key)]).encode())
+    path = os.path.join(folder, f"{os.path.basename(cmd[0])}-{digest.hexdigest()[:32]}.txt")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        pass
+    out = keep(_run(cmd))
+    if out:
+        try:
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(out)
+            os.replace(tmp, path)
+        except OSError:  # a cache that cannot be written is only slower
+            pass
+    return out
 
 
 def _find(name: str, fallbacks: tuple[str, ...]) -> str | None:
@@ -168,8 +247,11 @@ def _gpus() -> tuple[str, str]:
     smi = _find("nvidia-smi", _SMI_FALLBACKS)
     models, driver = ("", "")
     if smi is not None:
-        models, driver = parse_gpus(_run([smi, "--query-gpu=name,driver_version",
-                                          "--format=csv,noheader"]))
+        # GPUs change only with a reboot, the driver with its version file.
+        key = [_file_key(smi), _file_key("/proc/sys/kernel/random/boot_id", content=True),
+               _file_key("/proc/driver/nvidia/version", content=True)]
+        models, driver = parse_gpus(_cached_run(
+            [smi, "--query-gpu=name,driver_version", "--format=csv,noheader"], key))
     if not driver:
         try:
             driver = Path("/proc/driver/nvidia/version").read_text().splitlines()[0].strip()
@@ -196,7 +278,19 @@ def parse_ldcache(listing: str, stems: tuple[str, ...] = LIBRARIES) -> tuple[str
 
 def _libraries() -> tuple[str, ...]:
     ldconfig = _find("ldconfig", _LDCONFIG)
-    return parse_ldcache(_run([ldconfig, "-p"])) if ldconfig else ()
+    if not ldconfig:
+        return ()
+    # `ldconfig -p` prints the linker cache: the same answer while that file is the same.
+    # Symlinks are resolved after the cache (parse_ldcache): a library replaced in place counts.
+    listing = _cached_run([ldconfig, "-p"], [_file_key(ldconfig), _file_key(_LD_SO_CACHE)],
+                          keep=_ldcache_relevant)
+    return parse_ldcache(listing)
+
+
+def _ldcache_relevant(listing: str) -> str:
+    """The lines of an ``ldconfig -p`` listing that can name one of :data:`LIBRARIES`."""
+    return "".join(line + "\n" for line in listing.splitlines()
+                   if any(stem in line for stem in LIBRARIES))
 
 
 def _libc() -> str:

@@ -64,6 +64,43 @@ _SCOPE_CACHE: dict[tuple[str, str, str], tuple[str, str]] = {}
 _INTERPRETER_DIRS: tuple[str, ...] | None = None
 # Path components of installed (third-party) code, wherever the environment lives.
 _INSTALLED_PARTS = frozenset({"site-packages", "dist-packages", ".venv"})
+#: Files coverage.py never measures for the recorder (installed code, FastCI's own).
+_OMIT = ("*/.venv/*", "*/site-packages/*", "*/dist-packages/*",
+         os.path.join(EVIDENCE_CODE_DIR, "*"))
+# Coverage engines kept for reuse in this process, by (pid, sources, contexts); and the
+# ids of those a recorder is using now. See _acquire_engine.
+_ENGINES: dict[tuple[int, tuple[str, ...], bool], Any] = {}
+_BUSY: set[int] = set()
+
+
+def _acquire_engine(sources: list[str], contexts: bool) -> Any:
+    """A coverage engine for ``sources``: this process's idle one, else a new one.
+
+    Building a ``coverage.Coverage`` and starting it the first time costs about
+    20 ms (coverage.py summarises the call stack with ``inspect.stack()`` and
+    computes the interpreter's paths), and a fresh engine asks Python again
+    whether to trace every file the test runs. pytest records one test after
+    another in one process, so the engine is kept: :func:`_release_engine`
+    erases its data after each recording, and the next one starts it again.
+    """
+    key = (os.getpid(), tuple(sources), contexts)
+    cov = _ENGINES.get(key)
+    if cov is None or id(cov) in _BUSY:  # none yet, or nested recorders: a fresh one
+        cov = make_coverage(sources, list(_OMIT), contexts=contexts)
+        _ENGINES.setdefault(key, cov)
+    _BUSY.add(id(cov))
+    return cov
+
+
+def _release_engine(cov: Any) -> None:
+    """Erase what ``cov`` collected (it is stopped) and make it available again."""
+    try:
+        cov.get_data().erase()
+    except Exception:  # never reuse an engine in an unknown state
+        for key, kept in list(_ENGINES.items()):
+            if kept is cov:
+                del _ENGINES[key]
+    _BUSY.discard(id(cov))
 
 
 def _after_fork_in_child() -> None:
@@ -128,10 +165,7 @@ class Recorder:
                 self.out_dir, self.test_id, self.run_id, self.repo_root,
                 {"workload": self.workload, "gpus": self.gpus})
             self._child_env.install()
-        sources = list(self.mapper.roots)
-        cov = make_coverage(sources, ["*/.venv/*", "*/site-packages/*", "*/dist-packages/*",
-                                      os.path.join(EVIDENCE_CODE_DIR, "*")],
-                            contexts=self._contexts is not None)
+        cov = _acquire_engine(list(self.mapper.roots), self._contexts is not None)
         self._cov = cov
         self._opens.start()
         if self._contexts is not None:
@@ -230,19 +264,11 @@ class Recorder:
         lines: dict[str, list[int]] = {}
         seg_lines: dict[str, dict[str, list[int]]] = {k: {} for k in self._segment_includes}
         if cov is not None:
-            data = cov.get_data()
-            for fname in data.measured_files():
-                rel = self.mapper.rel(fname)
-                if rel is None:
-                    continue
-                if not seg_lines:
-                    lines.setdefault(rel, []).extend(data.lines(fname) or [])
-                    continue
-                for line, labels in data.contexts_by_lineno(fname).items():
-                    for label in labels:
-                        target = seg_lines[label] if label in seg_lines else lines
-                        target.setdefault(rel, []).append(line)
-            self._cov = None
+            try:
+                _read_lines(cov.get_data(), self.mapper, lines, seg_lines)
+            finally:
+                self._cov = None
+                _release_engine(cov)
         reads = self._opens.stop()
         if self._child_env is not None:
             self._child_env.uninstall()
@@ -279,6 +305,26 @@ class Recorder:
 
 
 # ---------------------------------------------------------------------- mapping
+
+def _read_lines(data: Any, mapper: PathMapper, lines: dict[str, list[int]],
+                seg_lines: dict[str, dict[str, list[int]]]) -> None:
+    """Executed lines by repo path from coverage ``data``: the test's, and each segment's."""
+    for fname in data.measured_files():
+        rel = mapper.rel(fname)
+        if rel is None:
+            continue
+        if not seg_lines:
+            got = data.lines(fname) or []
+            # A reused engine names every file a plug-in traced since it was built (its
+            # tracer table outlives erase()): one with no lines now is not this test's.
+            if got or not data.file_tracer(fname):
+                lines.setdefault(rel, []).extend(got)
+            continue
+        for line, labels in data.contexts_by_lineno(fname).items():
+            for label in labels:
+                target = seg_lines[label] if label in seg_lines else lines
+                target.setdefault(rel, []).append(line)
+
 
 def _index(mapper: PathMapper, rel: str) -> tuple[units_mod.LineIndex | None, str]:
     local = mapper.local_path(rel)
