@@ -194,3 +194,16 @@ def test_torch_distribution_version_is_read_once(monkeypatch: pytest.MonkeyPatch
         assert calls == ["torch"]
     finally:
         environment._torch_distribution.cache_clear()
+
+
+# ------------------------------------------------------------------ trace cleanup
+
+def test_remove_ingested_deletes_only_trace_files(tmp_path: Path) -> None:
+    msg = trace.Trace(format_version=trace.FORMAT_VERSION, test_id="t", run_id="r",
+                      complete=True)
+    done = trace.write_atomic(tmp_path / trace.file_name("t", "r", 1), msg)
+    other = tmp_path / "notes.txt"
+    other.write_text("keep")
+    gone = tmp_path / ("gone" + trace.SUFFIX)
+    assert trace.remove_ingested([done, other, gone]) == 1
+    assert not done.exists() and other.exists()

@@ -125,3 +125,23 @@ def delta_decode(deltas: list[int]) -> list[int]:
         acc += d
         out.append(acc)
     return out
+
+
+def remove_ingested(paths: list[Path]) -> int:
+    """Delete trace files that were ingested successfully; return how many went.
+
+    Call it only with the traces of runs that ingested without error (a full
+    recording leaves ~26 MB under ``.fastci/runs``); keep those that failed or
+    were corrupt, so they can be looked at and ingested again. Only files named
+    like traces (``*.trace``) are removed; a file already gone is not an error.
+    """
+    removed = 0
+    for path in paths:
+        if path.suffix != SUFFIX:
+            continue
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        removed += 1
+    return removed
