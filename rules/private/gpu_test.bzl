@@ -3,7 +3,7 @@
 load("@fastci_plan//:plan.bzl", "PLAN")
 load(":meta.bzl", "fastci_meta")
 load(":plan_model.bzl", "decide_test")
-load(":validate.bzl", "check_gpu_test_args")
+load(":validate.bzl", "check_gpu_test_args", "resolve_reduction")
 
 _ENABLED = str(Label("//rules:fastci_enabled"))
 _SKIPPED = str(Label("//rules:skipped_by_plan"))
@@ -48,6 +48,9 @@ def gpu_test(
         floors = {},
         scope = [],
         constraints = [],
+        frozen = None,
+        check = None,
+        reference = None,
         args = [],
         env = {},
         tags = [],
@@ -81,7 +84,9 @@ def gpu_test(
       executor can route the test to a GPU pool (ignored locally).
     - `legacy_create_init` defaults to False (an implicit `__init__.py` at the
       runfiles root would shadow the `fastci` package).
-    It also declares `{name}__fastci_meta` (`fastci_meta`, tagged manual).
+    It also declares `{name}__fastci_meta` (`fastci_meta`, tagged manual), the
+    queryable declaration; `scope`, `frozen`, `check` and `reference` go only
+    there (they never change the py_test or its cache key).
 
     Args:
       name: test name.
@@ -92,19 +97,31 @@ def gpu_test(
       gpus: GPUs the test needs; 0 runs on CPU.
       workload: dimension -> full value (int, float, string or bool).
       floors: dimension -> lowest value a plan may reduce it to (numeric dims only).
-      scope: what the test validates (e.g. "parallel_parity"); those dims stay frozen.
+      scope: what the test validates, free-text topics (e.g. "parallel_parity");
+        `frozen` says which dimensions that freezes.
       constraints: relations between dimensions, e.g. "num_layers % pp == 0".
+      frozen: the dimensions the test's scope freezes (never reduced). When given,
+        every workload dimension is in exactly one of `floors` and `frozen`;
+        default: every dimension without a floor.
+      check: strength of the test's check: "exact", "tolerance", "threshold",
+        "completes" or "performance" (throughput/latency: never reduced, no
+        floors). Default "completes" (claims the weakest check).
+      reference: "relational" (compares runs made inside the test: meaningful at
+        any workload) or "absolute" (numbers recorded at one workload: goldens,
+        thresholds; a plan reduces it only to workloads with a recorded
+        reference). Default "absolute" (the safe side).
       args: extra command-line arguments (must not set workload dimensions).
       env: extra environment (must not set FASTCI_* variables owned by gpu_test).
       tags: extra tags.
       **kwargs: passed to py_test (size, timeout, flaky, shard_count, exec_properties...).
     """
-    problems = check_gpu_test_args(name, srcs, main, gpus, workload, floors, scope, constraints, args, env, tags)
+    problems = check_gpu_test_args(name, srcs, main, gpus, workload, floors, scope, constraints, args, env, tags, frozen, check, reference)
     if problems:
         p = problems[0]
         fail("gpu_test %s: attribute %s: %s" % (_own_label(name if type(name) == "string" else "?"), p.attr, p.msg))
 
     label = _own_label(name)
+    reduction = resolve_reduction(workload, floors, frozen, check, reference)
     if main == None:
         main = name + ".py" if (name + ".py") in srcs else srcs[0]
     decision = decide_test(PLAN, label, workload, floors, constraints)
@@ -145,6 +162,10 @@ def gpu_test(
         floors = {k: json.encode(v) for k, v in floors.items()},
         scope = list(scope),
         constraints = list(constraints),
+        frozen = reduction.frozen,
+        check = reduction.check,
+        reference = reduction.reference,
+        defaulted = reduction.defaulted,
         srcs = list(srcs),
         main = main,
         tags = ["manual"],

@@ -5,6 +5,8 @@ Native `py_test` cannot carry custom attributes, so `gpu_test` adds a sibling
 needs. Read every declaration with
 `bazel query 'kind(fastci_meta, //...)' --output=xml` (`fastci.integrations.bazel.query`).
 Workload and floor values are JSON-encoded strings so their types survive.
+`frozen`, `check` and `reference` are always the resolved values (defaults
+applied); `defaulted` names those the gpu_test did not declare.
 """
 
 def _fastci_meta_impl(ctx):
@@ -18,7 +20,11 @@ fastci_meta = rule(
         "gpus": attr.int(doc = "GPUs the test needs (0 = CPU only)."),
         "workload": attr.string_dict(doc = "Dimension -> JSON-encoded full value."),
         "floors": attr.string_dict(doc = "Dimension -> JSON-encoded minimum the plan may reduce to."),
-        "scope": attr.string_list(doc = "What the test validates; dimensions in scope are frozen."),
+        "scope": attr.string_list(doc = "What the test validates (free-text topics); `frozen` says which dimensions that freezes."),
+        "frozen": attr.string_list(doc = "Dimensions a plan never reduces (sorted; every dimension without a floor)."),
+        "check": attr.string(doc = "Strength of the test's check: exact, tolerance, threshold, completes or performance (never reduced)."),
+        "reference": attr.string(doc = "relational (compares runs made inside the test) or absolute (numbers recorded at one workload)."),
+        "defaulted": attr.string_list(doc = "Which of frozen, check and reference the gpu_test left undeclared (their defaults apply)."),
         "constraints": attr.string_list(doc = "Relations between dimensions, e.g. 'num_layers % pp == 0'."),
         "srcs": attr.label_list(allow_files = True, doc = "The test's own sources (not the launcher)."),
         "main": attr.string(doc = "The test's own main file (package-relative)."),

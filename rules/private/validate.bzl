@@ -8,6 +8,22 @@ load(":constraints.bzl", "check_constraint")
 
 SCALAR_TYPES = ["int", "float", "string", "bool"]
 
+# The strength of a test's check, strongest first; "performance" (throughput,
+# latency) is never reduced. Same list as fastci.plan.workload.CHECKS.
+CHECKS = ["exact", "tolerance", "threshold", "completes", "performance"]
+
+# What a test compares with: "relational" = two runs made inside the test
+# (meaningful at any workload); "absolute" = fixed numbers recorded at one
+# workload (goldens, thresholds). Same list as fastci.plan.workload.REFERENCES.
+REFERENCES = ["relational", "absolute"]
+
+# Defaults for a gpu_test that does not declare them, each the safe side:
+# "completes" claims the weakest check (pruning never prefers an undeclared
+# test as a stand-in for a declared stronger one); "absolute" lets a plan
+# reduce the test only to workloads with a recorded reference, else not at all.
+DEFAULT_CHECK = "completes"
+DEFAULT_REFERENCE = "absolute"
+
 # Environment variables the launcher owns; a caller's `env` must not set them.
 RESERVED_ENV = [
     "FASTCI_WORKLOAD",
@@ -96,7 +112,75 @@ def check_constraints(workload, constraints):
             return [_problem("constraints", "%r does not hold on the full workload" % text)]
     return []
 
-def check_gpu_test_args(name, srcs, main, gpus, workload, floors, scope, constraints, args, env, tags):
+def _one_of(attr, value, allowed):
+    if type(value) != "string" or value not in allowed:
+        return [_problem(attr, "expected one of %s, got %r" % (", ".join(allowed), value))]
+    return []
+
+def check_reduction(workload, floors, frozen, check, reference):
+    """Checks the reduction attributes `frozen`, `check` and `reference` (None = not declared).
+
+    Assumes `workload` and `floors` passed `check_workload`. With `frozen`
+    declared, every workload dimension is in exactly one of `floors` (may
+    shrink down to its floor) and `frozen` (never reduced); undeclared, the
+    dimensions without a floor are frozen. A `performance` check is never
+    reduced, so it takes no floors.
+    """
+    if frozen != None:
+        problems = _check_string_list("frozen", frozen)
+        if problems:
+            return problems
+        for dim in frozen:
+            if dim not in workload:
+                return [_problem("frozen", "dimension %r is not in workload (%s)" % (dim, ", ".join(sorted(workload.keys())) or "empty"))]
+            if dim in floors:
+                return [_problem("frozen", "%s has a floor: a dimension shrinks to its floor or is frozen, not both" % dim)]
+        for dim in sorted(workload.keys()):
+            if dim not in floors and dim not in frozen:
+                return [_problem("frozen", "%s has no floor and is not frozen: give it a floor or list it in frozen" % dim)]
+    if check != None:
+        problems = _one_of("check", check, CHECKS)
+        if problems:
+            return problems
+    if reference != None:
+        problems = _one_of("reference", reference, REFERENCES)
+        if problems:
+            return problems
+    if check == "performance" and floors:
+        return [_problem("check", "a performance check is never reduced: it takes no floors (got %s)" % ", ".join(sorted(floors.keys())))]
+    return []
+
+def resolve_reduction(workload, floors, frozen, check, reference):
+    """The reduction declaration with defaults applied (arguments already valid).
+
+    Returns struct(frozen, check, reference, defaulted): `frozen` sorted,
+    `defaulted` the names of the attributes left undeclared (sorted).
+    """
+    defaulted = []
+    if frozen == None:
+        defaulted.append("frozen")
+        frozen = [d for d in workload if d not in floors]
+    if check == None:
+        defaulted.append("check")
+        check = DEFAULT_CHECK
+    if reference == None:
+        defaulted.append("reference")
+        reference = DEFAULT_REFERENCE
+    return struct(frozen = sorted(frozen), check = check, reference = reference, defaulted = sorted(defaulted))
+
+def check_declaration(workload, floors, scope, constraints, frozen = None, check = None, reference = None):
+    """Checks a test's workload declaration; the twin of `fastci.plan.workload.reduction_problems`.
+
+    `//rules/tests:validate_test` and tests/test_declarations.py run the shared
+    corpus rules/tests/declaration_cases.json on both.
+    """
+    return (check_workload(workload, floors) or
+            _check_string_list("scope", scope) or
+            _check_string_list("constraints", constraints) or
+            check_constraints(workload, constraints) or
+            check_reduction(workload, floors, frozen, check, reference))
+
+def check_gpu_test_args(name, srcs, main, gpus, workload, floors, scope, constraints, args, env, tags, frozen = None, check = None, reference = None):
     """Checks every `gpu_test` argument; returns a list of problems (empty = valid)."""
     if type(name) != "string" or not name:
         return [_problem("name", "expected a non-empty string, got %r" % (name,))]
@@ -116,10 +200,7 @@ def check_gpu_test_args(name, srcs, main, gpus, workload, floors, scope, constra
         return [_problem("gpus", "expected an int >= 0, got %s %r" % (type(gpus), gpus))]
     if gpus < 0:
         return [_problem("gpus", "expected an int >= 0, got %d" % gpus)]
-    problems = check_workload(workload, floors)
-    if problems:
-        return problems
-    problems = _check_string_list("scope", scope) or _check_string_list("constraints", constraints) or check_constraints(workload, constraints)
+    problems = check_declaration(workload, floors, scope, constraints, frozen, check, reference)
     if problems:
         return problems
     problems = _check_string_list("args", args, allow_empty_items = True)

@@ -6,9 +6,11 @@ to its Starlark test as a generated .bzl embedding the JSON text:
 - constraint_cases.json -> constraint_cases.bzl (`//rules/tests:constraints_test`;
   Python side: tests/test_workload.py),
 - plan_cases.json -> plan_cases.bzl (`//rules/tests:plan_corpus_test`; Python
-  side: tests/test_plan_corpus.py).
+  side: tests/test_plan_corpus.py),
+- declaration_cases.json -> declaration_cases.bzl (`//rules/tests:validate_test`;
+  Python side: tests/test_declarations.py).
 
-Both Python tests fail when a .bzl differs from its JSON.
+Each Python side fails when a .bzl differs from its JSON.
 
     python3 rules/tests/sync_cases.py          # rewrite the .bzl files
     python3 rules/tests/sync_cases.py --check  # exit 1 when one is stale
@@ -26,6 +28,7 @@ HERE = Path(__file__).resolve().parent
 CORPORA = (
     ("constraint_cases", "constraint/override"),
     ("plan_cases", "plan schema and test-id"),
+    ("declaration_cases", "gpu_test declaration"),
 )
 
 

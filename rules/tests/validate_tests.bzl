@@ -1,7 +1,11 @@
 """Unit tests of //rules/private:validate.bzl (gpu_test argument checks)."""
 
-load("//rules/private:validate.bzl", "check_gpu_test_args", "is_dim_name")
+load("//rules/private:validate.bzl", "check_declaration", "check_gpu_test_args", "is_dim_name", "resolve_reduction")
+load(":declaration_cases.bzl", "CASES_JSON")
 load(":unittest.bzl", "assert_contains", "assert_eq")
+
+# The shared corpus rules/tests/declaration_cases.json (also run by tests/test_declarations.py).
+_DECLARATIONS = json.decode(CASES_JSON)
 
 _GOOD = dict(
     name = "t",
@@ -91,4 +95,35 @@ def _test_helpers():
     assert_eq(failures, "dim dash", is_dim_name("a-b"), False)
     return failures
 
-VALIDATE_CASES = [_test_valid, _test_errors_name_the_attribute, _test_constraints_checked_on_the_full_workload, _test_helpers]
+def _test_declaration_corpus():
+    failures = []
+    for case in _DECLARATIONS["cases"]:
+        decl = dict(_DECLARATIONS["default_decl"])
+        decl.update(case["with"])
+        what = "check_declaration(%s)" % case["name"]
+        problems = check_declaration(**decl)
+        first = _first(problems)
+        if case.get("problem_prefix"):
+            if first == None or not first.startswith(case["problem_prefix"]):
+                failures.append("%s: expected a problem starting %r, got %r" % (what, case["problem_prefix"], first))
+        elif case.get("problem") != None:
+            assert_eq(failures, what, first, case["problem"])
+        else:
+            assert_eq(failures, what, first, None)
+            got = resolve_reduction(decl["workload"], decl["floors"], decl["frozen"], decl["check"], decl["reference"])
+            assert_eq(failures, what + " resolved", {
+                "frozen": got.frozen,
+                "check": got.check,
+                "reference": got.reference,
+                "defaulted": got.defaulted,
+            }, case["resolved"])
+
+        # The macro's own check agrees with the corpus function.
+        args = dict(_GOOD)
+        args.update({k: v for k, v in decl.items()})
+        assert_eq(failures, what + " via check_gpu_test_args", _first(check_gpu_test_args(**args)), first)
+    if len(_DECLARATIONS["cases"]) < 30:
+        failures.append("the declaration corpus lost its cases (%d)" % len(_DECLARATIONS["cases"]))
+    return failures
+
+VALIDATE_CASES = [_test_valid, _test_errors_name_the_attribute, _test_constraints_checked_on_the_full_workload, _test_helpers, _test_declaration_corpus]

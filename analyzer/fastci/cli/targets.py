@@ -6,20 +6,55 @@ import argparse
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from fastci.integrations.bazel.query import TestDecl, list_gpu_tests
 from fastci.integrations.bazel.runner import Bazel
 from fastci.cli.command import Command
+from fastci.plan.workload import reducible_dims, reduction_problems, resolve_reduction
 
 
 def format_decl(decl: TestDecl) -> str:
-    """One line per test: id, GPUs, workload (with floors), scope."""
+    """One line per test: id, GPUs, scope, check, reference, and per dimension its full value
+    and whether it shrinks (to its floor) or is frozen; "(default)" marks what the test left
+    undeclared, and a declaration the rules would reject ends with its problem."""
+    problems = reduction_problems(decl)
+    red = None if problems else resolve_reduction(decl)
+    shrinks = reducible_dims(decl)
+
+    def default(attr: str) -> str:
+        return " (default)" if red is not None and attr in red.defaulted else ""
+
     dims = []
     for dim, value in sorted(decl.workload.items()):
-        floor = decl.floors.get(dim)
-        dims.append(f"{dim}={json.dumps(value)}" + (f" (floor {json.dumps(floor)})" if floor is not None else ""))
+        if dim in shrinks:
+            how = f"shrinks to {json.dumps(shrinks[dim][0])}"
+        elif red is not None and dim in red.frozen:
+            how = "frozen, default" if "frozen" in red.defaulted else "frozen"
+        else:
+            how = "frozen"  # an invalid declaration reduces nothing
+        dims.append(f"{dim}={json.dumps(value)} ({how})")
     scope = ",".join(decl.scope) or "-"
-    return f"{decl.id}  gpus={decl.gpus}  scope={scope}  workload: {', '.join(dims) or '-'}"
+    check = red.check if red is not None else decl.check or "?"
+    reference = red.reference if red is not None else decl.reference or "?"
+    line = (f"{decl.id}  gpus={decl.gpus}  scope={scope}  check={check}{default('check')}  "
+            f"reference={reference}{default('reference')}  workload: {', '.join(dims) or '-'}")
+    return line + (f"  INVALID: {problems[0]}" if problems else "")
+
+
+def decl_json(decl: TestDecl) -> dict[str, Any]:
+    """A test's declaration as JSON: the TestDecl's fields with frozen, check and reference
+    resolved (defaults applied), plus ``reducible`` (dimension -> floor and full value) and
+    ``problems`` (why the declaration is invalid; then nothing is reducible)."""
+    data = asdict(decl)
+    problems = reduction_problems(decl)
+    if not problems:
+        red = resolve_reduction(decl)
+        data.update(frozen=list(red.frozen), check=red.check, reference=red.reference,
+                    defaulted=list(red.defaulted))
+    data["reducible"] = {dim: {"floor": floor, "full": full} for dim, (floor, full) in reducible_dims(decl).items()}
+    data["problems"] = problems
+    return data
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     """Print every gpu_test's declaration."""
     decls = list_gpu_tests(Bazel(args.workspace.resolve()), args.universe)
     if args.json:
-        print(json.dumps([asdict(d) for d in decls], indent=2, sort_keys=True))
+        print(json.dumps([decl_json(d) for d in decls], indent=2, sort_keys=True))
     else:
         for decl in decls:
             print(format_decl(decl))
@@ -43,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
 COMMAND = Command(
     name="targets",
-    help="list gpu_tests and their declared GPUs, workload, floors and scope",
+    help="list gpu_tests and their declared GPUs, workload (what shrinks, to which floor; what is frozen), scope, check and reference",
     add_arguments=add_arguments,
     run=run,
 )

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Mapping, Sequence, Union
+from typing import Any, Mapping, Protocol, Sequence, Union
 
 from fastci.errors import FastCIError
 from fastci.types import WorkloadValue
@@ -44,6 +44,15 @@ __all__ = [
     "override_problems",
     "apply_overrides",
     "type_name",
+    "CHECKS",
+    "REFERENCES",
+    "DEFAULT_CHECK",
+    "DEFAULT_REFERENCE",
+    "ReductionDecl",
+    "Reduction",
+    "reduction_problems",
+    "resolve_reduction",
+    "reducible_dims",
 ]
 
 
@@ -505,3 +514,215 @@ def apply_overrides(
     if problems:
         return dict(workload), problems
     return _merged(workload, overrides), []
+
+
+# --- Reduction declarations: which dimensions may shrink, which are frozen ----------
+#
+# The twin of rules/private/validate.bzl (check_declaration, resolve_reduction);
+# rules/tests/declaration_cases.json holds both to the same cases. Messages are
+# "<attribute>: <problem>", the attribute named as in gpu_test.
+
+#: Strength of a test's check, strongest first; "performance" is never reduced.
+CHECKS = ("exact", "tolerance", "threshold", "completes", "performance")
+#: "relational": compares runs made inside the test (meaningful at any workload);
+#: "absolute": fixed numbers recorded at one workload (goldens, thresholds).
+REFERENCES = ("relational", "absolute")
+#: The safe sides when a test does not say: the weakest check (pruning never
+#: prefers an undeclared test as a stand-in), and an absolute reference (a plan
+#: reduces the test only to workloads with a recorded reference, else not at all).
+DEFAULT_CHECK = "completes"
+DEFAULT_REFERENCE = "absolute"
+
+
+class ReductionDecl(Protocol):
+    """A test's workload declaration: a gpu_test's ``TestDecl`` or a pytest marker's.
+
+    ``frozen``, ``check`` and ``reference`` are read when the object has them;
+    absent or None means undeclared (the defaults apply).
+    """
+
+    @property
+    def workload(self) -> Mapping[str, Any]: ...
+
+    @property
+    def floors(self) -> Mapping[str, Any]: ...
+
+    @property
+    def scope(self) -> Sequence[str]: ...
+
+    @property
+    def constraints(self) -> Sequence[str]: ...
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """What a declaration lets a plan do, defaults applied (see :func:`resolve_reduction`)."""
+
+    frozen: tuple[str, ...]
+    check: str
+    reference: str
+    #: Which of frozen, check and reference were undeclared (sorted).
+    defaulted: tuple[str, ...]
+
+
+def _r(value: object) -> str:
+    """A value in a message the way Starlark's ``%r`` writes it."""
+    if type(value) is str:
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_r(v) for v in value) + "]"
+    return repr(value)
+
+
+def _star_type(value: object) -> str:
+    """Starlark's ``type()`` name of a value (list for lists and tuples, as Bazel passes both)."""
+    if type(value) in (list, tuple):
+        return "list"
+    if isinstance(value, Mapping):
+        return "dict"
+    return type_name(value)
+
+
+def _is_dim_name(s: object) -> bool:
+    return isinstance(s, str) and bool(s) and s[0] in _IDENT_START and all(c in _IDENT_REST for c in s)
+
+
+def _string_list_problems(attr: str, value: object) -> list[str]:
+    if not isinstance(value, (list, tuple)):
+        return [f"{attr}: expected a list of strings, got {_star_type(value)}"]
+    seen: set[str] = set()
+    item: object
+    for i, item in enumerate(value):
+        if type(item) is not str:
+            return [f"{attr}: item {i}: expected a string, got {_star_type(item)} {_r(item)}"]
+        if not item:
+            return [f"{attr}: item {i}: empty string"]
+        if item in seen:
+            return [f"{attr}: duplicate item {_r(item)}"]
+        seen.add(item)
+    return []
+
+
+def _workload_problems(workload: object, floors: object) -> list[str]:
+    """The twin of validate.bzl ``check_workload`` (first problem only, like Starlark)."""
+    if not isinstance(workload, Mapping):
+        return [f"workload: expected a dict of dimension -> value, got {_star_type(workload)}"]
+    for dim, value in workload.items():
+        if not _is_dim_name(dim):
+            return [f"workload: dimension {_r(dim)} is not an identifier ([A-Za-z_][A-Za-z0-9_]*)"]
+        if type(value) not in (int, float, str, bool):
+            return [f"workload: {dim}: expected int, float, string or bool, got {_star_type(value)}"]
+    if not isinstance(floors, Mapping):
+        return [f"floors: expected a dict of dimension -> minimum, got {_star_type(floors)}"]
+    for dim, floor in floors.items():
+        if dim not in workload:
+            known = ", ".join(sorted(workload)) or "empty"
+            return [f"floors: dimension {_r(dim)} is not in workload ({known})"]
+        full = workload[dim]
+        if not _is_number(full):
+            return [f"floors: {dim}: a floor needs a numeric workload value, got {_star_type(full)} {_r(full)}"]
+        if not _is_number(floor):
+            return [f"floors: {dim}: expected a number, got {_star_type(floor)} {_r(floor)}"]
+        if type(full) is int and type(floor) is not int:
+            return [f"floors: {dim}: the workload value is an int, the floor must be too (got {_r(floor)})"]
+        if floor > full:
+            return [f"floors: {dim}: floor {_r(floor)} is above the full value {_r(full)}"]
+        if floor <= 0:
+            return [f"floors: {dim}: floor {_r(floor)} must be > 0"]
+    return []
+
+
+def _full_constraint_problems(workload: Mapping[str, WorkloadValue], constraints: Sequence[str]) -> list[str]:
+    """The twin of validate.bzl ``check_constraints``: each parses and holds on the full workload."""
+    for text in constraints:
+        try:
+            ok = evaluate(text, workload)
+        except ConstraintError as exc:
+            return [f"constraints: {_r(text)}: {exc}"]
+        if not ok:
+            return [f"constraints: {_r(text)} does not hold on the full workload"]
+    return []
+
+
+def _reduction_attr_problems(workload: Mapping[str, Any], floors: Mapping[str, Any], frozen: object,
+                             check: object, reference: object) -> list[str]:
+    """The twin of validate.bzl ``check_reduction``."""
+    if frozen is not None:
+        problems = _string_list_problems("frozen", frozen)
+        if problems:
+            return problems
+        names = list(frozen)  # type: ignore[call-overload]
+        for dim in names:
+            if dim not in workload:
+                known = ", ".join(sorted(workload)) or "empty"
+                return [f"frozen: dimension {_r(dim)} is not in workload ({known})"]
+            if dim in floors:
+                return [f"frozen: {dim} has a floor: a dimension shrinks to its floor or is frozen, not both"]
+        for dim in sorted(workload):
+            if dim not in floors and dim not in names:
+                return [f"frozen: {dim} has no floor and is not frozen: give it a floor or list it in frozen"]
+    for attr, value, allowed in (("check", check, CHECKS), ("reference", reference, REFERENCES)):
+        if value is not None and (type(value) is not str or value not in allowed):
+            return [f"{attr}: expected one of {', '.join(allowed)}, got {_r(value)}"]
+    if check == "performance" and floors:
+        return [f"check: a performance check is never reduced: it takes no floors (got {', '.join(sorted(floors))})"]
+    return []
+
+
+def reduction_problems(decl: ReductionDecl) -> list[str]:
+    """Why ``decl`` is not a valid workload declaration (empty list: it is valid).
+
+    The same rules, in the same order and words, as a gpu_test's load-time
+    checks (``rules/private/validate.bzl`` ``check_declaration``), so a test
+    declared by a pytest marker is held to what Bazel enforces: dimension names
+    and scalar values; numeric floors with ``0 < floor <= full``; ``scope`` and
+    ``constraints`` lists of strings; each constraint parses and holds on the
+    full workload (FastCI's evaluator, never ``eval``); a declared ``frozen``
+    puts every dimension in exactly one of floors and frozen; ``check`` in
+    :data:`CHECKS`, ``reference`` in :data:`REFERENCES`; a performance check
+    takes no floors. Returns the first problem, like the rules.
+    """
+    workload, floors = decl.workload, decl.floors
+    problems = _workload_problems(workload, floors)
+    if problems:
+        return problems
+    problems = (_string_list_problems("scope", decl.scope) or _string_list_problems("constraints", decl.constraints)
+                or _full_constraint_problems(workload, decl.constraints))
+    if problems:
+        return problems
+    return _reduction_attr_problems(workload, floors, getattr(decl, "frozen", None), getattr(decl, "check", None),
+                                    getattr(decl, "reference", None))
+
+
+def resolve_reduction(decl: ReductionDecl) -> Reduction:
+    """``decl``'s frozen dimensions, check and reference with defaults applied (the twin of
+    validate.bzl ``resolve_reduction``); assumes :func:`reduction_problems` found none.
+
+    ``defaulted`` names the attributes that are None here or that ``decl.defaulted``
+    (a ``TestDecl``'s, whose values the rules already resolved) names.
+    """
+    frozen, check, reference = (getattr(decl, "frozen", None), getattr(decl, "check", None),
+                                getattr(decl, "reference", None))
+    # A TestDecl from bazel query carries resolved values and names the defaulted ones.
+    already = getattr(decl, "defaulted", ())
+    defaulted = tuple(name for name, value in (("check", check), ("frozen", frozen), ("reference", reference))
+                      if value is None or name in already)
+    return Reduction(
+        frozen=tuple(sorted(frozen if frozen is not None else (d for d in decl.workload if d not in decl.floors))),
+        check=check if check is not None else DEFAULT_CHECK,
+        reference=reference if reference is not None else DEFAULT_REFERENCE,
+        defaulted=defaulted,
+    )
+
+
+def reducible_dims(decl: ReductionDecl) -> dict[str, tuple[int | float, int | float]]:
+    """Dimension -> (floor, full) for each dimension a plan may shrink, sorted by name.
+
+    Empty, on the safe side, when the declaration has a problem or its check is
+    ``performance``. Frozen dimensions are never included. An ``absolute``
+    reference still lists its dimensions: the planner may reduce them only to
+    workloads with a recorded reference.
+    """
+    if reduction_problems(decl) or resolve_reduction(decl).check == "performance":
+        return {}
+    return {dim: (decl.floors[dim], decl.workload[dim]) for dim in sorted(decl.floors)}

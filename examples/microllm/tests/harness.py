@@ -1,8 +1,8 @@
 """Shared plumbing of the microllm test suite: workloads, configs, comparisons, the main.
 
-``suite.bzl`` is the single source of truth for each test's workload, floors, scope and
-constraints: Bazel loads it in BUILD.bazel, and this module parses the same dict literal with
-``ast.literal_eval``. A test's workload is resolved in this order (later wins):
+``suite.bzl`` is the single source of truth for each test's workload, floors, frozen
+dimensions, scope, constraints, check and reference: Bazel loads it in BUILD.bazel, and this
+module parses the same dict literal with ``ast.literal_eval``. A test's workload is resolved in this order (later wins):
 
 1. the full workload declared in ``suite.bzl`` (or its floors, with ``at_floors``);
 2. ``FASTCI_WORKLOAD`` (JSON object; dimensions the test does not declare are ignored);

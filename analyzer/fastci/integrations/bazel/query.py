@@ -2,7 +2,8 @@
 
 Each ``gpu_test`` has a sibling ``fastci_meta`` target; ``--output=xml`` of
 ``kind(fastci_meta, //...)`` carries every attribute (workload and floor
-values JSON-encoded, so their types survive).
+values JSON-encoded, so their types survive; ``frozen``, ``check`` and
+``reference`` resolved, ``defaulted`` naming those the test left undeclared).
 """
 
 from __future__ import annotations
@@ -29,6 +30,15 @@ class TestDecl:
     constraints: tuple[str, ...]
     srcs: tuple[str, ...]
     main: str = ""
+    #: Dimensions a plan never reduces (None: not declared, i.e. every dimension
+    #: without a floor; the rules always write the resolved list).
+    frozen: tuple[str, ...] | None = None
+    #: exact, tolerance, threshold, completes or performance (None: not declared).
+    check: str | None = None
+    #: relational or absolute (None: not declared).
+    reference: str | None = None
+    #: Which of frozen, check and reference the gpu_test left to their defaults.
+    defaulted: tuple[str, ...] = ()
 
 
 def _decode_dict(rule_name: str, attr: str, elem: ET.Element | None) -> dict[str, WorkloadValue]:
@@ -65,6 +75,10 @@ def parse_query_xml(text: str) -> list[TestDecl]:
             elem = attrs.get(attr)
             return tuple(s.get("value", "") for s in elem) if elem is not None else ()
 
+        def optional(attr: str) -> str | None:
+            elem = attrs.get(attr)
+            return (elem.get("value") or None) if elem is not None else None
+
         main = attrs.get("main")
         decls.append(
             TestDecl(
@@ -76,6 +90,11 @@ def parse_query_xml(text: str) -> list[TestDecl]:
                 constraints=strings("constraints"),
                 srcs=strings("srcs"),
                 main=main.get("value", "") if main is not None else "",
+                # Absent from rules older than these attributes: not declared.
+                frozen=strings("frozen") if "frozen" in attrs else None,
+                check=optional("check"),
+                reference=optional("reference"),
+                defaulted=strings("defaulted"),
             )
         )
     return sorted(decls, key=lambda d: d.id)
