@@ -310,3 +310,62 @@ def test_a_new_plan_keeps_the_cache_key_of_a_test_it_runs_alike(ws: Workspace) -
     # The plan-wide status is printed once, by the repository rule, not carried by each test.
     assert "FastCI plan: ok: selective plan, 2 tests, 1 skipped (the second change, other counts)" in res.stderr
     assert ws.record("//gputests:b_test")["plan_status"] == "ok: selective plan: planned: runs at full workload (no overrides)"
+
+
+DECL_BUILD = '''load("@fastci//rules:defs.bzl", "gpu_test")
+
+gpu_test(
+    name = "declared_test",
+    srcs = ["declared_test.py"],
+    workload = {"steps": 10, "tp": 2, "dtype": "bf16"},
+    floors = {"steps": 2},
+    frozen = ["tp", "dtype"],
+    check = "tolerance",
+    reference = "relational",
+)
+
+gpu_test(
+    name = "legacy_test",
+    srcs = ["legacy_test.py"],
+    workload = {"steps": 10, "tp": 2},
+    floors = {"steps": 2},
+)
+'''
+BAD_DECLS = {
+    "bad_frozen": ('workload = {"steps": 4, "tp": 2}, floors = {"steps": 1}, frozen = []',
+                   "attribute frozen: tp has no floor and is not frozen: give it a floor or list it in frozen"),
+    "bad_check": ('check = "bitwise"',
+                  'attribute check: expected one of exact, tolerance, threshold, completes, performance, got "bitwise"'),
+    "bad_perf": ('workload = {"steps": 4}, floors = {"steps": 1}, check = "performance"',
+                 "attribute check: a performance check is never reduced: it takes no floors (got steps)"),
+    "bad_reference": ('reference = "golden"', 'attribute reference: expected one of relational, absolute, got "golden"'),
+}
+
+
+def test_reduction_declarations_reach_bazel_query_and_are_validated_at_load_time(ws: Workspace) -> None:
+    """Issue 13 item 0: frozen/check/reference in the real fastci_meta, defaults resolved; errors at load time."""
+    from fastci.integrations.bazel.query import list_gpu_tests
+    from fastci.plan.workload import reducible_dims, reduction_problems
+
+    (ws.root / "decl").mkdir()
+    (ws.root / "decl" / "BUILD.bazel").write_text(DECL_BUILD)
+    for pkg, (attrs, _) in BAD_DECLS.items():
+        (ws.root / pkg).mkdir()
+        (ws.root / pkg / "BUILD.bazel").write_text(
+            f'load("@fastci//rules:defs.bzl", "gpu_test")\n\ngpu_test(name = "t", srcs = ["t.py"], {attrs})\n')
+    try:
+        decls = {d.id: d for d in list_gpu_tests(ws.bazel, "//decl/...")}
+        res = ws.bazel.run("query", ["--keep_going", " + ".join(f"//{pkg}:all" for pkg in BAD_DECLS)])
+    finally:
+        for pkg in ["decl", *BAD_DECLS]:
+            shutil.rmtree(ws.root / pkg)
+    declared, legacy = decls["//decl:declared_test"], decls["//decl:legacy_test"]
+    assert (declared.frozen, declared.check, declared.reference, declared.defaulted) == (
+        ("dtype", "tp"), "tolerance", "relational", ())
+    assert (legacy.frozen, legacy.check, legacy.reference, legacy.defaulted) == (
+        ("tp",), "completes", "absolute", ("check", "frozen", "reference"))
+    for decl in (declared, legacy):
+        assert reduction_problems(decl) == [] and reducible_dims(decl) == {"steps": (2, 10)}
+    assert res.returncode != 0
+    for pkg, (_, message) in BAD_DECLS.items():
+        assert f"gpu_test //{pkg}:t: {message}" in res.stderr, res.stderr[-3000:]
