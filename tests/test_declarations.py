@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -186,3 +186,16 @@ def test_microllm_suite_declares_every_dimension_and_its_check() -> None:
     assert suite["throughput_test"]["check"] == "performance"
     assert suite["golden_loss_test"]["reference"] == "absolute"
     assert {"tp"} <= set(suite["tp_parity_test"]["frozen"])
+
+
+def test_a_declared_test_without_a_workload_reduces_nothing() -> None:
+    @dataclass(frozen=True)
+    class Declared:  # shaped like fastci.select.DeclaredTest: the workload may be None
+        workload: Mapping[str, Any] | None = None
+        floors: Mapping[str, Any] = field(default_factory=dict)
+        scope: tuple[str, ...] = ()
+        constraints: tuple[str, ...] = ()
+
+    assert wl.reduction_problems(Declared()) == ["workload: expected a dict of dimension -> value, got NoneType"]
+    assert wl.reducible_dims(Declared()) == {}
+    assert wl.reducible_dims(Declared({"steps": 4}, {"steps": 1})) == {"steps": (1, 4)}

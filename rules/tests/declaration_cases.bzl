@@ -27,6 +27,7 @@ CASES_JSON = r'''{
     {"name": "reference case matters", "with": {"reference": "Absolute"}, "problem": "reference: expected one of relational, absolute, got \"Absolute\""},
     {"name": "performance with floors", "with": {"check": "performance"}, "problem": "check: a performance check is never reduced: it takes no floors (got lr, num_layers, train_iters)"},
     {"name": "workload not a dict", "with": {"workload": [], "floors": {}}, "problem": "workload: expected a dict of dimension -> value, got list"},
+    {"name": "no workload (None)", "with": {"workload": null, "floors": {}}, "problem": "workload: expected a dict of dimension -> value, got NoneType"},
     {"name": "bad dimension name", "with": {"workload": {"bad-dim": 1}, "floors": {}}, "problem": "workload: dimension \"bad-dim\" is not an identifier ([A-Za-z_][A-Za-z0-9_]*)"},
     {"name": "non-scalar value", "with": {"workload": {"x": [1]}, "floors": {}}, "problem": "workload: x: expected int, float, string or bool, got list"},
     {"name": "floor of an undeclared dim", "with": {"floors": {"pp": 1}}, "problem": "floors: dimension \"pp\" is not in workload (dtype, lr, num_layers, resume, tp, train_iters)"},

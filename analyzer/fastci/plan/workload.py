@@ -538,11 +538,12 @@ class ReductionDecl(Protocol):
     """A test's workload declaration: a gpu_test's ``TestDecl`` or a pytest marker's.
 
     ``frozen``, ``check`` and ``reference`` are read when the object has them;
-    absent or None means undeclared (the defaults apply).
+    absent or None means undeclared (the defaults apply). A None workload (a
+    test that declares none) is a problem: nothing of it may shrink.
     """
 
     @property
-    def workload(self) -> Mapping[str, Any]: ...
+    def workload(self) -> Mapping[str, Any] | None: ...
 
     @property
     def floors(self) -> Mapping[str, Any]: ...
@@ -684,7 +685,7 @@ def reduction_problems(decl: ReductionDecl) -> list[str]:
     """
     workload, floors = decl.workload, decl.floors
     problems = _workload_problems(workload, floors)
-    if problems:
+    if problems or workload is None:
         return problems
     problems = (_string_list_problems("scope", decl.scope) or _string_list_problems("constraints", decl.constraints)
                 or _full_constraint_problems(workload, decl.constraints))
@@ -703,12 +704,13 @@ def resolve_reduction(decl: ReductionDecl) -> Reduction:
     """
     frozen, check, reference = (getattr(decl, "frozen", None), getattr(decl, "check", None),
                                 getattr(decl, "reference", None))
+    workload = decl.workload or {}
     # A TestDecl from bazel query carries resolved values and names the defaulted ones.
     already = getattr(decl, "defaulted", ())
     defaulted = tuple(name for name, value in (("check", check), ("frozen", frozen), ("reference", reference))
                       if value is None or name in already)
     return Reduction(
-        frozen=tuple(sorted(frozen if frozen is not None else (d for d in decl.workload if d not in decl.floors))),
+        frozen=tuple(sorted(frozen if frozen is not None else (d for d in workload if d not in decl.floors))),
         check=check if check is not None else DEFAULT_CHECK,
         reference=reference if reference is not None else DEFAULT_REFERENCE,
         defaulted=defaulted,
@@ -723,6 +725,7 @@ def reducible_dims(decl: ReductionDecl) -> dict[str, tuple[int | float, int | fl
     reference still lists its dimensions: the planner may reduce them only to
     workloads with a recorded reference.
     """
-    if reduction_problems(decl) or resolve_reduction(decl).check == "performance":
+    workload = decl.workload
+    if workload is None or reduction_problems(decl) or resolve_reduction(decl).check == "performance":
         return {}
-    return {dim: (decl.floors[dim], decl.workload[dim]) for dim in sorted(decl.floors)}
+    return {dim: (decl.floors[dim], workload[dim]) for dim in sorted(decl.floors)}
