@@ -36,3 +36,50 @@ def test_single_reason_tests_need_no_note() -> None:
     lines = _summary(Decision("//t:a", (_reason(K.NEW_TEST),)))
     assert f"     1  {K.NEW_TEST.value}" in lines
     assert not any("several reasons" in line for line in lines)
+
+
+# --- issue 12 item 7: a CPU-only suite reports its measured test time ---------------
+
+from fastci.plan.build import Timing  # noqa: E402
+
+
+def _timed(decisions: list[Decision], timing: dict[str, Timing],
+           runner: str | None = None, why: str = "") -> list[str]:
+    sel = Selection(tuple(decisions), summary="test")
+    return summarize(Analysis(sel, Plan(mode="selective"), None, 0.0, runner=runner,
+                              runner_why=why, timing=timing))
+
+
+def _cost(lines: list[str]) -> list[str]:
+    return [line for line in lines if line.startswith("  estimated ")]
+
+
+def test_cpu_only_suite_reports_measured_test_time_not_gpu_seconds() -> None:
+    lines = _timed([Decision("t.py::a", (_reason(K.CHANGED_UNIT),), 0.0),
+                    Decision("t.py::b", (_reason(K.NOT_AFFECTED),), 0.0),
+                    Decision("t.py::c", (_reason(K.NOT_AFFECTED),), 0.0)],
+                   {"t.py::a": Timing(12.3, 0), "t.py::b": Timing(60.0, 0),
+                    "t.py::c": Timing(7.8, 0)},
+                   runner="pytest", why="no Bazel workspace")
+    assert _cost(lines) == ["  estimated test time: 12.3 s of 80.1 s (CPU)"]
+    assert "  runner: pytest (no Bazel workspace)" in lines
+
+
+def test_mixed_suite_reports_gpu_seconds_and_test_time() -> None:
+    lines = _timed([Decision("//g:a", (_reason(K.CHANGED_UNIT),), 20.0),
+                    Decision("t.py::cpu", (_reason(K.CHANGED_UNIT),), 0.0),
+                    Decision("//g:b", (_reason(K.NOT_AFFECTED),), 80.0),
+                    Decision("t.py::new", (_reason(K.NEW_TEST),))],  # never ran
+                   {"//g:a": Timing(10.0, 2), "t.py::cpu": Timing(1.5, 0),
+                    "//g:b": Timing(20.0, 4), "t.py::new": Timing(None, 0)})
+    assert _cost(lines) == [
+        "  estimated GPU-seconds: 20.0 of 100.0 for all (+1 tests never timed)",
+        "  estimated test time: 11.5 s of 31.5 s (GPU and CPU tests) (+1 tests never timed)"]
+    assert not any(line.startswith("  runner:") for line in lines)  # the caller chose
+
+
+def test_gpu_only_suite_keeps_gpu_seconds_alone() -> None:
+    lines = _timed([Decision("//g:a", (_reason(K.CHANGED_UNIT),), 20.0),
+                    Decision("//g:b", (_reason(K.NOT_AFFECTED),), 80.0)],
+                   {"//g:a": Timing(10.0, 2), "//g:b": Timing(20.0, 4)})
+    assert _cost(lines) == ["  estimated GPU-seconds: 20.0 of 100.0 for all"]

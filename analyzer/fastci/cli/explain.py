@@ -23,7 +23,7 @@ def _run(args: argparse.Namespace) -> int:
     args.test = normalize_test_id(args.test)  # `@//p:t` and `//p` name `//p:t` and `//p:p`
     root = args.root.resolve()
     cfg, analysis = analyze_change(root, base=args.base, head=args.head, store=args.store,
-                                   query_bazel=not args.no_bazel)
+                                   runner=args.runner)
     store = None
     try:
         from fastci.evidence.store import EvidenceStore
@@ -32,7 +32,7 @@ def _run(args: argparse.Namespace) -> int:
     except Exception:  # noqa: BLE001 - contexts are optional detail; the decision is known
         store = None
     mains = None
-    if not args.no_bazel and args.test not in analysis.selection.by_test:
+    if analysis.runner == "bazel" and args.test not in analysis.selection.by_test:
         mains = _declared_mains(root, cfg)  # a main file that is not <name>.py
     try:
         for line in explain(analysis.selection, args.test, store, mains):
@@ -44,11 +44,10 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _declared_mains(root: Path, cfg: Config) -> dict[TestId, RelPath] | None:
-    """Label -> main file of every declared gpu_test (None: no Bazel answer; the default main is assumed)."""
-    from fastci.run.runner import is_bazel_workspace
+    """Label -> main file of every declared gpu_test (None: no Bazel answer; the default main is assumed).
 
-    if not is_bazel_workspace(root):
-        return None
+    Asked only when the runner is Bazel (:func:`fastci.plan.build.choose_runner`).
+    """
     try:
         from fastci.integrations.bazel.mains import mains
         from fastci.integrations.bazel.query import list_gpu_tests

@@ -12,7 +12,8 @@ from pathlib import Path
 
 
 def add_change_arguments(p: argparse.ArgumentParser) -> None:
-    """Declare the change and the inputs: ``--base``, ``--head``/``--worktree``, ``--store``, ``--root``, ``--no-bazel``."""
+    """Declare the change and the inputs: ``--base``, ``--head``/``--worktree``, ``--store``,
+    ``--root``, ``--bazel``/``--no-bazel`` (``args.runner``: ``bazel``, ``pytest`` or None)."""
     p.add_argument("--base", help="base revision (default: config `base`, HEAD)")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--head", help="head revision (default: the working tree)")
@@ -20,5 +21,11 @@ def add_change_arguments(p: argparse.ArgumentParser) -> None:
                        help="compare against the working tree, untracked files included (default)")
     p.add_argument("--store", help="evidence store (default: config `store`)")
     p.add_argument("--root", type=Path, default=Path("."), help="repository root (default: .)")
-    p.add_argument("--no-bazel", action="store_true",
-                   help="do not `bazel query` the declared tests; the universe is the store's tests")
+    runner = p.add_mutually_exclusive_group()
+    runner.add_argument("--no-bazel", dest="runner", action="store_const", const="pytest",
+                        help="runner pytest: do not `bazel query` the declared tests; the "
+                             "universe is the store's tests (default: config `runner`, auto: "
+                             "pytest without a Bazel workspace or `bazel`)")
+    runner.add_argument("--bazel", dest="runner", action="store_const", const="bazel",
+                        help="runner bazel: the declared gpu_tests come from `bazel query` "
+                             "(default: config `runner`, auto: Bazel in a Bazel workspace)")

@@ -26,7 +26,7 @@ from fastci.cli.options import add_change_arguments
 from fastci.errors import FastCIError
 from fastci.integrations.git.repository import WORKTREE, repo_root
 from fastci.integrations.git.tree import plan_tree
-from fastci.plan.build import analyze, bazel_declared, change_config, summarize
+from fastci.plan.build import analyze, change_config, summarize
 from fastci.plan.model import DEFAULT_PATH, Plan, dump_plan
 
 
@@ -44,9 +44,9 @@ def _plan(args: argparse.Namespace, echo: Callable[[str], None]) -> int:
     # The tree is taken before the analysis reads any file, and again after: an edit
     # made while analysing makes the two differ, and such a plan describes no tree.
     tree_before = plan_tree(root, None if head == WORKTREE else head)
-    cfg = change_config(root, base=args.base, store=args.store, plan=args.out)
-    analysis = analyze(root, cfg, base=cfg.base, head=head,
-                       declared=None if args.no_bazel else bazel_declared)
+    cfg = change_config(root, base=args.base, store=args.store, plan=args.out,
+                        runner=args.runner)
+    analysis = analyze(root, cfg, base=cfg.base, head=head)  # the runner's declared tests
     tree = plan_tree(root, None if head == WORKTREE else head)
     out = cfg.path(root, "plan")
     plan = dataclasses.replace(analysis.plan, tree=tree)

@@ -179,19 +179,25 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
         rules_error = exc
     runner: str | None = None
     runner_why = ""
-    if declared == BY_RUNNER:
+    if isinstance(declared, str):  # BY_RUNNER
         runner, runner_why = choose_runner(root, rules)
         declared = bazel_declared if runner == "bazel" else None
+    store_error: Exception | None = None
     try:
         if store is None:
-            # Opened before the build is asked: a failing `bazel query` then widens to
-            # every recorded test, not to none.
+            # Opened before the build is asked, so that a failing `bazel query` widens
+            # to every recorded test, not to none (and a missing store to every declared one).
             from fastci.evidence.store import EvidenceStore
 
-            store = opened = EvidenceStore.open(config.path(root, "store"))
+            try:
+                store = opened = EvidenceStore.open(config.path(root, "store"))
+            except Exception as exc:  # noqa: BLE001 - raised below, once the build answered
+                store_error = exc
         decl = declared(root, rules) if callable(declared) else declared
-        if rules_error is not None:
-            raise rules_error
+        for error in (rules_error, store_error):
+            if error is not None:
+                raise error
+        assert store is not None
         fingerprint = _fingerprint(env_fingerprint, root, rules)
         changes = scan(git, base, head, evidence_commits=store.evidence_commits())
         # FastCI's own outputs are no change; a rename keeps its old path (a file moved
@@ -338,16 +344,14 @@ def summarize(analysis: Analysis) -> list[str]:
     """The human summary ``fastci plan`` prints."""
     sel, plan = analysis.selection, analysis.plan
     n_sel, n_all = len(sel.selected), len(sel.decisions)
-    known = [d.est_gpu_s for d in sel.selected if d.est_gpu_s is not None]
-    every = [d.est_gpu_s for d in sel.decisions if d.est_gpu_s is not None]
     if plan.mode == "all":
         lines = [f"fastci plan: all: every test runs at full workload ({n_all} known)"]
     else:
         lines = [f"fastci plan: {plan.mode}: {n_sel} of {n_all} tests selected, "
                  f"{n_all - n_sel} skipped ({sel.summary})"]
-    unknown = n_sel - len(known)
-    lines.append(f"  estimated GPU-seconds: {sum(known):.1f} of {sum(every):.1f} for all"
-                 + (f" (+{unknown} tests never timed)" if unknown else ""))
+    if analysis.runner is not None:
+        lines.append(f"  runner: {analysis.runner} ({analysis.runner_why})")
+    lines.extend(_cost_lines(sel, analysis.timing))
     for r in sel.widen:
         lines.append(f"  widened: {r.sentence}")
     for note in sel.notes:
@@ -370,8 +374,37 @@ def summarize(analysis: Analysis) -> list[str]:
     return lines
 
 
+def _cost_lines(sel: Selection, timing: Mapping[TestId, Timing]) -> list[str]:
+    """What the selected tests cost of all: GPU-seconds, measured test time, or both.
+
+    A suite without GPU tests reports its recorded test time (GPU-seconds would be
+    0.0 of 0.0); a mixed one reports both; a test never run counts as never timed.
+    """
+    n_sel = len(sel.selected)
+    gpu_suite = any(timing[d.test].gpus > 0 for d in sel.decisions if d.test in timing)
+    cpu_tests = any(timing[d.test].gpus <= 0 for d in sel.decisions if d.test in timing)
+    lines = []
+    if gpu_suite or not timing:  # no timing at all (a caller's own Analysis): the old estimate
+        known = [d.est_gpu_s for d in sel.selected if d.est_gpu_s is not None]
+        every = [d.est_gpu_s for d in sel.decisions if d.est_gpu_s is not None]
+        unknown = n_sel - len(known)
+        lines.append(f"  estimated GPU-seconds: {sum(known):.1f} of {sum(every):.1f} for all"
+                     + (f" (+{unknown} tests never timed)" if unknown else ""))
+    if timing and (cpu_tests or not gpu_suite):
+        def seconds(t: TestId) -> float | None:
+            return timing[t].duration_s if t in timing else None
+
+        chosen = [x for d in sel.selected if (x := seconds(d.test)) is not None]
+        every_s = [x for d in sel.decisions if (x := seconds(d.test)) is not None]
+        unknown = n_sel - len(chosen)
+        kind = " (GPU and CPU tests)" if gpu_suite else " (CPU)" if cpu_tests else ""
+        lines.append(f"  estimated test time: {sum(chosen):.1f} s of {sum(every_s):.1f} s{kind}"
+                     + (f" (+{unknown} tests never timed)" if unknown else ""))
+    return lines
+
+
 def change_config(root: Path, *, base: str | None = None, store: str | None = None,
-                  plan: str | None = None) -> Config:
+                  plan: str | None = None, runner: str | None = None) -> Config:
     """The effective config of a command that analyses a change (its options win, level 4).
 
     Args:
@@ -379,13 +412,15 @@ def change_config(root: Path, *, base: str | None = None, store: str | None = No
         base: ``--base`` (None: the config's ``base``).
         store: ``--store`` (None: the config's ``store``).
         plan: ``--out``, the plan file to write (None: the config's ``plan``).
+        runner: ``--bazel`` / ``--no-bazel`` (``bazel`` / ``pytest``; None: the config's ``runner``).
     """
-    return config_mod.load(root, overrides={"base": base, "store": store, "plan": plan})
+    return config_mod.load(root, overrides={"base": base, "store": store, "plan": plan,
+                                            "runner": runner})
 
 
 def analyze_change(root: Path, *, base: str | None = None, head: str | None = None,
                    store: str | None = None, plan: str | None = None,
-                   query_bazel: bool = True) -> tuple[Config, Analysis]:
+                   runner: str | None = None) -> tuple[Config, Analysis]:
     """Analyze a change described the way ``fastci plan`` and ``fastci explain`` take it.
 
     Args:
@@ -394,12 +429,11 @@ def analyze_change(root: Path, *, base: str | None = None, head: str | None = No
         head: the head revision (None: the working tree, untracked files included).
         store: the evidence store (None: the config's ``store``).
         plan: the plan file (None: the config's ``plan``); only part of the config.
-        query_bazel: take the declared tests from ``bazel query``; False: the
-            universe is the store's tests.
+        runner: ``bazel`` (declared tests from ``bazel query``) or ``pytest`` (the
+            universe is the store's tests); None: config ``runner`` (:func:`choose_runner`).
 
     Returns:
         The effective config and the analysis (:func:`analyze`).
     """
-    cfg = change_config(root, base=base, store=store, plan=plan)
-    return cfg, analyze(root, cfg, base=cfg.base, head=head or WORKTREE,
-                        declared=bazel_declared if query_bazel else None)
+    cfg = change_config(root, base=base, store=store, plan=plan, runner=runner)
+    return cfg, analyze(root, cfg, base=cfg.base, head=head or WORKTREE)

@@ -33,7 +33,7 @@ def test_suite_size_and_scope_span() -> None:
 @pytest.mark.parametrize("name", sorted(SUITE))
 def test_entry_is_consistent(name: str) -> None:
     spec = SUITE[name]
-    assert set(spec) == {"gpus", "workload", "floors", "scope", "constraints", "tags"}
+    assert set(spec) == {"gpus", "workload", "floors", "frozen", "scope", "constraints", "check", "reference", "tags"}
     source = (TESTS_DIR / f"{name}.py").read_text(encoding="utf-8")
     module = ast.parse(source)
     names = {t.id: n.value.value for n in module.body if isinstance(n, ast.Assign)
@@ -48,10 +48,11 @@ def test_entry_is_consistent(name: str) -> None:
     harness.check_constraints(w, spec["constraints"])
     harness.check_constraints({**w, **floors}, spec["constraints"])
     assert set(spec["scope"]) <= SCOPES
-    checks = [t for t in spec["tags"] if t.startswith("check:")]
-    refs = [t for t in spec["tags"] if t.startswith("reference:")]
-    assert len(checks) == 1 and checks[0].split(":")[1] in ("exact", "tolerance", "threshold", "completes")
-    assert refs in (["reference:relational"], ["reference:absolute"])
+    assert spec["check"] in ("exact", "tolerance", "threshold", "completes", "performance")
+    assert spec["reference"] in ("relational", "absolute")
+    assert not [t for t in spec["tags"] if t.startswith(("check:", "reference:"))], "now attributes"
+    # Every dimension either shrinks to its floor or is frozen, never both (validate.bzl).
+    assert sorted(spec["frozen"]) == sorted(d for d in w if d not in floors)
     parallel = w.get("tp", 1) * w.get("pp", 1) * w.get("dp", 1)
     if "config_validation" in spec["scope"]:
         assert spec["gpus"] == 0, "validation never starts ranks"
@@ -59,6 +60,8 @@ def test_entry_is_consistent(name: str) -> None:
         assert spec["gpus"] >= parallel
     if "throughput" in spec["scope"] or "convergence" in spec["scope"]:
         assert floors == {}, "absolute performance/convergence checks are never reduced"
+    if "throughput" in spec["scope"]:
+        assert spec["check"] == "performance"
 
 
 def test_build_file_declares_every_suite_entry() -> None:
