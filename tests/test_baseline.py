@@ -204,3 +204,38 @@ def test_an_environment_that_differs_in_unimported_packages_keeps_the_evidence(
     # Another interpreter or GPU stack (base fingerprint): everything.
     assert set(chosen(old, base_fp="b2")) == {"t_yaml", "t_none"}
     store.close()
+
+
+M3 = '''from typing import List
+
+MAX_LEN = 128
+
+
+def uses():
+    return MAX_LEN
+
+
+def other():
+    return 1
+'''
+
+
+def test_import_time_change_reaches_the_users_of_the_names_it_binds(tmp_path: Path) -> None:
+    """Item 3: an added import reaches nobody; a changed constant reaches the tests that
+    executed a unit using it; a module-level call stays module-wide."""
+    repo = Repo(tmp_path)
+    repo.write({".gitignore": ".fastci/\n"})
+    r0 = repo.commit({"pkg/__init__.py": "", "pkg/m.py": M3})
+    store = EvidenceStore.open(tmp_path / ".fastci/evidence.db", create=True)
+    _record(tmp_path, store, "test_uses", ["<module>", "uses"], r0)
+    _record(tmp_path, store, "test_other", ["<module>", "other"], r0)
+    repo.write({"pkg/m.py": M3.replace("import List", "import List, Optional")})
+    assert _chosen(_plan(tmp_path, store, r0)) == {}
+    repo.write({"pkg/m.py": M3.replace("MAX_LEN = 128", "MAX_LEN = 256")})
+    sel = _plan(tmp_path, store, r0)
+    assert _chosen(sel) == {"test_uses": {DecisionKind.USES_CHANGED_NAME}}
+    (d,) = sel.selected
+    assert d.reasons[0].unit == "pkg/m.py::uses" and "MAX_LEN" in d.reasons[0].sentence
+    repo.write({"pkg/m.py": M3 + "\nprint(MAX_LEN)\n"})  # not only bindings: module-wide
+    assert set(_chosen(_plan(tmp_path, store, r0))) == {"test_uses", "test_other"}
+    store.close()

@@ -50,10 +50,16 @@ def test_comment_only_change_selects_nothing(world: World) -> None:
     assert chosen(world.plan()) == {}
 
 
-def test_module_constant_reaches_every_importer(world: World) -> None:
+def test_module_constant_reaches_the_tests_executing_its_users(world: World) -> None:
+    # HIDDEN is used only by shift, which no test executes (issue 12 item 3).
     world.repo.write({"pkg/model.py": MODEL.replace("HIDDEN = 4", "HIDDEN = 5")})
-    sel = world.plan()
-    assert chosen(sel) == {"//t:a": {DecisionKind.CHANGED_UNIT}}  # via the <module> row
+    assert chosen(world.plan()) == {}
+    used = MODEL.replace("return x * 2", "return x * HIDDEN")
+    world.repo.write({"pkg/model.py": used})
+    assert chosen(world.plan()) == {"//t:a": {DecisionKind.CHANGED_UNIT}}  # scale's body
+    # Module code that is not only bindings still reaches every importer.
+    world.repo.write({"pkg/model.py": MODEL.replace("HIDDEN = 4", "HIDDEN = 4\nprint(HIDDEN)")})
+    assert chosen(world.plan()) == {"//t:a": {DecisionKind.CHANGED_UNIT}}  # via <module>
     world.repo.write({"pkg/model.py": MODEL.replace("def shift(x):", "def shift(x=HIDDEN):")})
     assert chosen(world.plan()) == {"//t:a": {DecisionKind.IMPORTS_CHANGED_MODULE}}
 

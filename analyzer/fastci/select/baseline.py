@@ -37,6 +37,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+from fastci.changes.names import NARROWABLE, NameReach, narrow
 from fastci.changes.scan import ChangeSet, is_python
 from fastci.changes.semantic_diff import ChangeKind, FileDiff, UnitChange
 from fastci.changes.static_reach import ReachKind
@@ -118,7 +119,7 @@ def change_rules(changes: ChangeSet, store: EvidenceReader, config: Config,
         versions = Versions(changes.tree.git, changes.tree.head)
     base = base or Baselines.of(changes, store.baselines())
     hits: Hits = {}
-    _unit_rules(hits, changes, store, base, versions)
+    _unit_rules(hits, changes, store, base, versions, config)
     _reach_rules(hits, changes, store, base)
     _read_rules(hits, store, base, versions)
     widen, notes = _path_rules(hits, changes, store, config, base, sorted(universe))
@@ -129,12 +130,14 @@ def change_rules(changes: ChangeSet, store: EvidenceReader, config: Config,
 
 
 def _unit_rules(hits: Hits, changes: ChangeSet, store: EvidenceReader, base: Baselines,
-                versions: Versions) -> None:
+                versions: Versions, config: Config) -> None:
     """Units executed, import-time code, compiled code and parse failures, per test.
 
     The (test, file) pairs whose recorded version differs from the head are grouped
     by that version (its digest, else the commit it was recorded at): each group is
-    diffed once, and only the changed units are looked up in the evidence.
+    diffed once, and only the changed units are looked up in the evidence. An
+    import-time change that only (re)binds names is resolved to the units that use
+    them (:func:`fastci.changes.names.narrow`), once per group.
     """
     python = sorted(p for p in base.everything if is_python(p))
     unknown = base.unknown()
@@ -167,6 +170,7 @@ def _unit_rules(hits: Hits, changes: ChangeSet, store: EvidenceReader, base: Bas
             else:
                 groups[(path, "unknown")].append(test)
     diffs: dict[tuple[RelPath, str], FileDiff | None] = {}
+    narrowed: dict[tuple[RelPath, str], dict[UnitId, NameReach | None]] = {}
     for (path, key) in groups:
         old: bytes | None = None
         found = False
@@ -177,17 +181,21 @@ def _unit_rules(hits: Hits, changes: ChangeSet, store: EvidenceReader, base: Bas
             found = old is not None
         elif kind == "commit":
             old, found = versions.at(value, path), True
-        diffs[(path, key)] = versions.diff(path, old) if found else None
-    changed_units = sorted({u.unit for fd in diffs.values() if fd is not None for u in fd.units
-                            if ChangeKind.ADDED not in u.kinds})
-    executed = store.tests_for_units(changed_units)
+        diffs[(path, key)] = fd = versions.diff(path, old) if found else None
+        if fd is not None and not fd.failure:
+            narrowed[(path, key)] = _narrow(fd, old, versions.now(path), changes, config)
+    changed_units = {u.unit for fd in diffs.values() if fd is not None for u in fd.units
+                     if ChangeKind.ADDED not in u.kinds}
+    users = {u for by_unit in narrowed.values() for r in by_unit.values() if r for u in r.units}
+    executed = store.tests_for_units(sorted(changed_units | users))
     base_diffs = {f.path: f for f in changes.files}
     for (path, key), members in sorted(groups.items()):
         fd = diffs[(path, key)]
         if fd is not None:
             for test in members:
-                _executed(hits, test, path, fd, executed)
-                _import_time(hits, test, path, fd)  # a failure to parse widens here too
+                _executed(hits, test, path, fd, executed, narrowed.get((path, key), {}))
+                # A failure to parse widens here too.
+                _import_time(hits, test, path, fd, narrowed.get((path, key), {}), executed)
             continue
         if versions.checksums_now(path) is None:
             for test in members:
@@ -202,13 +210,18 @@ def _unit_rules(hits: Hits, changes: ChangeSet, store: EvidenceReader, base: Bas
 
 
 def _executed(hits: Hits, test: TestId, path: RelPath, fd: FileDiff,
-              executed: Mapping[UnitId, set[TestId]]) -> None:
+              executed: Mapping[UnitId, set[TestId]],
+              narrowed: Mapping[UnitId, NameReach | None]) -> None:
     """Units the test executed that changed between its version of ``path`` and the head.
 
     The semantic diff decides, as for any diff: a unit whose checksum moved only
-    because a new definition joined its scope did not change for this test.
+    because a new definition joined its scope did not change for this test. Module
+    code resolved to the names it binds is left to :func:`_import_time` (every test
+    that imports the module executes it).
     """
     for u in fd.units:
+        if narrowed.get(u.unit) is not None:
+            continue
         if ChangeKind.ADDED not in u.kinds and test in executed.get(u.unit, ()):
             change = kinds_of(u)
             add_hit(hits, test, Reason(
@@ -244,7 +257,29 @@ def _unknown_versions(hits: Hits, store: EvidenceReader, versions: Versions, pat
             _unknown_version(hits, test, path, fallback)
 
 
-def _import_time(hits: Hits, test: TestId, path: RelPath, fd: FileDiff) -> None:
+def _narrow(fd: FileDiff, old: bytes | None, new: bytes | None, changes: ChangeSet,
+            config: Config) -> dict[UnitId, NameReach | None]:
+    """The import-time changes of ``fd`` that only rebind names, resolved to their users."""
+    out: dict[UnitId, NameReach | None] = {}
+    for u in fd.units:
+        if u.import_time and u.kinds and all(k in NARROWABLE for k in u.kinds):
+            try:
+                out[u.unit] = narrow(u, old, new, changes.tree, pure=config.pure_callables)
+            except Exception as exc:  # noqa: BLE001 - narrowing is an optimisation: widen
+                LOG.warning("import-time change of %s stays module-wide: %s: %s",
+                            fd.path, type(exc).__name__, exc)
+                out[u.unit] = None
+    return out
+
+
+def _import_time(hits: Hits, test: TestId, path: RelPath, fd: FileDiff,
+                 narrowed: Mapping[UnitId, NameReach | None] | None = None,
+                 executed: Mapping[UnitId, set[TestId]] | None = None) -> None:
+    """Import-time code of ``path`` changed between the test's version and the head.
+
+    A change resolved to the names it binds (``narrowed``) reaches the test only when
+    it executed a unit that uses one of them; any other reaches it module-wide.
+    """
     if fd.failure:
         add_hit(hits, test, Reason(
             DecisionKind.UNPARSABLE_FILE, f"touches {path}, which does not parse",
@@ -262,6 +297,18 @@ def _import_time(hits: Hits, test: TestId, path: RelPath, fd: FileDiff) -> None:
                 path=path, via="static rule: a change to compiled code reaches every test "
                                "whose evidence touches its module"))
         elif u.import_time and u.unit not in selected and ChangeKind.ADDED not in u.kinds:
+            reach = (narrowed or {}).get(u.unit)
+            if reach is not None:
+                users = [x for x in reach.units if test in (executed or {}).get(x, ())]
+                if users:
+                    add_hit(hits, test, Reason(
+                        DecisionKind.USES_CHANGED_NAME,
+                        f"executes {users[0]}, which uses {', '.join(reach.names)} "
+                        f"(rebound at import time in {path}: {kinds_of(u)})",
+                        unit=users[0], change=kinds_of(u), path=path,
+                        via=f"static rule: the change {reach.why}; evidence: the test "
+                            f"executed {len(users)} of them"))
+                continue
             add_hit(hits, test, Reason(
                 DecisionKind.IMPORTS_CHANGED_MODULE,
                 f"its evidence touches {path}, where {u.qualname} {kinds_of(u)} "

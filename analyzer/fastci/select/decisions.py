@@ -20,6 +20,7 @@ class DecisionKind(enum.Enum):
     # A test runs because the change reaches it ...
     CHANGED_UNIT = "executes a changed unit"
     IMPORTS_CHANGED_MODULE = "imports a module whose import-time code changed"
+    USES_CHANGED_NAME = "executes a unit that uses a name rebound at import time"
     UNPARSABLE_FILE = "touches a file that does not parse"
     READ_CHANGED_FILE = "read a changed file"
     PATH_RULE = "mapped to a changed path by fastci.yaml"
