@@ -241,6 +241,28 @@ def test_a_corrupted_trace_is_skipped_marked_incomplete_and_exits_1(tmp_path: Pa
         assert "t::bad" in latest
 
 
+def test_ingested_own_traces_are_removed_corrupt_and_foreign_ones_kept(tmp_path: Path) -> None:
+    """Issue 12 item 6: ``.fastci/runs`` does not grow by a full recording's traces per
+    ingest; a corrupt trace stays for a person to look at, ``--keep-traces`` keeps all, and
+    traces outside ``.fastci`` (bazel-testlogs, a folder the user named) are never deleted."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    own = tmp_path / ".fastci" / "runs" / "pytest-traces"
+    ok = put(own, make("t::ok", "r1", 1.0, {"m.py::f": []}))
+    junk = own / trace.file_name("t::junk", "r3", 1)
+    junk.write_bytes(os.urandom(300))
+    kept = put(own / "k", make("t::kept", "r4", 1.0, {"m.py::f": []}))
+    foreign = put(tmp_path / "elsewhere", make("t::far", "r2", 1.0, {"m.py::f": []}))
+    db = tmp_path / "e.db"
+    res = fastci(tmp_path, "ingest", str(own / "k"), "--store", str(db), "--keep-traces")
+    assert res.returncode == 0 and kept.exists(), res.stdout + res.stderr
+    res = fastci(tmp_path, "ingest", str(own), str(foreign.parent), "--store", str(db))
+    assert res.returncode == 1, res.stdout + res.stderr  # the junk trace
+    assert not ok.exists() and not kept.exists() and junk.exists() and foreign.exists()
+    assert "removed 2 ingested trace file(s)" in res.stdout
+    with EvidenceStore.open(db) as store:
+        assert {"t::ok", "t::kept", "t::far"} <= set(store.test_ids())
+
+
 # --------------------------------------------------------------------------- plan files
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from fastci import config
 from fastci.cli.command import Command
 from fastci.evidence.record import dirty_note, ingest_paths, summary
+from fastci.evidence.trace import remove_ingested
 from fastci.integrations.git.repository import repo_root
 
 
@@ -30,6 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: the repository)")
     parser.add_argument("--source", default=None, choices=("bazel", "pytest"),
                         help="where the traces come from (default: guessed from the paths)")
+    parser.add_argument("--keep-traces", action="store_true",
+                        help="keep the trace files FastCI wrote under .fastci/ once they are in "
+                             "the store (default: delete them; corrupt ones are always kept, "
+                             "and Bazel's testlogs are never touched)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,7 +51,28 @@ def run(args: argparse.Namespace) -> int:
     print(summary(report))
     for line in notes + dirty_note(commit):
         print(line)
+    if not args.keep_traces:
+        removed = remove_ingested(own_traces(root, report.ingested))
+        if removed:
+            print(f"fastci: removed {removed} ingested trace file(s) (--keep-traces keeps them)")
     return 1 if report.corrupt else 0
+
+
+def own_traces(root: Path, origins: list[str]) -> list[Path]:
+    """The ingested traces FastCI itself wrote: plain files under ``root/.fastci``.
+
+    Traces in archives and under ``bazel-testlogs`` (Bazel's outputs: deleting them
+    makes Bazel re-run the tests) or anywhere else the user pointed at stay.
+    """
+    own = (root / ".fastci").resolve()
+    out = []
+    for origin in origins:
+        if "!" in origin:
+            continue
+        path = Path(origin).resolve()
+        if path.is_relative_to(own):
+            out.append(path)
+    return out
 
 
 COMMAND = Command(

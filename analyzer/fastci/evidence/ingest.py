@@ -77,6 +77,9 @@ class IngestReport:
     corrupt: list[str] = field(default_factory=list)
     incomplete_tests: set[str] = field(default_factory=set)
     tests: set[str] = field(default_factory=set)
+    #: Origins of the traces that decoded and are now in the store (a corrupt one is
+    #: never listed): what :func:`fastci.evidence.trace.remove_ingested` may delete.
+    ingested: list[str] = field(default_factory=list)
 
 
 def label_from_testlogs(path: Path, testlogs: Path) -> str | None:
@@ -281,6 +284,7 @@ def ingest(store: EvidenceStore, blobs: Iterable[TraceBlob], *, source: str,
     checksums = Checksums(root, cache)
     runs: dict[tuple[str, str], list[trace.TraceMsg]] = {}
     decoded: list[trace.TraceMsg] = []
+    origins: list[str] = []
     results = results or {}
     for blob in blobs:
         if only is not None and blob.test_hint is not None and blob.test_hint not in only:
@@ -305,6 +309,7 @@ def ingest(store: EvidenceStore, blobs: Iterable[TraceBlob], *, source: str,
                 report.runs_added += int(added)
             continue
         decoded.append(t)
+        origins.append(blob.origin)
         if t.role != "shared":  # a shared trace only holds segments for others
             runs.setdefault((t.test_id, t.run_id), []).append(t)
     segments = index_segments(decoded)
@@ -320,6 +325,7 @@ def ingest(store: EvidenceStore, blobs: Iterable[TraceBlob], *, source: str,
             report.runs_skipped += 1
     if cache is not None:
         cache.save()
+    report.ingested = origins  # only once every run is in the store
     return report
 
 
