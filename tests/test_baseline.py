@@ -239,3 +239,36 @@ def test_import_time_change_reaches_the_users_of_the_names_it_binds(tmp_path: Pa
     repo.write({"pkg/m.py": M3 + "\nprint(MAX_LEN)\n"})  # not only bindings: module-wide
     assert set(_chosen(_plan(tmp_path, store, r0))) == {"test_uses", "test_other"}
     store.close()
+
+
+def test_the_plan_reads_the_runners_packages(tmp_path: Path) -> None:
+    """Item 4 end to end: ``analyze`` asks the runner's interpreter for its package listing,
+    so evidence recorded where only an unimported package differed is kept."""
+    import sys
+    import time
+
+    from fastci.evidence.environment import environment_of_interpreter
+    from fastci.evidence.store import RunEvidence
+
+    now = environment_of_interpreter(sys.executable)
+    lines = now["packages_list"].splitlines()
+    assert len(lines) > 2
+    other = lines[0].split("==")[0]  # a package the test below never imported
+    then = "\n".join([f"{other}==0.0.0.old", *lines[1:]])
+    repo = Repo(tmp_path)
+    repo.write({".gitignore": ".fastci/\n"})
+    r0 = repo.commit({"pkg/m.py": M1})
+    store = EvidenceStore.open(tmp_path / ".fastci/evidence.db", create=True)
+    units = units_of(tmp_path, ["pkg/m.py"])
+    for test, base_fp in (("t_same_base", now["base_fingerprint"]), ("t_other_base", "b-other")):
+        store.ingest(RunEvidence(
+            test=test, run_key=f"{test}:{time.time_ns()}", outcome="passed", complete=True,
+            duration_s=1.0, gpus=0, workload={}, recorded_at=time.time(),
+            env_fingerprint="fp-then", commit=r0,
+            environment={"base_fingerprint": base_fp, "packages_list": then},
+            units={"pkg/m.py::u1": (units["pkg/m.py::u1"], frozenset({"c"}))},
+            distributions={"nothing-like-it": "1.0"}))
+    sel = analyze(tmp_path, Config(runner_python=sys.executable), base=r0, declared=None,
+                  store=store).selection
+    assert _chosen(sel) == {"t_other_base": {DecisionKind.ENVIRONMENT_CHANGED}}
+    store.close()

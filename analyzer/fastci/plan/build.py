@@ -198,7 +198,7 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
             if error is not None:
                 raise error
         assert store is not None
-        fingerprint = _fingerprint(env_fingerprint, root, rules)
+        fingerprint, environment = _environment(env_fingerprint, root, rules)
         changes = scan(git, base, head, evidence_commits=store.evidence_commits())
         # FastCI's own outputs are no change; a rename keeps its old path (a file moved
         # into .fastci/ is a deletion for the tests that read it).
@@ -206,7 +206,7 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
             o for o in changes.others
             if not all(own_output(p, config) for p in (o.path, o.old_path) if p)))
         selection = select_tests(changes, store, rules, declared=decl,
-                                 env_fingerprint=fingerprint)
+                                 env_fingerprint=fingerprint, environment=environment)
         if rules_changed is not None:
             selection = widen(selection, rules_changed)
     except Exception as exc:  # noqa: BLE001 - any failure must widen, never narrow
@@ -326,18 +326,26 @@ def runner_python(root: Path, config: Config) -> str:
     return str(venv) if venv.exists() else sys.executable
 
 
-def _fingerprint(value: str | None | Callable[[], str], root: Path, config: Config) -> str | None:
+def _environment(value: str | None | Callable[[], str], root: Path,
+                 config: Config) -> tuple[str | None, dict[str, str] | None]:
+    """The test runner's environment: (fingerprint, every part of it, or None).
+
+    A caller's fingerprint (a string or a function) is all there is; otherwise the
+    runner's interpreter describes itself, packages included, so evidence recorded in an
+    environment that differs only in packages a test never imported stays usable.
+    """
     if isinstance(value, str):
-        return value
+        return value, None
     try:
         if callable(value):
-            return value()
-        from fastci.evidence.environment import fingerprint_of_interpreter
+            return value(), None
+        from fastci.evidence.environment import environment_of_interpreter
 
-        return fingerprint_of_interpreter(runner_python(root, config), cwd=root)
+        env = environment_of_interpreter(runner_python(root, config), cwd=root)
+        return env["fingerprint"], env
     except Exception as exc:  # noqa: BLE001 - unknown environment: every test re-runs
         LOG.warning("cannot compute the test runner's environment fingerprint: %s", exc)
-        return None
+        return None, None
 
 
 def summarize(analysis: Analysis) -> list[str]:
