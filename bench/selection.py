@@ -39,13 +39,12 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from bench.mutations import OPERATORS, Mutant, changed_units, generate, read_sources, sample_units
-from fastci.plan.build import analyze
+from fastci.plan.build import analyze, declared_test
 from fastci.integrations.bazel.bep import parse_bep
 from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.errors import FastCIError
 from fastci.evidence.store import EvidenceStore
 from fastci.plan.model import Plan, PlannedTest, dump_plan
-from fastci.select import DeclaredTest
 
 HERE = Path(__file__).resolve().parent
 CHANGES = HERE / "changes"
@@ -294,7 +293,7 @@ def run(workdir: Path, *, full: bool = False, only: Sequence[str] = (), fresh: b
         sc = prepare(echo, reuse=not fresh)
         try:
             decls = list_gpu_tests(sc.bazel, sc.config.targets)
-            declared = {d.id: DeclaredTest(d.id, d.gpus, dict(d.workload)) for d in decls}
+            declared = {d.id: declared_test(d) for d in decls}
             for patch in changes:
                 echo(f"-- {patch.stem}")
                 rows.append(bench_change(sc, patch, decls, declared, full=full))

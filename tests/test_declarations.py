@@ -199,3 +199,23 @@ def test_a_declared_test_without_a_workload_reduces_nothing() -> None:
     assert wl.reduction_problems(Declared()) == ["workload: expected a dict of dimension -> value, got NoneType"]
     assert wl.reducible_dims(Declared()) == {}
     assert wl.reducible_dims(Declared({"steps": 4}, {"steps": 1})) == {"steps": (1, 4)}
+
+
+def test_the_selector_sees_the_whole_declaration() -> None:
+    """Issue 13 item 0: floors, frozen, scope, constraints, check and reference reach the
+    planner (``DeclaredTest``), and it is a valid ``ReductionDecl``."""
+    from fastci.integrations.bazel.query import TestDecl
+    from fastci.plan.build import declared_test
+    from fastci.plan.workload import reducible_dims, resolve_reduction
+
+    d = TestDecl(id="//p:t", gpus=2, workload={"train_iters": 8, "tp": 2},
+                 floors={"train_iters": 2}, scope=("parallel_parity",),
+                 constraints=("train_iters >= 1",), srcs=("//p:t.py",), frozen=("tp",),
+                 check="tolerance", reference="relational", defaulted=("reference",))
+    got = declared_test(d, ("p/t.py",))
+    assert (got.id, got.gpus, got.srcs) == ("//p:t", 2, ("p/t.py",))
+    assert got.floors == {"train_iters": 2} and got.frozen == ("tp",)
+    assert got.scope == ("parallel_parity",) and got.constraints == ("train_iters >= 1",)
+    assert (got.check, got.reference, got.defaulted) == ("tolerance", "relational", ("reference",))
+    assert reducible_dims(got) == {"train_iters": (2, 8)}
+    assert resolve_reduction(got).defaulted == ("reference",)

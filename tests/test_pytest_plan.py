@@ -238,3 +238,39 @@ def test_real_microllm_items_check_overrides_against_suite_bzl(tmp_path: Path) -
     assert ran["test_lr_schedule"] == {**suite["lr_schedule_test"]["workload"], **floors}
     assert (f"{tests}/config_validation_test.py::test_config_validation: hidden_size: 16 is below "
             "its floor 32") in res.stdout
+
+
+REDUCTION_DECL = '''
+import json, os
+import pytest
+
+W = {"train_iters": 8, "tp": 2}
+
+@pytest.mark.fastci_workload(workload=W, floors={"train_iters": 2}, frozen=["tp"],
+                             check="tolerance", reference="relational")
+def test_declared():
+    print("RAN declared", os.environ.get("FASTCI_WORKLOAD"))
+
+@pytest.mark.fastci_workload(workload=W, floors={"train_iters": 2}, check="performance")
+def test_performance():
+    print("RAN performance", os.environ.get("FASTCI_WORKLOAD"))
+
+@pytest.mark.fastci_workload(workload=W, floors={"train_iters": 2}, frozen=[])
+def test_incomplete_frozen():
+    print("RAN incomplete_frozen", os.environ.get("FASTCI_WORKLOAD"))
+'''
+
+
+def test_marker_reduction_declaration_is_held_to_the_rules(tmp_path: Path) -> None:
+    """Issue 13 item 0: frozen/check/reference on the marker, validated as validate.bzl does:
+    a performance check takes no floors; a declared frozen list names every other dimension."""
+    tests = tuple(PlannedTest(f"test_suite.py::test_{n}", {"train_iters": 2})
+                  for n in ("declared", "performance", "incomplete_frozen"))
+    out = run_with(tmp_path, Plan(mode="selective", tests=tests), REDUCTION_DECL)
+    ran = dict(re.findall(r"RAN (\w+) (\{.*?\}|None)", out))
+    assert json.loads(ran["declared"]) == {"train_iters": 2}
+    assert ran["performance"] == "None" and ran["incomplete_frozen"] == "None"
+    summary = out.split("fastci: overrides ignored, ran at full workload", 1)[1]
+    assert "test_suite.py::test_performance: its declaration is invalid" in summary
+    assert "test_suite.py::test_incomplete_frozen: its declaration is invalid" in summary
+    assert "test_declared:" not in summary

@@ -40,9 +40,10 @@ from fastci.select import (DeclaredTest, DecisionKind, Reason, Selection, select
                            widen_everything)
 from fastci.select.decisions import SKIP_KINDS
 from fastci.select.rules import EvidenceReader, own_output
-from fastci.types import TestId
+from fastci.types import RelPath, TestId
 
 if TYPE_CHECKING:
+    from fastci.integrations.bazel.query import TestDecl
     from fastci.evidence.store import EvidenceStore
 
 LOG = logging.getLogger(__name__)
@@ -128,8 +129,16 @@ def bazel_declared(root: Path, config: Config, *, bazel: Any = None) -> dict[Tes
     for d in list_gpu_tests(bazel or Bazel(root, config.bazel), config.targets):
         # A source in another repository has no path here: no change of ours can touch it.
         srcs = tuple(p for p in map(label_to_path, d.srcs) if p is not None)
-        out[d.id] = DeclaredTest(d.id, int(d.gpus), dict(d.workload), srcs)
+        out[d.id] = declared_test(d, srcs)
     return out
+
+
+def declared_test(d: TestDecl, srcs: tuple[RelPath, ...] = ()) -> DeclaredTest:
+    """A :class:`~fastci.integrations.bazel.query.TestDecl` as the selector takes it:
+    GPUs, workload and sources, and the whole reduction declaration."""
+    return DeclaredTest(d.id, int(d.gpus), dict(d.workload), srcs, floors=dict(d.floors),
+                        frozen=d.frozen, scope=tuple(d.scope), constraints=tuple(d.constraints),
+                        check=d.check, reference=d.reference, defaulted=tuple(d.defaulted))
 
 
 def to_plan(selection: Selection, *, base: str | None, head: str | None) -> Plan:

@@ -10,7 +10,7 @@ baseline, are in :mod:`fastci.select.baseline`.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from fastci.changes.scan import ChangeSet
@@ -110,12 +110,28 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class DeclaredTest:
-    """A test as its build declares it (from ``bazel query``)."""
+    """A test as its build declares it (``bazel query``, or a pytest marker).
+
+    Besides what selection needs (GPUs, workload, sources), the reduction
+    declaration (issue 13): ``floors`` (how far each reducible dimension may shrink),
+    ``frozen`` (dimensions never reduced; None: not declared, every dimension
+    without a floor), ``scope`` (what the test validates), ``constraints``
+    (expressions every run must satisfy), ``check`` and ``reference`` (None: not
+    declared) and ``defaulted`` (which of them the build left to defaults). It
+    satisfies :class:`fastci.plan.workload.ReductionDecl`.
+    """
 
     id: TestId
     gpus: int = 0
     workload: Mapping[str, Any] | None = None
     srcs: tuple[RelPath, ...] = ()
+    floors: Mapping[str, Any] = field(default_factory=dict)
+    frozen: tuple[str, ...] | None = None
+    scope: tuple[str, ...] = ()
+    constraints: tuple[str, ...] = ()
+    check: str | None = None
+    reference: str | None = None
+    defaulted: tuple[str, ...] = ()
 
 
 def add_hit(hits: Hits, test: TestId, reason: Reason) -> None:

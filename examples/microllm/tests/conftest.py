@@ -32,12 +32,14 @@ MARKER = "fastci_workload"
 
 def pytest_configure(config: pytest.Config) -> None:
     if not any(line.split("(")[0] == MARKER for line in config.getini("markers")):
-        config.addinivalue_line("markers", f"{MARKER}(workload, floors, constraints, scope): "
-                                "the test's declared workload (read by FastCI's plan plugin)")
+        config.addinivalue_line("markers", f"{MARKER}(workload, floors, constraints, scope, "
+                                "frozen, check, reference): the test's declared workload "
+                                "(read by FastCI's plan plugin)")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Attach each test's suite.bzl declaration (workload, floors, constraints, scope)."""
+    """Attach each test's suite.bzl declaration (workload, floors, frozen, constraints, scope,
+    check, reference)."""
     suite = harness.load_suite()
     for item in items:
         module = getattr(item, "module", None)
@@ -46,7 +48,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             continue
         item.add_marker(pytest.mark.fastci_workload(
             workload=dict(spec["workload"]), floors=dict(spec.get("floors", {})),
-            constraints=list(spec.get("constraints", [])), scope=list(spec.get("scope", []))))
+            constraints=list(spec.get("constraints", [])), scope=list(spec.get("scope", [])),
+            frozen=list(spec.get("frozen", [])), check=spec.get("check"),
+            reference=spec.get("reference")))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

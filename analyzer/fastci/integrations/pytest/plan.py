@@ -50,9 +50,10 @@ LOG = logging.getLogger(__name__)
 
 WORKLOAD_ENV = "FASTCI_WORKLOAD"
 MARKER = "fastci_workload"
-MARKER_LINE = (f"{MARKER}(workload, floors={{}}, constraints=[], scope=[]): the test's declared "
-               "workload (dimension -> full value), floors (no floor = frozen), constraints and "
-               "scope; a FastCI plan may reduce it within these only")
+MARKER_LINE = (f"{MARKER}(workload, floors={{}}, constraints=[], scope=[], frozen=None, "
+               "check=None, reference=None): the test's declared workload (dimension -> full "
+               "value), floors (no floor = frozen), constraints, scope, check and reference "
+               "(as a gpu_test's attributes); a FastCI plan may reduce it within these only")
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,10 @@ class Declaration:
     floors: Mapping[str, Any]
     constraints: tuple[str, ...]
     scope: tuple[str, ...]
+    #: As a gpu_test's attributes (None: not declared, the defaults apply).
+    frozen: tuple[str, ...] | None = None
+    check: str | None = None
+    reference: str | None = None
 
 
 def declaration(item: pytest.Item) -> Declaration | None:
@@ -77,7 +82,8 @@ def declaration(item: pytest.Item) -> Declaration | None:
     kwargs = dict(marker.kwargs)
     if marker.args:
         kwargs.setdefault("workload", marker.args[0])
-    unknown = sorted(set(kwargs) - {"workload", "floors", "constraints", "scope"})
+    unknown = sorted(set(kwargs) - {"workload", "floors", "constraints", "scope", "frozen",
+                                    "check", "reference"})
     if unknown:
         raise ValueError(f"unknown argument(s) {', '.join(unknown)}")
     workload, floors = kwargs.get("workload"), kwargs.get("floors", {})
@@ -88,7 +94,15 @@ def declaration(item: pytest.Item) -> Declaration | None:
         raise ValueError("constraints must be a list of strings")
     if isinstance(scope, str) or not all(isinstance(c, str) for c in scope):
         raise ValueError("scope must be a list of strings")
-    return Declaration(dict(workload), dict(floors), tuple(constraints), tuple(scope))
+    frozen = kwargs.get("frozen")
+    if frozen is not None and (isinstance(frozen, str)
+                               or not all(isinstance(c, str) for c in frozen)):
+        raise ValueError("frozen must be a list of strings")
+    check, reference = kwargs.get("check"), kwargs.get("reference")
+    if not all(v is None or isinstance(v, str) for v in (check, reference)):
+        raise ValueError("check and reference must be strings")
+    return Declaration(dict(workload), dict(floors), tuple(constraints), tuple(scope),
+                       None if frozen is None else tuple(frozen), check, reference)
 
 
 def register_marker(config: pytest.Config) -> None:
@@ -191,7 +205,7 @@ class PlanPlugin:
     @staticmethod
     def _problem(item: pytest.Item, overrides: Mapping[str, Any]) -> str | None:
         """Why ``overrides`` cannot apply to ``item`` (None: they can), as Bazel decides."""
-        from fastci.plan.workload import override_problems
+        from fastci.plan.workload import override_problems, reduction_problems
 
         try:
             decl = declaration(item)
@@ -200,7 +214,10 @@ class PlanPlugin:
         if decl is None:
             return f"the test declares no workload (no @pytest.mark.{MARKER})"
         try:
-            problems = override_problems(decl.workload, decl.floors, decl.constraints, overrides)
+            # Held to what a gpu_test's rules enforce at load time (one shared corpus).
+            problems = [f"its declaration is invalid: {p}" for p in reduction_problems(decl)]
+            problems = problems or override_problems(decl.workload, decl.floors,
+                                                     decl.constraints, overrides)
         except Exception as exc:  # noqa: BLE001 - any doubt runs the full workload
             return f"they cannot be checked: {exc}"
         return "; ".join(problems) if problems else None
