@@ -729,3 +729,40 @@ def reducible_dims(decl: ReductionDecl) -> dict[str, tuple[int | float, int | fl
     if workload is None or reduction_problems(decl) or resolve_reduction(decl).check == "performance":
         return {}
     return {dim: (decl.floors[dim], workload[dim]) for dim in sorted(decl.floors)}
+
+
+# --- Calibration ladder ---------------------------------------------------------------
+
+
+def ladder(decl: ReductionDecl) -> list[tuple[str, dict[str, WorkloadValue]]]:
+    """The rungs ``fastci calibrate`` runs a test at: (name, overrides), full first.
+
+    The full workload (``full``, no overrides); each reducible dimension alone at its
+    floor (``dim=floor``) and at the midpoint between floor and full (``dim=mid``,
+    rounded down for integers); and every reducible dimension at its floor together
+    (``floors``). A rung that breaks a constraint, or repeats another rung's
+    workload, is left out. Nothing of a test with no reducible dimension
+    (:func:`reducible_dims`: frozen, performance check, invalid declaration) is run
+    but ``full``.
+    """
+    workload = decl.workload or {}
+    dims = reducible_dims(decl)
+    rungs: list[tuple[str, dict[str, WorkloadValue]]] = [("full", {})]
+    seen: set[str] = {"{}"}
+
+    def add(name: str, overrides: dict[str, WorkloadValue]) -> None:
+        key = json.dumps({d: v for d, v in overrides.items() if v != workload[d]},
+                         sort_keys=True)
+        if key in seen or override_problems(workload, decl.floors, decl.constraints, overrides):
+            return
+        seen.add(key)
+        rungs.append((name, overrides))
+
+    for dim, (floor, full) in dims.items():
+        mid: WorkloadValue = (floor + full) // 2 if isinstance(full, int) else (floor + full) / 2
+        for value in (floor, mid):
+            if value != full:
+                add(f"{dim}={_render(value)}", {dim: value})
+    if len(dims) > 1:
+        add("floors", {dim: floor for dim, (floor, _) in dims.items()})
+    return rungs
