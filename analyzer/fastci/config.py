@@ -94,6 +94,7 @@ class Config:
     """The effective configuration (see ``docs/CONFIG.md``)."""
 
     store: str = ".fastci/evidence.db"
+    calibration: str = ".fastci/calibration.db"  # fastci calibrate's rungs (never evidence)
     plan: str = ".fastci/plan.json"
     base: str = "HEAD"
     targets: str = "//..."
@@ -123,6 +124,7 @@ DEFAULTS = Config()
 #: Environment variable -> key (scalars only; lists are set in ``fastci.yaml``).
 ENV_VARS: dict[str, str] = {
     "FASTCI_STORE": "store",
+    "FASTCI_CALIBRATION": "calibration",
     "FASTCI_PLAN": "plan",
     "FASTCI_BASE": "base",
     "FASTCI_TARGETS": "targets",

@@ -36,9 +36,10 @@ from fastci.config import Config
 from fastci.errors import FastCIError
 from fastci.integrations.git.repository import WORKTREE, Git
 from fastci.plan.model import Plan, PlannedTest, SkippedTest
+from fastci.plan.reduce import Choice, choose
 from fastci.select import (DeclaredTest, DecisionKind, Reason, Selection, select_tests,
                            widen_everything)
-from fastci.select.decisions import SKIP_KINDS
+from fastci.select.decisions import SKIP_KINDS, Decision
 from fastci.select.rules import EvidenceReader, own_output
 from fastci.types import RelPath, TestId
 
@@ -141,10 +142,20 @@ def declared_test(d: TestDecl, srcs: tuple[RelPath, ...] = ()) -> DeclaredTest:
                         check=d.check, reference=d.reference, defaulted=tuple(d.defaulted))
 
 
-def to_plan(selection: Selection, *, base: str | None, head: str | None) -> Plan:
-    """Turn a selection into a version-1 plan (every selected test at full workload)."""
-    tests = tuple(PlannedTest(d.test, {}, d.priority, d.why, d.est_gpu_s)
-                  for d in selection.selected)
+def to_plan(selection: Selection, *, base: str | None, head: str | None,
+            choices: Mapping[TestId, Choice] | None = None) -> Plan:
+    """Turn a selection into a plan: every selected test, at the workload ``choices`` gives
+    it (:mod:`fastci.plan.reduce`; absent: full workload)."""
+    choices = choices or {}
+
+    def planned(d: Decision) -> PlannedTest:
+        c = choices.get(d.test)
+        if c is None:
+            return PlannedTest(d.test, {}, d.priority, d.why, d.est_gpu_s)
+        est = c.est_gpu_s if c.reduced and c.est_gpu_s is not None else d.est_gpu_s
+        return PlannedTest(d.test, dict(c.overrides), d.priority, f"{d.why}; {c.why}", est)
+
+    tests = tuple(planned(d) for d in selection.selected)
     if selection.widen:
         reason = "; ".join(dict.fromkeys(r.sentence for r in selection.widen))
         return Plan(mode="all", reason=reason, tests=tests, base=base, head=head)
@@ -157,7 +168,7 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
             declared: Mapping[TestId, DeclaredTest] | DeclaredProvider | None
             | Literal["runner"] = BY_RUNNER,
             env_fingerprint: str | None | Callable[[], str] = None,
-            store: EvidenceReader | None = None) -> Analysis:
+            store: EvidenceReader | None = None, reduce: bool = True) -> Analysis:
     """Analyze the change ``base`` -> ``head`` and return the selection and its plan.
 
     Args:
@@ -174,12 +185,15 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
         env_fingerprint: the test runner's fingerprint, a callable giving it, or None to
             compute it by running the runner's interpreter (:func:`runner_python`).
         store: an open evidence store (opened from ``config.store`` when None).
+        reduce: choose reduced workloads from the calibration (``config.calibration``)
+            for the selected tests of a selective plan (:mod:`fastci.plan.reduce`).
     """
     started = time.perf_counter()
     base = base or config.base
     decl: Mapping[TestId, DeclaredTest] | None = None
     opened: EvidenceStore | None = None
     changes: ChangeSet | None = None
+    choices: dict[TestId, Choice] = {}
     git = Git(root)
     rules, rules_changed, rules_error = config, None, None
     try:
@@ -218,6 +232,8 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
                                  env_fingerprint=fingerprint, environment=environment)
         if rules_changed is not None:
             selection = widen(selection, rules_changed)
+        if reduce and decl and not selection.widen:
+            choices = _reductions(root, config, git, head, changes, selection, decl, store)
     except Exception as exc:  # noqa: BLE001 - any failure must widen, never narrow
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if not isinstance(exc, FastCIError):
@@ -227,6 +243,7 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
         reason = Reason(DecisionKind.ERROR, f"change analysis failed ({message}): everything runs",
                         via="safety rule: any error widens the plan")
         selection = widen_everything(reason, store, decl)
+        choices = {}
     try:
         timing = _timing(store, decl) if store is not None else {}
     finally:
@@ -234,9 +251,42 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
             opened.close()
     head_name = head if head != WORKTREE else "worktree"
     plan = to_plan(selection, base=changes.base if changes else base, head=(
-        changes.head if changes and changes.head != WORKTREE else head_name))
+        changes.head if changes and changes.head != WORKTREE else head_name), choices=choices)
     return Analysis(selection, plan, changes, time.perf_counter() - started,
                     runner=runner, runner_why=runner_why, timing=timing)
+
+
+def _reductions(root: Path, config: Config, git: Git, head: str, changes: ChangeSet,
+                selection: Selection, declared: Mapping[TestId, DeclaredTest],
+                store: EvidenceReader) -> dict[TestId, Choice]:
+    """Each selected test's workload from the calibration (full workload on any doubt)."""
+    from fastci.evidence.calibration import CalibrationStore
+
+    path = config.path(root, "calibration")
+    calibration: CalibrationStore | None = None
+    error: str | None = None
+    try:
+        rel = path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        rel = None
+    written = {p for f in changes.files for p in (f.path, f.old_path) if p}
+    written |= {p for o in changes.others for p in (o.path, o.old_path) if p}
+    if rel is not None and (rel in written or rel in git.tracked_files(head)):
+        # A calibration the change itself can write could make any test look reducible.
+        error = f"the calibration {rel} is part of the repository or of the change: not trusted"
+    elif path.is_file():
+        try:
+            calibration = CalibrationStore.open(path)
+        except FastCIError as exc:
+            error = f"calibration unusable ({str(exc).splitlines()[0]})"
+    history = getattr(store, "runs_of_test", None)
+    try:
+        return choose([d for d in selection.selected if d.test in declared], declared,
+                      calibration, changes.versions, changes.base, history=history,
+                      calibration_error=error)
+    finally:
+        if calibration is not None:
+            calibration.close()
 
 
 def _timing(store: EvidenceReader, declared: Mapping[TestId, DeclaredTest] | None

@@ -1,0 +1,318 @@
+"""Choosing each selected test's workload from its calibration (issue 13 item 2).
+
+A selected test may run at a calibrated rung (:mod:`fastci.evidence.calibration`)
+cheaper than its full workload only when the rung provably exercises the change
+the way the full run does. For every reason the test was selected:
+
+* it must be a code reason (``executes a changed unit`` or ``executes a unit that
+  uses a name rebound at import time``): a changed data file, a new test, a failure
+  last time, an environment change... name nothing a rung can be shown to reach,
+  so the test runs at full workload;
+* the calibration's version of the unit's file must be in the history (found by
+  digest): the changed lines are the lines of that version that the change
+  replaces or deletes, or that border an insertion, inside the unit (for a unit
+  that only uses a rebound name: every line of it);
+* the rung executed every such line the full-workload rung executed, every arc
+  touching them, and ran the unit in every context the full rung did.
+
+The rung must also have passed, be of the test's current declaration, keep every
+dimension within its floor and constraints (frozen and scope-validated dimensions
+never move: :func:`fastci.plan.workload.reducible_dims`), respect the floors learned
+from escapes (:func:`learned_floors`), and cost less than the full rung. The
+cheapest such rung wins. A test with an absolute reference (goldens, thresholds
+recorded at one workload) is not reduced: no reference exists at another
+workload. Anything unknown means full workload, and the reason says why.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from fastci.changes.versions import Versions
+from fastci.evidence.calibration import CalibrationStore, Rung, declaration_digest
+from fastci.plan.workload import (override_problems, reducible_dims, resolve_reduction)
+from fastci.select.decisions import Decision, DecisionKind, Reason
+from fastci.select.rules import DeclaredTest
+from fastci.types import RelPath, TestId, UnitId
+from fastci.units.index import FileUnits, index_source, split_unit_id
+
+LOG = logging.getLogger(__name__)
+
+#: Reasons a rung can be shown to reach (lines and contexts of a unit).
+CODE_KINDS = frozenset({DecisionKind.CHANGED_UNIT, DecisionKind.USES_CHANGED_NAME})
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The workload chosen for one selected test.
+
+    Attributes:
+        overrides: what the test changes of its full workload (``{}``: full workload).
+        why: the reduction and the evidence behind it, or why it runs at full workload.
+        est_gpu_s: the chosen rung's measured cost (None: keep the selector's estimate).
+        rung: the calibrated rung chosen (None: full workload).
+    """
+
+    overrides: Mapping[str, Any]
+    why: str
+    est_gpu_s: float | None = None
+    rung: str | None = None
+
+    @property
+    def reduced(self) -> bool:
+        """Whether the test runs below its full workload."""
+        return bool(self.overrides)
+
+
+@dataclass(frozen=True)
+class Escape:
+    """A test that failed at full workload on a commit where a reduced run of it passed."""
+
+    test: TestId
+    commit: str
+    overrides: Mapping[str, Any]
+
+
+def escapes(runs: Iterable[Any]) -> list[Escape]:
+    """The escapes in a test's run history (``RunRecord``\\ s, oldest first).
+
+    Per commit: a reduced run (known overrides, not empty) that passed, and a run at
+    full workload (overrides ``{}``) that failed, in either order.
+    """
+    by_commit: dict[str, list[Any]] = {}
+    for r in runs:
+        if r.commit:
+            by_commit.setdefault(r.commit, []).append(r)
+    out = []
+    for commit, rs in by_commit.items():
+        if not any(r.full and r.outcome in ("failed", "error", "timeout") for r in rs):
+            continue
+        for r in rs:
+            if r.overrides and r.outcome == "passed":
+                out.append(Escape(r.test, commit, dict(r.overrides)))
+    return out
+
+
+def learned_floors(found: Sequence[Escape], decl: DeclaredTest) -> dict[str, tuple[Any, str]]:
+    """Dimension -> (the value a rung must exceed, why), raised by escapes.
+
+    A reduced run that passed where the full run failed shows that its workload was
+    too small to catch the failure: every dimension it reduced must stay above the
+    value it had. Declared floors are never lowered (the values are at or above them).
+    """
+    out: dict[str, tuple[Any, str]] = {}
+    for e in found:
+        for dim, value in sorted(e.overrides.items()):
+            if dim not in (decl.workload or {}):
+                continue
+            if dim not in out or value > out[dim][0]:
+                out[dim] = (value, f"escape at {e.commit[:12]}: passed at "
+                                   f"{_overrides_text(e.overrides)}, failed at full workload")
+    return out
+
+
+def choose(decisions: Sequence[Decision], declared: Mapping[TestId, DeclaredTest],
+           calibration: CalibrationStore | None, versions: Versions | None,
+           base: str | None, history: Callable[[TestId], Iterable[Any]] | None = None,
+           calibration_error: str | None = None) -> dict[TestId, Choice]:
+    """The workload of each selected test that declares something reducible (see the
+    module docstring); tests whose declaration lets nothing shrink are left out.
+
+    Args:
+        decisions: the selected tests' decisions.
+        declared: declarations by test (a test missing here runs at full workload).
+        calibration: the calibration store (None: not calibrated; ``calibration_error``
+            says why, e.g. the file is corrupt).
+        versions: file versions of the change (head side and history lookups).
+        base: the change's base commit (where calibrated versions are looked up too).
+        history: a test's run history (for escapes); None: no escapes known.
+    """
+    out: dict[TestId, Choice] = {}
+    for d in decisions:
+        decl = declared.get(d.test)
+        if decl is None or decl.workload is None or not reducible_dims(decl):
+            continue  # nothing of it may shrink (frozen, performance, no declaration)
+        try:
+            out[d.test] = _choose_one(d, decl, calibration, versions, base,
+                                      history, calibration_error)
+        except Exception as exc:  # noqa: BLE001 - any doubt runs the full workload
+            LOG.warning("workload of %s not reduced: %s: %s", d.test, type(exc).__name__, exc)
+            out[d.test] = Choice({}, f"full workload: choosing a reduction failed ({exc})")
+    return out
+
+
+def _choose_one(d: Decision, decl: DeclaredTest, calibration: CalibrationStore | None,
+                versions: Versions | None, base: str | None,
+                history: Callable[[TestId], Iterable[Any]] | None,
+                calibration_error: str | None) -> Choice:
+    dims = reducible_dims(decl)
+    assert decl.workload is not None and dims
+    if resolve_reduction(decl).reference == "absolute":
+        return Choice({}, "full workload: its reference is absolute (recorded at its full "
+                          "workload); no reference was recorded at a reduced workload")
+    other = [r for r in d.reasons if r.kind not in CODE_KINDS]
+    if other:
+        return Choice({}, f"full workload: selected for a reason that names no changed code "
+                          f"({other[0].kind.value}); nothing shows a reduced run reaches it")
+    if calibration is None:
+        return Choice({}, "full workload: " + (calibration_error or "not calibrated "
+                                               "(`fastci calibrate`)"))
+    if versions is None:
+        return Choice({}, "full workload: no file versions to compare the calibration with")
+    digest = declaration_digest(decl)
+    rungs = calibration.rungs(d.test)
+    if not rungs:
+        return Choice({}, "full workload: not calibrated (`fastci calibrate`)")
+    current = [r for r in rungs if r.declaration == digest]
+    if not current:
+        return Choice({}, "full workload: its calibration is stale (the declaration changed "
+                          "since); calibrate it again")
+    full = next((r for r in current if r.rung == "full" and not r.overrides), None)
+    if full is None or not full.usable:
+        return Choice({}, "full workload: no passing full-workload calibration rung")
+    needs: list[_Need] = []
+    for reason in d.reasons:
+        need = _need(reason, full, versions, base)
+        if isinstance(need, str):
+            return Choice({}, f"full workload: {need}")
+        needs.append(need)
+    learned = learned_floors(escapes(history(d.test)) if history else [], decl)
+    workload = dict(decl.workload)
+    rejected: list[str] = []
+    for rung in current:
+        if rung is full or not rung.usable or not rung.overrides or rung.gpu_s >= full.gpu_s:
+            continue
+        if override_problems(workload, decl.floors, decl.constraints, rung.overrides):
+            continue
+        if any(dim in dims and {**workload, **rung.overrides}[dim] <= value
+               for dim, (value, _) in learned.items()):
+            continue
+        missing = next((m for n in needs if (m := n.missing(rung))), None)
+        if missing:
+            rejected.append(f"{rung.rung}: {missing}")
+            continue
+        return Choice(dict(rung.overrides), _why(rung, full, workload, needs, learned),
+                      rung.gpu_s, rung.rung)
+    detail = f" ({rejected[0]})" if rejected else ""
+    floors = ("; learned floors " + ", ".join(f"{k} > {v}" for k, (v, _) in sorted(learned.items()))
+              if learned else "")
+    return Choice({}, f"full workload: no cheaper calibrated rung reaches the change the way the "
+                      f"full run does{detail}{floors}", full.gpu_s)
+
+
+@dataclass(frozen=True)
+class _Need:
+    """What a rung must reach for one reason: lines, arcs and contexts of one unit."""
+
+    unit: UnitId
+    path: RelPath
+    digest: str
+    lines: frozenset[int]
+    arcs: frozenset[tuple[int, int]]
+    contexts: frozenset[str]
+
+    def missing(self, rung: Rung) -> str | None:
+        """What ``rung`` does not reach (None: everything)."""
+        if rung.digests.get(self.path) != self.digest:
+            return f"calibrated another version of {self.path}"
+        lines = self.lines - rung.lines.get(self.path, frozenset())
+        if lines:
+            return f"does not execute {self.unit} lines {_ranges(lines)}"
+        arcs = self.arcs - rung.arcs.get(self.path, frozenset())
+        if arcs:
+            a, b = min(arcs)
+            return f"does not take {self.unit}'s arc {a}->{b}"
+        got = rung.units.get(self.unit)
+        ctx = self.contexts - (got[1] if got else frozenset())
+        if got is None or ctx:
+            return f"does not run {self.unit} in contexts {_contexts(ctx or self.contexts)}"
+        return None
+
+
+def _need(reason: Reason, full: Rung, versions: Versions, base: str | None) -> _Need | str:
+    """What a rung must reach for ``reason``, or why nothing can be shown (a string)."""
+    if reason.unit is None:
+        return f"{reason.sentence}: names no unit"
+    path, qualname = split_unit_id(reason.unit)
+    digest = full.digests.get(path)
+    if digest is None:
+        return f"its full-workload calibration never executed {path}"
+    revs = [c for c in (full.commit, base) if c and not c.startswith("dirty:")]
+    old = versions.find(path, digest, revs)
+    if old is None:
+        return (f"the version of {path} it was calibrated with is not in the history "
+                "(calibrated from a modified tree or another branch)")
+    index = index_source(path, old)
+    if not isinstance(index, FileUnits):
+        return f"{path} as calibrated does not parse"
+    unit = index.by_qualname().get(qualname)
+    if unit is None:
+        return f"{reason.unit} is not in the version of {path} it was calibrated with"
+    span = {ln for ln in range(unit.body_start, unit.end + 1)
+            if index.unit_for_line(ln).qualname == qualname}
+    if reason.kind is DecisionKind.USES_CHANGED_NAME:
+        changed = span
+    else:
+        changed = _changed_lines(old, versions.now(path)) & span
+    executed = full.lines.get(path, frozenset())
+    if reason.unit not in full.units:
+        return (f"its full-workload calibration did not run {reason.unit}, which its evidence "
+                "executes")
+    arcs = frozenset(a for a in full.arcs.get(path, frozenset())
+                     if a[0] in changed or a[1] in changed)
+    return _Need(reason.unit, path, digest, frozenset(changed & executed), arcs,
+                 full.units[reason.unit][1])
+
+
+def _changed_lines(old: bytes, new: bytes | None) -> set[int]:
+    """Lines (1-based) of ``old`` that ``new`` replaces or deletes, and both neighbours of
+    each insertion."""
+    a = old.decode("utf-8", "replace").splitlines()
+    if new is None:
+        return set(range(1, len(a) + 1))
+    b = new.decode("utf-8", "replace").splitlines()
+    out: set[int] = set()
+    for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag in ("replace", "delete"):
+            out.update(range(i1 + 1, i2 + 1))
+        elif tag == "insert":
+            out.update({i1, i1 + 1})
+    return out
+
+
+def _why(rung: Rung, full: Rung, workload: Mapping[str, Any], needs: Sequence[_Need],
+         learned: Mapping[str, tuple[Any, str]]) -> str:
+    dims = ", ".join(f"{k} {workload[k]}\u2192{v}" for k, v in sorted(rung.overrides.items()))
+    reach = "; ".join(
+        f"{n.unit}" + (f" lines {_ranges(n.lines)}" if n.lines else " (no changed line runs "
+                                                                      "at full workload)")
+        + f" in contexts {_contexts(n.contexts)}" for n in needs)
+    text = (f"reduced: {dims}: rung {rung.rung} ({rung.gpu_s:.1f} of {full.gpu_s:.1f} "
+            f"GPU-s at calibration) reaches {reach} as the full run does")
+    if learned:
+        text += "; learned floors " + ", ".join(f"{k} > {v}" for k, (v, _) in sorted(learned.items()))
+    return text
+
+
+def _ranges(lines: Iterable[int]) -> str:
+    """``1, 2, 3, 7`` -> ``1–3, 7``."""
+    parts: list[list[int]] = []
+    for x in sorted(lines):
+        if parts and x == parts[-1][1] + 1:
+            parts[-1][1] = x
+        else:
+            parts.append([x, x])
+    return ", ".join(f"{a}" if a == b else f"{a}\u2013{b}" for a, b in parts) or "none"
+
+
+def _contexts(ctx: Iterable[str]) -> str:
+    xs = sorted(ctx)
+    shown = ", ".join(xs[:4]) + (f", +{len(xs) - 4} more" if len(xs) > 4 else "")
+    return "{" + shown + "}"
+
+
+def _overrides_text(overrides: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(overrides.items()))

@@ -1,0 +1,255 @@
+"""Choosing reduced workloads from calibration (issue 13 item 2): the safety rules, each a test.
+
+The calibration rungs are built by hand here (what ``fastci calibrate`` stores: lines,
+contexts, digests, cost), the file versions are real git history, and the chooser is
+:func:`fastci.plan.reduce.choose`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fastci.changes.versions import Versions
+from fastci.evidence.calibration import CalibrationStore, Rung, declaration_digest
+from fastci.evidence.store import RunRecord
+from fastci.integrations.git.repository import WORKTREE, Git
+from fastci.plan.reduce import choose, escapes
+from fastci.select import DeclaredTest, DecisionKind
+from fastci.select.decisions import Decision, Reason
+from selection_support import Repo
+
+# Line numbers matter: f's body is lines 2-7.
+M = '''def f(x, steps):
+    y = x + 1
+    if steps > 4:
+        y = y * 2
+    if steps > 1:
+        y = y - 3
+    return y
+
+
+def g():
+    return 0
+'''
+UNIT = "pkg/m.py::f"
+DECL = DeclaredTest("//t:a", 1, {"steps": 8, "layers": 4, "tp": 2},
+                    floors={"steps": 1, "layers": 1}, frozen=("tp",), scope=("parity",),
+                    constraints=("layers <= steps * 4",), check="exact", reference="relational")
+
+
+class World:
+    def __init__(self, tmp: Path) -> None:
+        self.repo = Repo(tmp / "repo")
+        self.base = self.repo.commit({"pkg/m.py": M})
+        self.digest = hashlib.sha256(M.encode()).hexdigest()
+        self.store = CalibrationStore.open(tmp / "cal.db", create=True)
+
+    def rung(self, name: str, overrides: dict[str, Any], cost: float, lines: set[int],
+             contexts: set[str] = frozenset({"fp32"}), decl: DeclaredTest = DECL,
+             **kw: Any) -> Rung:
+        r = Rung(**{**dict(
+            test="//t:a", rung=name, declaration=declaration_digest(decl), overrides=overrides,
+            commit=self.base, duration_s=cost, gpus=1, outcome="passed", complete=True,
+            recorded_at=1.0, lines={"pkg/m.py": frozenset(lines | {1, 10})},
+            units={UNIT: ("c", frozenset(contexts)), "pkg/m.py::<module>": ("m", frozenset())},
+            digests={"pkg/m.py": self.digest}), **kw})
+        self.store.put(r)
+        return r
+
+    def choose(self, reasons: tuple[Reason, ...] | None = None, decl: DeclaredTest = DECL,
+               history: list[RunRecord] | None = None) -> Any:
+        reasons = reasons or (Reason(DecisionKind.CHANGED_UNIT, "executes f", unit=UNIT,
+                                     path="pkg/m.py"),)
+        d = Decision("//t:a", reasons)
+        got = choose([d], {"//t:a": decl}, self.store, Versions(Git(self.repo.root), WORKTREE),
+                     self.base, history=(lambda t: history or []))
+        return got["//t:a"]
+
+    def edit(self, line: int, text: str) -> None:
+        lines = M.splitlines(keepends=True)
+        lines[line - 1] = text + "\n"
+        self.repo.write({"pkg/m.py": "".join(lines)})
+
+
+def full_ladder(w: World) -> None:
+    w.rung("full", {}, 10.0, {2, 3, 4, 5, 6, 7})
+    w.rung("steps=4", {"steps": 4}, 5.0, {2, 3, 5, 6, 7})   # skips line 4
+    w.rung("steps=1", {"steps": 1}, 2.0, {2, 3, 5, 7})      # skips lines 4 and 6
+    w.rung("layers=1", {"layers": 1}, 6.0, {2, 3, 4, 5, 6, 7})
+
+
+def test_the_cheapest_rung_that_reaches_the_changed_lines_is_chosen(tmp_path: Path) -> None:
+    w = World(tmp_path)
+    full_ladder(w)
+    w.edit(2, "    y = x + 2")  # every rung runs line 2
+    c = w.choose()
+    assert c.overrides == {"steps": 1} and c.est_gpu_s == 2.0
+    assert "steps 8\u21921" in c.why and "pkg/m.py::f lines 2" in c.why and "{fp32}" in c.why
+    w.edit(6, "        y = y - 4")  # steps=1 does not run line 6: a bigger rung
+    c = w.choose()
+    assert c.overrides == {"steps": 4}
+    w.edit(4, "        y = y * 3")  # only full and layers=1 run line 4
+    assert w.choose().overrides == {"layers": 1}
+
+
+def test_missing_contexts_keep_a_bigger_rung(tmp_path: Path) -> None:
+    w = World(tmp_path)
+    w.rung("full", {}, 10.0, {2, 3, 4, 5, 6, 7}, contexts={"fp32", "tp=2"})
+    w.rung("steps=1", {"steps": 1}, 2.0, {2, 3, 4, 5, 6, 7}, contexts={"fp32"})
+    w.edit(2, "    y = x + 2")
+    c = w.choose()
+    assert c.overrides == {} and "contexts {tp=2}" in c.why
+
+
+def test_frozen_dimensions_and_floors_are_never_crossed(tmp_path: Path) -> None:
+    w = World(tmp_path)
+    w.rung("full", {}, 10.0, {2, 3, 4, 5, 6, 7})
+    w.rung("tp=1", {"tp": 1}, 1.0, {2, 3, 4, 5, 6, 7})          # frozen (scope)
+    w.rung("steps=0", {"steps": 0}, 1.0, {2, 3, 4, 5, 6, 7})    # below the floor
+    w.rung("layers=8", {"layers": 8, "steps": 2}, 1.0, {2, 3, 4, 5, 6, 7})  # above full, constraint
+    w.edit(2, "    y = x + 2")
+    assert w.choose().overrides == {}
+
+
+def test_no_stale_or_failed_calibration_means_full_workload(tmp_path: Path) -> None:
+    w = World(tmp_path)
+    w.edit(2, "    y = x + 2")
+    assert "not calibrated" in w.choose().why
+    w.rung("full", {}, 10.0, {2, 3, 4, 5, 6, 7})
+    w.rung("steps=1", {"steps": 1}, 2.0, {2, 3, 4, 5, 6, 7}, outcome="failed")
+    assert w.choose().overrides == {}  # the cheap rung failed at calibration
+    w.rung("steps=1", {"steps": 1}, 2.0, {2, 3, 4, 5, 6, 7})
+    assert w.choose().overrides == {"steps": 1}
+    # The declaration changed since calibration: stale, whatever the rungs say.
+    moved = DeclaredTest(**{**DECL.__dict__, "floors": {"steps": 2, "layers": 1}})
+    assert "stale" in w.choose(decl=moved).why and w.choose(decl=moved).overrides == {}
+    # The calibrated version of the file is not in the history (a modified tree).
+    w.store.put(Rung(**{**w.store.rungs("//t:a")[0].__dict__}))
+    for r in w.store.rungs("//t:a"):
+        w.store.put(Rung(**{**r.__dict__, "digests": {"pkg/m.py": "0" * 64}}))
+    assert "not in the history" in w.choose().why
+
+
+def test_only_code_reasons_and_relational_references_are_reduced(tmp_path: Path) -> None:
+    w = World(tmp_path)
+    full_ladder(w)
+    w.edit(2, "    y = x + 2")
+    data = Reason(DecisionKind.READ_CHANGED_FILE, "read data.json", path="data.json")
+    code = Reason(DecisionKind.CHANGED_UNIT, "executes f", unit=UNIT, path="pkg/m.py")
+    c = w.choose((code, data))
+    assert c.overrides == {} and "read a changed file" in c.why
+    absolute = DeclaredTest(**{**DECL.__dict__, "reference": "absolute"})
+    c = w.choose(decl=absolute)
+    assert c.overrides == {} and "absolute" in c.why
+    # A unit that only uses a rebound name: every line of it the full run ran must run.
+    uses = Reason(DecisionKind.USES_CHANGED_NAME, "uses N", unit=UNIT, path="pkg/m.py")
+    assert w.choose((uses,)).overrides == {"layers": 1}
+
+
+def run(commit: str, overrides: dict[str, Any] | None, outcome: str) -> RunRecord:
+    return RunRecord("//t:a", commit, "e", dict(DECL.workload or {}), 1.0, 1, outcome, True, 1.0,
+                     overrides)
+
+
+def test_an_escape_raises_the_learned_floor(tmp_path: Path) -> None:
+    w = World(tmp_path)
+    full_ladder(w)
+    w.edit(2, "    y = x + 2")
+    history = [run("c9", {"steps": 1}, "passed"), run("c9", {}, "failed"),
+               run("c8", {"steps": 4}, "passed"), run("c8", {}, "passed")]
+    assert [e.overrides for e in escapes(history)] == [{"steps": 1}]
+    c = w.choose(history=history)
+    assert c.overrides == {"steps": 4} and "learned floors steps > 1" in c.why
+    # A reduced failure with a full pass is no escape; nor is a reduced pass alone.
+    assert escapes([run("c7", {"steps": 1}, "failed"), run("c7", {}, "passed")]) == []
+
+
+LINES = [2, 3, 4, 5, 6, 7]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(full=st.sets(st.sampled_from(LINES), min_size=1),
+       rungs=st.lists(st.tuples(st.sampled_from([1, 2, 3, 4, 5, 6, 7]),
+                                st.sets(st.sampled_from(LINES)),
+                                st.sets(st.sampled_from(["a", "b"]), min_size=1)),
+                      min_size=1, max_size=5, unique_by=lambda r: r[0]),
+       edited=st.sampled_from(LINES))
+def test_every_chosen_rung_retains_the_changed_coverage(tmp_path_factory: Any, full: set[int],
+                                                        rungs: list[Any], edited: int) -> None:
+    w = World(tmp_path_factory.mktemp("p"))
+    full_rung = w.rung("full", {}, 100.0, full, contexts={"a", "b"})
+    made = [w.rung(f"steps={s}", {"steps": s}, float(s), lines, contexts=ctx)
+            for s, lines, ctx in rungs]
+    w.edit(edited, "    pass  # edited")
+    c = w.choose()
+    need = {edited} & full
+
+    def retains(r: Rung) -> bool:
+        return need <= r.lines["pkg/m.py"] and {"a", "b"} <= r.units[UNIT][1]
+
+    if c.overrides:
+        (chosen,) = [r for r in made if r.overrides == c.overrides]
+        assert retains(chosen)
+        assert all(r.gpu_s >= chosen.gpu_s for r in made if retains(r))  # the cheapest
+    else:
+        assert not any(retains(r) for r in made)
+    assert retains(full_rung)
+    w.store.close()
+
+
+def test_the_plan_reduces_from_a_real_calibration_file(tmp_path: Path) -> None:
+    """Wired into ``analyze``: a selective plan carries the overrides and the reason; a
+    calibration the change itself writes is not trusted."""
+    from fastci.config import Config
+    from fastci.evidence.store import EvidenceStore
+    from fastci.plan.build import analyze
+    from selection_support import env_now, ingest, units_of
+
+    w = World(tmp_path)
+    w.repo.write({".gitignore": ".fastci/\n"})
+    base = w.repo.commit()
+    w.base = base
+    full_ladder(w)
+    w.store.close()
+    (w.repo.root / ".fastci").mkdir()
+    (tmp_path / "cal.db").rename(w.repo.root / ".fastci" / "calibration.db")
+    store = EvidenceStore.open(w.repo.root / ".fastci/evidence.db", create=True)
+    units = units_of(w.repo.root, ["pkg/m.py"])
+    ingest(store, "//t:a", {UNIT: units[UNIT]}, commit=base, workload=DECL.workload)
+    w.edit(2, "    y = x + 2")
+    a = analyze(w.repo.root, Config(), base=base, declared={"//t:a": DECL},
+                env_fingerprint=env_now(), store=store)
+    (t,) = a.plan.tests
+    assert t.overrides == {"steps": 1}, t.why
+    assert "reduced: steps 8\u21921" in t.why and t.est_gpu_s == 2.0
+    a = analyze(w.repo.root, Config(), base=base, declared={"//t:a": DECL},
+                env_fingerprint=env_now(), store=store, reduce=False)
+    assert a.plan.tests[0].overrides == {}
+    # Committed into the repository, the calibration is not trusted.
+    w.repo.git("add", "-f", ".fastci/calibration.db")
+    a = analyze(w.repo.root, Config(), base=base, declared={"//t:a": DECL},
+                env_fingerprint=env_now(), store=store)
+    assert a.plan.tests[0].overrides == {} and "not trusted" in a.plan.tests[0].why
+    store.close()
+
+
+def test_ladders_are_exercised_in_every_order(tmp_path: Path) -> None:
+    """The choice does not depend on the order rungs were stored in."""
+    w = World(tmp_path)
+    w.edit(6, "        y = y - 4")
+    specs = [("full", {}, 10.0, {2, 3, 4, 5, 6, 7}), ("steps=4", {"steps": 4}, 5.0, {2, 3, 5, 6, 7}),
+             ("steps=1", {"steps": 1}, 2.0, {2, 3, 5, 7})]
+    seen = set()
+    for order in itertools.permutations(specs):
+        w.store._conn.execute("DELETE FROM rung")
+        for name, o, cost, lines in order:
+            w.rung(name, o, cost, lines)
+        seen.add(tuple(sorted(w.choose().overrides.items())))
+    assert seen == {(("steps", 4),)}
