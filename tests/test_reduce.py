@@ -229,6 +229,7 @@ def test_the_plan_reduces_from_a_real_calibration_file(tmp_path: Path) -> None:
     (t,) = a.plan.tests
     assert t.overrides == {"steps": 1}, t.why
     assert "reduced: steps 8\u21921" in t.why and t.est_gpu_s == 2.0
+    assert a.choices["//t:a"].rung == "steps=1"  # what `fastci explain` prints
     a = analyze(w.repo.root, Config(), base=base, declared={"//t:a": DECL},
                 env_fingerprint=env_now(), store=store, reduce=False)
     assert a.plan.tests[0].overrides == {}

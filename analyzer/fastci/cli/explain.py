@@ -37,6 +37,10 @@ def _run(args: argparse.Namespace) -> int:
     try:
         for line in explain(analysis.selection, args.test, store, mains):
             print(line)
+        for tid in resolve(analysis.selection, args.test, mains):
+            choice = analysis.choices.get(tid)
+            if choice is not None:  # the workload the plan gives it (fastci.plan.reduce)
+                print(f"  workload {tid}: {choice.why}")
     finally:
         if store is not None:
             store.close()

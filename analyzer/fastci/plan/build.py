@@ -81,6 +81,8 @@ class Analysis:
     runner: str | None = None
     runner_why: str = ""
     timing: Mapping[TestId, Timing] = field(default_factory=dict)
+    #: The workload chosen for each selected test that declares something reducible.
+    choices: Mapping[TestId, Choice] = field(default_factory=dict)
 
 
 def choose_runner(root: Path, config: Config) -> tuple[str, str]:
@@ -253,7 +255,7 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
     plan = to_plan(selection, base=changes.base if changes else base, head=(
         changes.head if changes and changes.head != WORKTREE else head_name), choices=choices)
     return Analysis(selection, plan, changes, time.perf_counter() - started,
-                    runner=runner, runner_why=runner_why, timing=timing)
+                    runner=runner, runner_why=runner_why, timing=timing, choices=choices)
 
 
 def _reductions(root: Path, config: Config, git: Git, head: str, changes: ChangeSet,
