@@ -254,3 +254,25 @@ def test_ladders_are_exercised_in_every_order(tmp_path: Path) -> None:
             w.rung(name, o, cost, lines)
         seen.add(tuple(sorted(w.choose().overrides.items())))
     assert seen == {(("steps", 4),)}
+
+
+def test_targets_shows_learned_floors(tmp_path: Path) -> None:
+    """Item 3: ``fastci targets`` reads the escapes from the run history."""
+    import time
+
+    from fastci.cli.targets import learned
+    from fastci.evidence.store import EvidenceStore
+    from fastci.integrations.bazel.query import TestDecl
+
+    decl = TestDecl(id="//t:a", gpus=1, workload=dict(DECL.workload or {}),
+                    floors=dict(DECL.floors), scope=DECL.scope, constraints=DECL.constraints,
+                    srcs=(), frozen=DECL.frozen, check="exact", reference="relational")
+    assert learned(tmp_path, [decl]) == {}  # no store: nothing learned
+    with EvidenceStore.open(tmp_path / ".fastci/evidence.db", create=True) as store:
+        for overrides, outcome in (({"steps": 2, "layers": 1}, "passed"), ({}, "failed")):
+            store.record_result("//t:a", outcome=outcome, duration_s=1.0, commit="c" * 40,
+                                gpus=1, workload=dict(DECL.workload or {}), overrides=overrides,
+                                source="bazel", recorded_at=time.time())
+    got = learned(tmp_path, [decl])["//t:a"]
+    assert {k: v for k, (v, _) in got.items()} == {"steps": 2, "layers": 1}
+    assert "failed at full workload" in got["steps"][1]

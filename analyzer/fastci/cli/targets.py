@@ -64,14 +64,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print a JSON list instead of lines")
 
 
+def learned(root: Path, decls: list[TestDecl]) -> dict[str, dict[str, tuple[Any, str]]]:
+    """Test -> the floors its escapes raised (dimension -> (value to exceed, why)).
+
+    Read from the evidence store's run history (:func:`fastci.plan.reduce.escapes`);
+    empty when there is no store (nothing was learned)."""
+    from fastci import config
+    from fastci.evidence.store import EvidenceStore
+    from fastci.plan.build import declared_test
+    from fastci.plan.reduce import escapes, learned_floors
+
+    path = config.load(root).path(root, "store")
+    if not path.is_file():
+        return {}
+    out = {}
+    with EvidenceStore.open(path) as store:
+        for d in decls:
+            got = learned_floors(escapes(store.runs_of_test(d.id)), declared_test(d))
+            if got:
+                out[d.id] = got
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
-    """Print every gpu_test's declaration."""
-    decls = list_gpu_tests(Bazel(args.workspace.resolve()), args.universe)
+    """Print every gpu_test's declaration, and the floors escapes raised."""
+    root = args.workspace.resolve()
+    decls = list_gpu_tests(Bazel(root), args.universe)
+    try:
+        floors = learned(root, decls)
+    except Exception as exc:  # noqa: BLE001 - the declarations still print
+        print(f"fastci: learned floors unknown: {str(exc).splitlines()[0] if str(exc) else exc}")
+        floors = {}
     if args.json:
-        print(json.dumps([decl_json(d) for d in decls], indent=2, sort_keys=True))
+        data = [decl_json(d) for d in decls]
+        for item in data:
+            item["learned_floors"] = {dim: {"above": v, "why": why}
+                                      for dim, (v, why) in floors.get(item["id"], {}).items()}
+        print(json.dumps(data, indent=2, sort_keys=True))
     else:
         for decl in decls:
             print(format_decl(decl))
+            for dim, (value, why) in sorted(floors.get(decl.id, {}).items()):
+                print(f"    learned floor: {dim} > {json.dumps(value)} ({why})")
         print(f"{len(decls)} gpu_test(s)")
     return 0
 
