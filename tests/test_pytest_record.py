@@ -231,7 +231,12 @@ def test_constants_module_reaches_every_importing_test(recorded: Recorded) -> No
     assert users["consts.py::<module>"] == A_TESTS | B_TESTS
     assert users["test_b.py::<module>"] == B_TESTS
     assert users["fixtures.py::<module>"] == users["lib.py::<module>"] == A_TESTS | B_TESTS
-    assert recorded.selected_after("consts.py", "LIMIT = 5", "LIMIT = 6") == A_TESTS | B_TESTS
+    # A new value reaches the units that load LIMIT (through `from consts import LIMIT`)...
+    assert recorded.selected_after("consts.py", "LIMIT = 5", "LIMIT = 6") == {
+        "test_a.py::test_three", "test_b.py::test_b1"}
+    # ...while a top level that now does something at import time reaches every importer.
+    assert recorded.selected_after("consts.py", "LIMIT = 5", "LIMIT = 5\nprint('hi')") == \
+        A_TESTS | B_TESTS
 
 
 def test_session_fixture_reaches_every_user(recorded: Recorded) -> None:
