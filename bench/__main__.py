@@ -4,7 +4,8 @@ The registry is a plain list: to add a benchmark, append its module name to ``MO
 module defines ``main(argv: list[str]) -> int``; options after ``--`` go to every chosen module
 (``python -m bench selection -- --mutants 3 --seed 7``). The exit code is the worst module's:
 the selection benchmark exits 1 when a test failing under run-all was not in the plan,
-the evidence benchmark when the recording overhead is over its target.
+the evidence benchmark when the recording overhead is over its target, the replay
+benchmark on a miss or a re-selection.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ MODULES = [
     "bench.microllm_suite",
     "bench.evidence",
     "bench.selection",
+    "bench.replay",
 ]
 
 
