@@ -137,3 +137,28 @@ def test_recorded_process_lists_imported_distributions(tmp_path: Path) -> None:
     # The repository's own code, FastCI and the editable installs are not third-party.
     assert not {"pkg", "fastci", "microllm"} & set(got)
     assert "torch" not in got  # never imported here
+
+
+def test_running_answer_for_sys_modules_equals_a_full_pass() -> None:
+    # In a fresh process: the answer kept up to date import by import equals a full pass
+    # over a copy of sys.modules (which takes the non-incremental path), and a removed
+    # module is forgotten.
+    code = textwrap.dedent('''
+        import sys
+        from fastci.evidence import distributions as d
+        seen = []
+        for name in ("json", "pluggy", "iniconfig", "mpmath", "google.protobuf"):
+            __import__(name)
+            running = d.imported()
+            full = d.imported(dict(sys.modules))
+            assert running == full, (name, running, full)
+            seen.append(sorted(running))
+        assert "protobuf" in seen[-1] and "mpmath" in seen[-1] and "pluggy" in seen[1]
+        for name in [n for n in sys.modules if n == "mpmath" or n.startswith("mpmath.")]:
+            del sys.modules[name]
+        assert "mpmath" not in d.imported() and d.imported() == d.imported(dict(sys.modules))
+        print("ok")
+        ''')
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert res.stdout.strip() == "ok", res.stdout + res.stderr

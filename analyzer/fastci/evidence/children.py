@@ -18,6 +18,7 @@ Forked children (no exec) are handled by the recorder itself
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -56,6 +57,32 @@ finally:
 '''
 
 
+# The folder holding this process's sitecustomize.py, by pid (a forked child makes its own).
+_SITE_DIRS: dict[int, str] = {}
+
+
+def _site_dir() -> str:
+    """A folder with the child-recording ``sitecustomize.py``, written once per process.
+
+    The file's text is constant (what differs per test travels in the environment
+    variables), so one folder serves every recorder of the process; it is removed
+    when the process exits.
+    """
+    pid = os.getpid()
+    folder = _SITE_DIRS.get(pid)
+    if folder is None or not os.path.isfile(os.path.join(folder, "sitecustomize.py")):
+        folder = tempfile.mkdtemp(prefix="fastci-child-")
+        Path(folder, "sitecustomize.py").write_text(_SITECUSTOMIZE)
+        _SITE_DIRS[pid] = folder
+        atexit.register(_remove_site_dir, pid, folder)
+    return folder
+
+
+def _remove_site_dir(pid: int, folder: str) -> None:
+    if os.getpid() == pid:  # never a parent's folder from a forked child's exit
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 class ChildEnvironment:
     """Export the child-recording variables while a recorder runs; undo them after."""
 
@@ -69,9 +96,8 @@ class ChildEnvironment:
         self._tmp: str | None = None
 
     def install(self) -> None:
-        """Write the ``sitecustomize.py`` and export the variables."""
-        self._tmp = tempfile.mkdtemp(prefix="fastci-child-")
-        Path(self._tmp, "sitecustomize.py").write_text(_SITECUSTOMIZE)
+        """Export the variables, the process's ``sitecustomize.py`` folder first on the path."""
+        self._tmp = _site_dir()
         package_parent = str(Path(__file__).resolve().parents[2])
         self._saved = {k: os.environ.get(k) for k in _VARS}
         old = os.environ.get("PYTHONPATH")
@@ -87,6 +113,4 @@ class ChildEnvironment:
             else:
                 os.environ[k] = v
         self._saved = {}
-        if self._tmp:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
+        self._tmp = None

@@ -62,9 +62,23 @@ def coverage_init(reg: Any, options: Any) -> None:
     reg.add_file_tracer(_Plugin())
 
 
+class _Coverage(coverage.Coverage):
+    """A Coverage that skips the work it does after each data flush.
+
+    ``get_data()`` after ``stop()`` walks every ``source`` folder for files that
+    never ran, to report them at 0%, and checks for warnings; the recorder reads
+    executed lines only and silences those warnings, and the walk cost about 3 ms
+    per recorded test (a full tree walk each time). Overriding this hook changes
+    nothing in the line data; on a coverage.py without it the override is unused.
+    """
+
+    def _post_save_work(self) -> None:
+        pass
+
+
 def make_coverage(sources: list[str], omit: list[str], *, contexts: bool) -> coverage.Coverage:
     """An in-memory Coverage measuring ``sources``; with ``contexts`` it loads the plug-in."""
-    cov = coverage.Coverage(data_file=None, config_file=False, source=sources, omit=omit)
+    cov = _Coverage(data_file=None, config_file=False, source=sources, omit=omit)
     cov.set_option("run:disable_warnings", [
         "no-data-collected", "module-not-measured", "module-not-imported", "couldnt-parse",
         "already-imported", "no-ctracer", "module-not-python"])

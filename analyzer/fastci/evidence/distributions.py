@@ -210,31 +210,68 @@ def imported(modules: Mapping[str, ModuleType] = sys.modules, *,
              exclude_dirs: tuple[str, ...] = (FASTCI_DIR,)) -> dict[str, str]:
     """The installed distributions the modules were imported from: canonical name -> version.
 
+    For ``sys.modules`` the answer is kept per process and brought up to date from the
+    modules imported since the previous call (a set difference over the names); a
+    removed module starts it again from scratch.
+
     Args:
         modules: the imported modules (``sys.modules``).
         exclude_dirs: modules whose file lies under one of these folders are not
             counted (FastCI's own package by default).
     """
     excluded = tuple(d.rstrip(os.sep) + os.sep for d in exclude_dirs)
-    names = list(modules)  # a copy: another thread may import meanwhile
-    out: dict[str, str] = {}
-    namespaces: set[str] = set()
-    for top in {n.partition(".")[0] for n in names}:
-        if top.startswith(_EDITABLE_HOOKS):
-            continue
-        hit = _HEADS[top] if top in _HEADS else _head(top, modules, excluded)
+    names = set(modules)  # a copy: another thread may import meanwhile
+    key = (os.getpid(), excluded)
+    state = _RUNNING.get(key) if modules is sys.modules else None
+    if state is None or state.names - names:
+        state = _Running()
+        if modules is sys.modules:
+            _RUNNING[key] = state
+    state.add(names - state.names, modules, excluded)
+    return {name: state.out[name] for name in sorted(state.out)}
+
+
+class _Running:
+    """What :func:`imported` found so far in a set of module names."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self.out: dict[str, str] = {}
+        self.namespaces: set[str] = set()
+        self.pending: set[str] = set()  # heads not answered for good yet (no module)
+
+    def add(self, new: set[str], modules: Mapping[str, ModuleType],
+            excluded: tuple[str, ...]) -> None:
+        self.names |= new
+        tops = {n.partition(".")[0] for n in new}
+        heads = {h for h in self.pending if "." not in h} | tops
+        for top in heads:
+            if top.startswith(_EDITABLE_HOOKS):
+                continue
+            self._answer(top, _HEADS[top] if top in _HEADS else _head(top, modules, excluded))
+        if self.namespaces:
+            sub = {".".join(n.split(".", 2)[:2]) for n in new if "." in n
+                   and n.partition(".")[0] in self.namespaces}
+            sub |= {h for h in self.pending if "." in h}
+            for head in sub:
+                self._answer(head, _head(head, modules, excluded))
+
+    def _answer(self, head: str, hit: tuple[tuple[str, str], ...] | None) -> None:
+        if head in _HEADS:
+            self.pending.discard(head)
+        else:
+            self.pending.add(head)
         if hit == _NAMESPACE:
-            namespaces.add(top)
+            if head not in self.namespaces:  # its sub-packages imported so far count now
+                self.namespaces.add(head)
+                self.pending |= {".".join(n.split(".", 2)[:2]) for n in self.names
+                                 if n.startswith(head + ".")}
         elif hit:
-            out.update(hit)
-    if namespaces:
-        heads = {".".join(n.split(".", 2)[:2]) for n in names if "." in n
-                 and n.partition(".")[0] in namespaces}
-        for head in heads:
-            hit = _head(head, modules, excluded)
-            if hit and hit != _NAMESPACE:
-                out.update(hit)
-    return {name: out[name] for name in sorted(out)}
+            self.out.update(hit)
+
+
+#: :func:`imported`'s running answers for ``sys.modules``, by (pid, excluded folders).
+_RUNNING: dict[tuple[int, tuple[str, ...]], _Running] = {}
 
 
 def _head(head: str, modules: Mapping[str, ModuleType],
@@ -253,3 +290,4 @@ def clear_cache() -> None:
     """Forget every index and answer (tests; after installing into a running process)."""
     _ROOTS.clear()
     _HEADS.clear()
+    _RUNNING.clear()

@@ -89,6 +89,7 @@ class PathMapper:
         self.roots = sorted({r.rstrip(os.sep) for r in roots}, key=len, reverse=True)
         self.repo_root = real
         self._cache: dict[str, RelPath | None] = {}
+        self._local: dict[RelPath, Path] = {}
 
     def rel(self, filename: str) -> RelPath | None:
         """Map ``filename`` (absolute, or relative to the cwd) to a repo path."""
@@ -126,9 +127,13 @@ class PathMapper:
 
     def local_path(self, rel: RelPath) -> Path | None:
         """Where to read ``rel`` from now: the repo, else a runfiles tree."""
+        hit = self._local.get(rel)
+        if hit is not None and hit.is_file():
+            return hit
         for root in [self.repo_root, *self.roots]:
             cand = Path(root, rel)
             if cand.is_file():
+                self._local[rel] = cand
                 return cand
         return None
 

@@ -59,9 +59,12 @@ _FORK_HOOK = False
 _INDEX_CACHE: dict[tuple[str, str], units_mod.LineIndex | None] = {}
 #: FastCI's own package: machinery wherever it is installed, never "code outside the repo".
 FASTCI_CODE_DIR = os.path.dirname(EVIDENCE_CODE_DIR)
-# In-process cache for module_scope: (repo root, module name, __file__) -> (where, root).
-_SCOPE_CACHE: dict[tuple[str, str, str], tuple[str, str]] = {}
+# module_scope's running answers, by (pid, repo root).
+_SCOPES: dict[tuple[int, str], _Scope] = {}
 _INTERPRETER_DIRS: tuple[str, ...] | None = None
+# Path mappers by (pid, repo root), and file digests by path with their stat stamp.
+_MAPPERS: dict[tuple[int, str], PathMapper] = {}
+_DIGESTS: dict[str, tuple[tuple[int, int, int], str]] = {}
 # Path components of installed (third-party) code, wherever the environment lives.
 _INSTALLED_PARTS = frozenset({"site-packages", "dist-packages", ".venv"})
 #: Files coverage.py never measures for the recorder (installed code, FastCI's own).
@@ -128,7 +131,7 @@ class Recorder:
         self.run_id = run_id or uuid.uuid4().hex
         self.path = self.out_dir / trace.file_name(test_id, self.run_id, os.getpid())
         # The recorder's own package is machinery, not evidence.
-        self.mapper = PathMapper(self.repo_root, omit_dirs=(EVIDENCE_CODE_DIR,))
+        self.mapper = _mapper(self.repo_root)
         self._contexts = ContextProfiler(self.mapper) if contexts else None
         self._opens = OpenRecorder(self.mapper)
         self._children = children and role == "main"
@@ -326,17 +329,59 @@ def _read_lines(data: Any, mapper: PathMapper, lines: dict[str, list[int]],
                 target.setdefault(rel, []).append(line)
 
 
+def _mapper(repo_root: Path) -> PathMapper:
+    """This process's path mapper for ``repo_root``, shared by its recorders.
+
+    pytest records one test after another in one process; a shared mapper keeps
+    what it learned (file name -> repo path) instead of mapping every file again.
+    """
+    key = (os.getpid(), str(repo_root))
+    mapper = _MAPPERS.get(key)
+    if mapper is None:
+        mapper = _MAPPERS[key] = PathMapper(repo_root, omit_dirs=(EVIDENCE_CODE_DIR,))
+    return mapper
+
+
+def _digest(local: Path) -> tuple[str, bytes | None]:
+    """sha256 of a file, and its bytes when they were read; ``("", None)`` if unreadable.
+
+    The digest is kept per file with its (mtime_ns, size, inode) stamp, like git's
+    index: a file the tests did not touch is not read and hashed again at every stop.
+    """
+    try:
+        st = os.stat(local)
+    except OSError:
+        return "", None
+    stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+    hit = _DIGESTS.get(str(local))
+    if hit is not None and hit[0] == stamp:
+        return hit[1], None
+    try:
+        data = local.read_bytes()
+    except OSError:
+        return "", None
+    digest = hashlib.sha256(data).hexdigest()
+    _DIGESTS[str(local)] = (stamp, digest)
+    return digest, data
+
+
 def _index(mapper: PathMapper, rel: str) -> tuple[units_mod.LineIndex | None, str]:
     local = mapper.local_path(rel)
     if local is None:
         return None, ""
-    try:
-        data = local.read_bytes()
-    except OSError:
+    digest, data = _digest(local)
+    if not digest:
         return None, ""
-    digest = hashlib.sha256(data).hexdigest()
     key = (rel, digest)
     if key not in _INDEX_CACHE:
+        if data is None:
+            try:
+                data = local.read_bytes()
+            except OSError:
+                return None, ""
+            if hashlib.sha256(data).hexdigest() != digest:  # changed since it was stamped
+                _DIGESTS.pop(str(local), None)
+                return _index(mapper, rel)
         result = units_mod.line_index(rel, data)
         _INDEX_CACHE[key] = result if isinstance(result, units_mod.LineIndex) else None
     return _INDEX_CACHE[key], digest
@@ -455,33 +500,60 @@ def module_scope(mapper: PathMapper) -> tuple[int, int, str]:
 
     Outside means: not a repo path of ``mapper`` and not under the interpreter's
     folders, an installed package, a Bazel runfiles tree or FastCI itself, e.g. an
-    editable install of another checkout. Such code is never evidence. One pass over
-    ``sys.modules``; results are cached per module for later stops in the process.
+    editable install of another checkout. Such code is never evidence. Each module
+    is classified once per process: a stop looks only at the modules imported (or
+    removed) since the previous one, a set difference over ``sys.modules``' names.
 
     Returns:
         (repo modules, outside modules, the ``sys.path`` entry most outside modules
         came from, ``""`` when none).
     """
-    # By file: one module may sit in sys.modules under two names (__main__, __mp_main__).
-    repo_files: set[str] = set()
-    outside: dict[str, str] = {}
-    for name, module in list(sys.modules.items()):
-        filename = getattr(module, "__file__", None)
-        if not isinstance(filename, str) or not filename:
-            continue
-        key = (mapper.repo_root, name, filename)
-        hit = _SCOPE_CACHE.get(key)
-        if hit is None:
-            try:
-                hit = _classify(mapper, name, filename)
-            except (OSError, ValueError):  # an odd file name: not counted either way
-                hit = ("", "")
-            _SCOPE_CACHE[key] = hit
-        where, root = hit
-        if where == "repo":
-            repo_files.add(filename)
-        elif where == "outside":
-            outside[filename] = root
-    roots = Counter(outside.values())
+    scope = _SCOPES.get((os.getpid(), mapper.repo_root))
+    if scope is None:
+        scope = _SCOPES[(os.getpid(), mapper.repo_root)] = _Scope()
+    scope.update(mapper, sys.modules)
+    roots = Counter(scope.outside_root[f] for f in scope.outside)
     example = roots.most_common(1)[0][0] if roots else ""
-    return len(repo_files), len(outside), example
+    return len(scope.repo), len(scope.outside), example
+
+
+class _Scope:
+    """The running answer of :func:`module_scope` for one process and repository.
+
+    By file: one module may sit in sys.modules under two names (__main__, __mp_main__),
+    so files are counted with multiplicity and reported once.
+    """
+
+    def __init__(self) -> None:
+        self.known: dict[str, tuple[str, str, str]] = {}  # name -> (file, where, root)
+        self.repo: Counter[str] = Counter()
+        self.outside: Counter[str] = Counter()
+        self.outside_root: dict[str, str] = {}
+
+    def update(self, mapper: PathMapper, modules: Mapping[str, Any]) -> None:
+        names = set(modules)  # a copy: another thread may import meanwhile
+        for name in self.known.keys() - names:
+            self._count(self.known.pop(name), -1)
+        for name in names - self.known.keys():
+            filename = getattr(modules.get(name), "__file__", None)
+            if not isinstance(filename, str) or not filename:
+                entry = ("", "", "")
+            else:
+                try:
+                    where, root = _classify(mapper, name, filename)
+                except (OSError, ValueError):  # an odd file name: not counted either way
+                    where, root = "", ""
+                entry = (filename, where, root)
+            self.known[name] = entry
+            self._count(entry, 1)
+
+    def _count(self, entry: tuple[str, str, str], delta: int) -> None:
+        filename, where, root = entry
+        counter = self.repo if where == "repo" else self.outside if where == "outside" else None
+        if counter is None:
+            return
+        counter[filename] += delta
+        if counter[filename] <= 0:
+            del counter[filename]
+        elif where == "outside":
+            self.outside_root[filename] = root
