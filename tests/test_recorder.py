@@ -18,6 +18,8 @@ from fastci.evidence.files import PathMapper
 from fastci.evidence.ingest import Checksums, merge_run
 from fastci.units.index import FileUnits, index_source
 
+ANALYZER = Path(__file__).resolve().parents[1] / "analyzer"
+
 WORK = '''
 import os
 import torch
@@ -296,3 +298,67 @@ def test_files_a_test_writes_or_removes_are_not_its_inputs(tmp_path: Path) -> No
     finally:
         reads = rec.stop()
     assert reads == {"data/in.txt": hashlib.sha256(b"input\n").hexdigest()}
+
+
+LINE_MODE_LIB = '''
+import threading
+
+
+def branchy(x):
+    if x > 0:
+        return x
+    return -x
+
+
+def in_thread(out):
+    out.append(branchy(3))
+
+
+def run():
+    out = []
+    t = threading.Thread(target=in_thread, args=(out,))
+    t.start()
+    t.join()
+    return out
+'''
+
+LINE_MODE_DRIVE = '''
+import sys
+from pathlib import Path
+from fastci.evidence.recorder import Recorder
+rec = Recorder("t::line_mode", Path(sys.argv[1]), repo_root=Path("."), workload={}, gpus=0)
+rec.start()
+import lm
+assert lm.run() == [3]
+rec.stop("passed")
+'''
+
+
+@pytest.mark.parametrize("line_mode", [True, False])
+def test_line_mode_records_lines_arcs_and_contexts(tmp_path: Path, line_mode: bool) -> None:
+    # What `fastci calibrate` needs (issue 13): executed lines and arcs per file, and
+    # the units' contexts, also from threads. Without line mode: units and contexts only.
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "lm.py").write_text(LINE_MODE_LIB)
+    (proj / "drive.py").write_text(LINE_MODE_DRIVE)
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(proj), str(ANALYZER)]),
+               FASTCI_RECORD_LINES="1" if line_mode else "0")
+    res = subprocess.run([sys.executable, "drive.py", str(out)], cwd=proj, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    (t,) = traces(out)
+    lm = next(f for f in t.files if f.path == "lm.py")
+    units = units_of(t)
+    assert {"lm.py::branchy", "lm.py::in_thread", "lm.py::run"} <= set(units)
+    assert any("args(x=int)" in s or "x=" in s for s in units["lm.py::branchy"])
+    text = LINE_MODE_LIB.splitlines()
+    taken, not_taken = text.index("        return x") + 1, text.index("    return -x") + 1
+    ran = trace.delta_decode(list(lm.line_deltas))
+    pairs = list(zip(lm.arcs[::2], lm.arcs[1::2]))
+    if line_mode:
+        assert taken in ran and not_taken not in ran
+        assert (taken - 1, taken) in pairs and (taken - 1, not_taken) not in pairs
+    else:
+        assert ran == [] and pairs == []

@@ -84,9 +84,11 @@ class _Coverage(coverage.Coverage):
         pass
 
 
-def make_coverage(sources: list[str], omit: list[str], *, contexts: bool) -> coverage.Coverage:
-    """An in-memory Coverage measuring ``sources``; with ``contexts`` it loads the plug-in."""
-    cov = _Coverage(data_file=None, config_file=False, source=sources, omit=omit)
+def make_coverage(sources: list[str], omit: list[str], *, contexts: bool,
+                  branch: bool = False) -> coverage.Coverage:
+    """An in-memory Coverage measuring ``sources``; with ``contexts`` it loads the plug-in,
+    with ``branch`` it records arcs."""
+    cov = _Coverage(data_file=None, config_file=False, source=sources, omit=omit, branch=branch)
     cov.set_option("run:disable_warnings", [
         "no-data-collected", "module-not-measured", "module-not-imported", "couldnt-parse",
         "already-imported", "no-ctracer", "module-not-python"])

@@ -4,10 +4,17 @@
 ``start()`` begins measuring, ``stop(outcome)`` writes the trace and returns
 its path. While running it collects
 
-* executed lines of repo files (coverage.py's public API, in memory), mapped
-  to units with :func:`fastci.units.lines.line_index` (checksums are added at
-  ingest, from the file content the trace names by sha256);
+* the units of repo files that ran: from each call event of repo code the
+  contexts plug-in sees (:mod:`fastci.evidence.covplugin`; those frames get no
+  line events, so such traces hold no lines), or, without contexts, from the
+  executed lines (coverage.py's public API, in memory) mapped to units with
+  :func:`fastci.units.lines.line_index` (checksums are added at ingest, from the
+  file content the trace names by sha256);
 * context signatures per unit (:mod:`fastci.evidence.contexts`);
+* in *line mode* (``FASTCI_RECORD_LINES=1``, set by ``fastci calibrate`` and
+  inherited by child processes): executed lines and arcs of every repo file as
+  well as the contexts, which then come from a ``sys.setprofile`` hook instead of
+  the plug-in (slower; calibration is not the hot path);
 * files opened for reading under the repo (:mod:`fastci.evidence.files`);
 * the environment fingerprint, workload, GPUs, duration and outcome.
 
@@ -33,11 +40,13 @@ import os
 import site
 import sys
 import sysconfig
+import threading
 import time
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any, Mapping
+from types import FrameType
+from typing import Any, Callable, Mapping
 
 from fastci.units import lines as units_mod
 from fastci.evidence import distributions, environment, trace
@@ -72,11 +81,20 @@ _OMIT = ("*/.venv/*", "*/site-packages/*", "*/dist-packages/*",
          os.path.join(EVIDENCE_CODE_DIR, "*"))
 # Coverage engines kept for reuse in this process, by (pid, sources, contexts); and the
 # ids of those a recorder is using now. See _acquire_engine.
-_ENGINES: dict[tuple[int, tuple[str, ...], bool], Any] = {}
+_ENGINES: dict[tuple[int, tuple[str, ...], bool, bool], Any] = {}
 _BUSY: set[int] = set()
 
 
-def _acquire_engine(sources: list[str], contexts: bool) -> Any:
+#: Set to ``1`` to record lines and arcs with contexts (line mode; see the module docstring).
+LINES_ENV = "FASTCI_RECORD_LINES"
+
+
+def line_mode() -> bool:
+    """Whether this process records in line mode (``FASTCI_RECORD_LINES=1``)."""
+    return os.environ.get(LINES_ENV) == "1"
+
+
+def _acquire_engine(sources: list[str], contexts: bool, branch: bool = False) -> Any:
     """A coverage engine for ``sources``: this process's idle one, else a new one.
 
     Building a ``coverage.Coverage`` and starting it the first time costs about
@@ -86,10 +104,10 @@ def _acquire_engine(sources: list[str], contexts: bool) -> Any:
     another in one process, so the engine is kept: :func:`_release_engine`
     erases its data after each recording, and the next one starts it again.
     """
-    key = (os.getpid(), tuple(sources), contexts)
+    key = (os.getpid(), tuple(sources), contexts, branch)
     cov = _ENGINES.get(key)
     if cov is None or id(cov) in _BUSY:  # none yet, or nested recorders: a fresh one
-        cov = make_coverage(sources, list(_OMIT), contexts=contexts)
+        cov = make_coverage(sources, list(_OMIT), contexts=contexts, branch=branch)
         _ENGINES.setdefault(key, cov)
     _BUSY.add(id(cov))
     return cov
@@ -140,6 +158,7 @@ class Recorder:
         self._t0 = 0.0
         self._started_at = 0.0
         self._stopped = False
+        self._profile_hook: Callable[[FrameType, str, Any], None] | None = None
         #: Keys of segments whose evidence is this test's too (see the module docstring).
         self.shared: set[str] = set()
         self._open_segments: list[str] = []
@@ -168,11 +187,17 @@ class Recorder:
                 self.out_dir, self.test_id, self.run_id, self.repo_root,
                 {"workload": self.workload, "gpus": self.gpus})
             self._child_env.install()
-        cov = _acquire_engine(list(self.mapper.roots), self._contexts is not None)
+        lines_mode = line_mode()
+        cov = _acquire_engine(list(self.mapper.roots), self._contexts is not None
+                              and not lines_mode, branch=lines_mode)
         self._cov = cov
         self._opens.start()
         if self._contexts is not None:
             self._contexts.start()
+            if lines_mode:
+                self._profile_hook = _profile_hook(self._contexts)
+                threading.setprofile(self._profile_hook)
+                sys.setprofile(self._profile_hook)
         cov.start()
         global _CURRENT, _FORK_HOOK
         _CURRENT = self
@@ -260,15 +285,21 @@ class Recorder:
         while self._open_segments:  # stopped inside a fixture's setup: keep what ran
             self.end_segment()
         self._stopped = True
+        if self._profile_hook is not None:
+            if sys.getprofile() is self._profile_hook:
+                sys.setprofile(None)
+            threading.setprofile(None)
+            self._profile_hook = None
         cov = self._cov
         if cov is not None:
             cov.stop()
         ctx = self._contexts.stop() if self._contexts is not None else {}
         lines: dict[str, list[int]] = {}
+        arcs: dict[str, list[tuple[int, int]]] = {}
         seg_lines: dict[str, dict[str, list[int]]] = {k: {} for k in self._segment_includes}
         if cov is not None:
             try:
-                _read_lines(cov.get_data(), self.mapper, lines, seg_lines)
+                _read_lines(cov.get_data(), self.mapper, lines, seg_lines, arcs)
             finally:
                 self._cov = None
                 _release_engine(cov)
@@ -282,7 +313,7 @@ class Recorder:
         msg.duration_s = time.perf_counter() - self._t0
         msg.environment.CopyFrom(environment.current())
         sig_ids: dict[str, int] = {}
-        self._fill(msg, msg.files, lines, ctx, sig_ids)
+        self._fill(msg, msg.files, lines, ctx, sig_ids, arcs)
         for rel, digest in sorted(reads.items()):
             if rel not in lines:
                 msg.reads.add(path=rel, digest=digest)
@@ -303,19 +334,40 @@ class Recorder:
 
     def _fill(self, msg: trace.TraceMsg, files: Any, lines: Mapping[str, list[int]],
               ctx: Mapping[tuple[str, str], tuple[set[str], int]],
-              sig_ids: dict[str, int]) -> None:
-        fill_files(self.mapper, msg, files, lines, ctx, sig_ids)
+              sig_ids: dict[str, int],
+              arcs: Mapping[str, list[tuple[int, int]]] | None = None) -> None:
+        fill_files(self.mapper, msg, files, lines, ctx, sig_ids, arcs)
+
+
+def _profile_hook(profiler: ContextProfiler) -> Callable[[FrameType, str, Any], None]:
+    """A ``sys.setprofile`` function that feeds call events to ``profiler`` (line mode)."""
+    on_call = profiler.on_call
+
+    def hook(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            on_call(frame)
+    return hook
 
 
 # ---------------------------------------------------------------------- mapping
 
 def _read_lines(data: Any, mapper: PathMapper, lines: dict[str, list[int]],
-                seg_lines: dict[str, dict[str, list[int]]]) -> None:
-    """Executed lines by repo path from coverage ``data``: the test's, and each segment's."""
+                seg_lines: dict[str, dict[str, list[int]]],
+                arcs: dict[str, list[tuple[int, int]]] | None = None) -> None:
+    """Executed lines by repo path from coverage ``data``: the test's, and each segment's.
+
+    With ``arcs`` and branch data, the executed arcs too (all of the file's, the
+    segments' included: coverage.py keeps arcs per context, which is not read here).
+    """
+    has_arcs = arcs is not None and data.has_arcs()
     for fname in data.measured_files():
         rel = mapper.rel(fname)
         if rel is None:
             continue
+        if has_arcs and arcs is not None:
+            got_arcs = data.arcs(fname) or []
+            if got_arcs:
+                arcs.setdefault(rel, []).extend(got_arcs)
         if not seg_lines:
             got = data.lines(fname) or []
             # A reused engine names every file a plug-in traced since it was built (its
@@ -390,7 +442,8 @@ def _index(mapper: PathMapper, rel: str) -> tuple[units_mod.LineIndex | None, st
 def fill_files(mapper: PathMapper, msg: trace.TraceMsg, files: Any,
                lines: Mapping[str, list[int]],
                ctx: Mapping[tuple[str, str], tuple[set[str], int]],
-               sig_ids: dict[str, int]) -> None:
+               sig_ids: dict[str, int],
+               arcs: Mapping[str, list[tuple[int, int]]] | None = None) -> None:
     """Add executed files, their units (by line ownership) and contexts to ``files``.
 
     ``files`` is ``msg.files`` or a segment's; context signatures are interned
@@ -405,6 +458,8 @@ def fill_files(mapper: PathMapper, msg: trace.TraceMsg, files: Any,
         index, digest = _index(mapper, rel)
         ft = files.add(path=rel, digest=digest)
         ft.line_deltas.extend(trace.delta_encode(lines.get(rel, [])))
+        for a, b in sorted(set(arcs.get(rel, ()))) if arcs else ():
+            ft.arcs.extend((a, b))
         file_ctx = by_file.get(rel, {})
         owned: set[str] = set()
         if index is not None:
