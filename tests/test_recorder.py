@@ -362,3 +362,54 @@ def test_line_mode_records_lines_arcs_and_contexts(tmp_path: Path, line_mode: bo
         assert (taken - 1, taken) in pairs and (taken - 1, not_taken) not in pairs
     else:
         assert ran == [] and pairs == []
+
+
+QUALNAME_SOURCE = '''
+import functools
+
+square = lambda x: x * x
+values = [v for v in range(3)]
+
+
+class Outer:
+    attr = {k: k for k in range(2)}
+
+    class Inner:
+        def method(self):
+            return (i for i in range(2))
+
+    @functools.cache
+    def cached(self):
+        def nested():
+            return lambda: 1
+        return nested
+
+
+async def agen():
+    yield [z async for z in agen()]
+
+
+def outer():
+    class Local:
+        def m(self):
+            return sorted(range(3), key=lambda n: -n)
+    return Local
+'''
+
+
+def test_unit_qualnames_without_parsing_agree_with_the_line_index() -> None:
+    # A call-event-only trace keeps the qualnames of code objects that name units
+    # (recorder._is_unit_qualname), without parsing the file: the same set as the index's.
+    from fastci.evidence.recorder import _is_unit_qualname
+    from fastci.units.lines import LineIndex, line_index
+
+    index = line_index("q.py", QUALNAME_SOURCE)
+    assert isinstance(index, LineIndex)
+    codes, todo = [], [compile(QUALNAME_SOURCE, "q.py", "exec")]
+    while todo:
+        code = todo.pop()
+        codes.append(code)
+        todo.extend(c for c in code.co_consts if hasattr(c, "co_qualname"))
+    seen = {c.co_qualname if c.co_name != "<module>" else "<module>" for c in codes}
+    assert {q for q in seen if _is_unit_qualname(q)} == set(index.qualnames)
+    assert any("<lambda>" in q for q in seen) and any("<genexpr>" in q for q in seen)

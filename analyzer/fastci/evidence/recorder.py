@@ -417,6 +417,27 @@ def _digest(local: Path) -> tuple[str, bytes | None]:
     return digest, data
 
 
+def _is_unit_qualname(qualname: str) -> bool:
+    """Whether a code object's qualname names a unit (a def or class, or the module).
+
+    The call events of lambdas, comprehensions and generator expressions
+    (``f.<locals>.<lambda>``) are not units of their own: the unit around them ran
+    too. The same answer as membership in :func:`~fastci.units.lines.line_index`'s
+    qualnames for code compiled from the file, without parsing it.
+    """
+    last = qualname.rsplit(".", 1)[-1]
+    return qualname == units_mod.MODULE_QUALNAME or not last.startswith("<")
+
+
+def _cached_index(mapper: PathMapper, rel: str) -> tuple[units_mod.LineIndex | None, str]:
+    """The file's digest, and its line index only if this process has it already."""
+    local = mapper.local_path(rel)
+    if local is None:
+        return None, ""
+    digest, _ = _digest(local)
+    return (_INDEX_CACHE.get((rel, digest)) if digest else None), digest
+
+
 def _index(mapper: PathMapper, rel: str) -> tuple[units_mod.LineIndex | None, str]:
     local = mapper.local_path(rel)
     if local is None:
@@ -455,7 +476,10 @@ def fill_files(mapper: PathMapper, msg: trace.TraceMsg, files: Any,
     for (rel, qual), (sigs, calls) in ctx.items():
         by_file.setdefault(rel, {})[qual] = (sigs, calls)
     for rel in sorted(set(lines) | set(by_file)):
-        index, digest = _index(mapper, rel)
+        if lines.get(rel):
+            index, digest = _index(mapper, rel)
+        else:  # units from call events only: no line ownership needed, no parse
+            index, digest = _cached_index(mapper, rel)
         ft = files.add(path=rel, digest=digest)
         ft.line_deltas.extend(trace.delta_encode(lines.get(rel, [])))
         for a, b in sorted(set(arcs.get(rel, ()))) if arcs else ():
@@ -466,6 +490,8 @@ def fill_files(mapper: PathMapper, msg: trace.TraceMsg, files: Any,
             known = set(index.qualnames)
             owned.update(index.qualname_for_line(n) for n in lines.get(rel, []))
             owned.update(q for q in file_ctx if q in known)
+        elif digest and not lines.get(rel):
+            owned.update(q for q in file_ctx if _is_unit_qualname(q))
         else:  # unparsable or unreadable: keep what ran, as the module
             owned.add(units_mod.MODULE_QUALNAME)
         for qual in sorted(owned):
