@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fastci.cli.run",
     "fastci.cli.validate_plan",
     "fastci.cli.targets",
+    "fastci.cli.calibrate",
 )
 
 

@@ -1,0 +1,306 @@
+"""``fastci calibrate`` for pytest suites: run each test at each rung of its ladder.
+
+For every test that declares a reducible workload (a ``fastci_workload`` marker,
+valid by :func:`fastci.plan.workload.reduction_problems`) and every rung of
+:func:`fastci.plan.workload.ladder` (full workload first), one run of the test
+alone, in the repository root, under the recorder in line mode::
+
+    FASTCI_WORKLOAD=<the rung's overrides, JSON> FASTCI_RECORD_LINES=1 \
+        python -m pytest NODEID -p fastci.integrations.pytest.plugin \
+        --fastci-record --fastci-trace-dir TMP
+
+Its traces give the outcome (the main trace's), completeness (every trace stopped
+cleanly, every shared segment it names found, none corrupt, the rung's overrides
+applied), the measured duration and GPUs, the executed lines and arcs per file
+(line mode: :data:`fastci.evidence.recorder.LINES_ENV`; lines via
+:func:`fastci.evidence.trace.delta_decode`), each executed unit's checksum and
+contexts and each executed file's digest (merged as ``fastci ingest`` merges a run:
+:func:`fastci.evidence.ingest.merge_run`).
+
+Each rung goes into the :class:`~fastci.evidence.calibration.CalibrationStore`,
+never the evidence store (a run at a reduced workload is no evidence of the test).
+Calibrating is resumable: a rung already stored complete, at the same commit stamp
+and under the same declaration digest, is not run again. One progress line per
+rung; the report's :meth:`CalibrationReport.summary` gives the calibration's cost
+against one full run of the same tests. docs/CALIBRATION.md has the user's side.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeAlias
+
+from fastci.errors import FastCIError, TraceError
+from fastci.evidence import trace
+from fastci.evidence.calibration import CalibrationStore, Rung, declaration_digest
+from fastci.evidence.ingest import Checksums, find_traces, index_segments, merge_run, segment_closure
+from fastci.evidence.recorder import LINES_ENV
+from fastci.plan.workload import ReductionDecl, ladder, reducible_dims, reduction_problems
+from fastci.types import RelPath, TestId
+
+__all__ = ["PLUGIN", "CalibrationError", "CalibrationReport", "calibrate", "node_arg", "run_rung"]
+
+#: The pytest plugin the recorded run loads (``-p``).
+PLUGIN = "fastci.integrations.pytest.plugin"
+#: A test's declaration as the caller found it: the declaration, None (the test has no
+#: ``fastci_workload`` marker) or why its marker could not be read (a string).
+Declared: TypeAlias = "ReductionDecl | str | None"
+
+
+class CalibrationError(FastCIError):
+    """Calibration cannot start (tests that cannot be collected, an unknown test...)."""
+
+
+@dataclass
+class CalibrationReport:
+    """What one ``calibrate`` call did.
+
+    Attributes:
+        tests: the tests calibrated (each with at least one rung now stored).
+        ran: rungs run by this call.
+        resumed: rungs already stored (same commit and declaration) and not run again.
+        skipped: (test, why) for each test not calibrated.
+        failed: (test, rung, what happened) for each rung run now that did not pass
+            completely (stored all the same; a plan never chooses it).
+        cost_gpu_s: the measured cost of every current rung of ``tests``.
+        full_gpu_s: the cost of one full-workload run of ``tests`` (their ``full`` rungs).
+        wall_s: how long this call took.
+    """
+
+    tests: list[TestId] = field(default_factory=list)
+    ran: int = 0
+    resumed: int = 0
+    skipped: list[tuple[TestId, str]] = field(default_factory=list)
+    failed: list[tuple[TestId, str, str]] = field(default_factory=list)
+    cost_gpu_s: float = 0.0
+    full_gpu_s: float = 0.0
+    wall_s: float = 0.0
+
+    def summary(self) -> str:
+        """One line: tests and rungs, what was resumed, and the cost against one full run."""
+        if not self.tests:
+            return (f"calibrated no test ({len(self.skipped)} skipped); "
+                    f"{self.wall_s:.1f} s")
+        ratio = (f" = {self.cost_gpu_s / self.full_gpu_s:.1f}x one full run of them "
+                 f"({self.full_gpu_s:.2f} GPU-s)" if self.full_gpu_s > 0 else "")
+        return (f"calibrated {len(self.tests)} test(s): {self.ran} rung(s) run, "
+                f"{self.resumed} resumed, {len(self.skipped)} test(s) skipped, "
+                f"{len(self.failed)} rung(s) did not pass; calibration cost "
+                f"{self.cost_gpu_s:.2f} GPU-s{ratio}; this call took {self.wall_s:.1f} s")
+
+
+def node_arg(root: Path, test: TestId) -> str:
+    """The pytest argument that runs ``test`` (a repo-relative node id) from anywhere:
+    its file made absolute; an id whose file is not under ``root`` as it is."""
+    path, sep, rest = test.partition("::")
+    local = root / path
+    return f"{local}{sep}{rest}" if sep and local.is_file() else test
+
+
+def calibrate(root: Path, tests: Sequence[TestId], declarations: Mapping[TestId, Declared],
+              store_path: Path, *, python: str, pytest_args: Sequence[str] = (),
+              commit: str | None, echo: Callable[[str], None] = print,
+              resume: bool = True) -> CalibrationReport:
+    """Run each of ``tests`` at each rung of its ladder; store the rungs at ``store_path``.
+
+    Args:
+        root: the repository root (tests run there; their ids are relative to it).
+        tests: pytest test ids (node ids with repo-relative paths), in order.
+        declarations: each test's declaration (:data:`Declared`); a test missing here
+            declares nothing.
+        store_path: the calibration store (created when absent).
+        python: the interpreter the tests run with.
+        pytest_args: extra pytest arguments for every run.
+        commit: the stamp of the tree the tests run from (``HEAD``, ``dirty:<tree>``,
+            None outside git): stored with each rung, and what resuming compares.
+        echo: prints one progress line per rung (and one per skipped test).
+        resume: skip rungs already stored complete at ``commit`` under the same
+            declaration.
+
+    Raises:
+        StoreError: the store cannot be opened or written (nothing is run then, or
+            nothing more).
+    """
+    started = time.perf_counter()
+    report = CalibrationReport()
+    plans: list[tuple[TestId, ReductionDecl, list[tuple[str, dict[str, Any]]]]] = []
+    for test in tests:
+        decl = declarations.get(test)
+        why = _not_calibrated(decl)
+        if why is not None:
+            report.skipped.append((test, why))
+            echo(f"calibrate: {test}: skipped: {why}")
+            continue
+        assert decl is not None and not isinstance(decl, str)
+        plans.append((test, decl, ladder(decl)))
+    total = sum(len(rungs) for _, _, rungs in plans)
+    checksums = Checksums(root)
+    done = 0
+    with CalibrationStore.open(store_path, create=True) as store:
+        for test, decl, rungs in plans:
+            digest = declaration_digest(decl)
+            stored = {r.rung: r for r in store.rungs(test)} if resume else {}
+            for name, overrides in rungs:
+                done += 1
+                head = f"calibrate [{done}/{total}] {test} {name}"
+                old = stored.get(name)
+                if (old is not None and old.complete and old.declaration == digest
+                        and old.commit == commit and dict(old.overrides) == overrides):
+                    report.resumed += 1
+                    echo(f"{head}: already calibrated at {_stamp(commit)} ({old.outcome}, "
+                         f"{old.duration_s:.2f} s): resumed")
+                    continue
+                rung, note = run_rung(root, test, name, overrides, digest, python=python,
+                                      pytest_args=pytest_args, commit=commit,
+                                      checksums=checksums)
+                store.put(rung)
+                report.ran += 1
+                if not rung.usable:
+                    report.failed.append((test, name, note or rung.outcome))
+                echo(f"{head}: {rung.outcome}{'' if rung.complete else ' (incomplete)'} "
+                     f"{rung.duration_s:.2f} s, {sum(len(v) for v in rung.lines.values())} "
+                     f"line(s) in {len(rung.lines)} file(s), {len(rung.units)} unit(s)"
+                     + (f": {note}" if note else ""))
+            current = [r for r in store.rungs(test)
+                       if r.declaration == digest and r.commit == commit]
+            if current:
+                report.tests.append(test)
+                report.cost_gpu_s += sum(r.gpu_s for r in current)
+                report.full_gpu_s += sum(r.gpu_s for r in current if r.rung == "full")
+    report.wall_s = time.perf_counter() - started
+    return report
+
+
+def _not_calibrated(decl: Declared) -> str | None:
+    """Why a test with this declaration is not calibrated (None: it is)."""
+    if decl is None:
+        return "declares no workload (no fastci_workload marker)"
+    if isinstance(decl, str):
+        return f"its fastci_workload marker is malformed ({decl})"
+    problems = reduction_problems(decl)
+    if problems:
+        return f"its declaration is invalid ({problems[0]})"
+    if not reducible_dims(decl):
+        return ("nothing of its workload may shrink (every dimension frozen, or a "
+                "performance check): only the full workload would run")
+    return None
+
+
+def _stamp(commit: str | None) -> str:
+    if commit is None:
+        return "an unknown revision"
+    return commit if commit.startswith("dirty:") else commit[:12]
+
+
+def run_rung(root: Path, test: TestId, name: str, overrides: Mapping[str, Any],
+             declaration: str, *, python: str, pytest_args: Sequence[str] = (),
+             commit: str | None, checksums: Checksums | None = None) -> tuple[Rung, str]:
+    """Run ``test`` at one rung under the recorder in line mode and measure it.
+
+    Returns the rung and a note on what went wrong ("" when nothing did).
+    """
+    env = dict(os.environ)
+    env["FASTCI_WORKLOAD"] = json.dumps(dict(overrides), sort_keys=True)
+    env[LINES_ENV] = "1"
+    with tempfile.TemporaryDirectory(prefix="fastci-calibrate-") as tmp:
+        traces = Path(tmp) / "traces"
+        began = time.perf_counter()
+        proc = subprocess.run(
+            [python, "-m", "pytest", node_arg(root, test), "-q", "-p", "no:cacheprovider",
+             "-p", PLUGIN, "--fastci-record", "--fastci-trace-dir", str(traces), *pytest_args],
+            cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            errors="replace", check=False)
+        wall = time.perf_counter() - began
+        got = _decode(test, traces, commit, checksums or Checksums(root))
+    if got is None:
+        note = f"no trace of the test (pytest exited {proc.returncode}: {_last_line(proc.stdout)})"
+        return Rung(test=test, rung=name, declaration=declaration, overrides=dict(overrides),
+                    commit=commit, duration_s=wall, gpus=0, outcome="error", complete=False,
+                    recorded_at=time.time()), note
+    notes = [got.note] if got.note else []
+    if got.overrides != dict(overrides):
+        notes.append(f"the run applied overrides {got.overrides}, not the rung's")
+    if not any(got.lines.values()):
+        notes.append("the traces hold no executed line (a recorder without line mode?)")
+    return Rung(
+        test=test, rung=name, declaration=declaration, overrides=dict(overrides), commit=commit,
+        duration_s=got.duration_s if got.duration_s > 0 else wall, gpus=got.gpus,
+        outcome=got.outcome, complete=got.complete and not notes, recorded_at=time.time(),
+        lines={p: frozenset(v) for p, v in got.lines.items() if v},
+        arcs={p: frozenset(v) for p, v in got.arcs.items() if v}, units=dict(got.units),
+        digests=got.digests), "; ".join(notes)
+
+
+@dataclass
+class _Recorded:
+    """What the recorded run's traces say about the test."""
+
+    outcome: str
+    complete: bool
+    duration_s: float
+    gpus: int
+    overrides: dict[str, Any] | None
+    lines: dict[RelPath, set[int]]
+    arcs: dict[RelPath, set[tuple[int, int]]]
+    units: Mapping[str, tuple[str, frozenset[str]]]
+    digests: dict[RelPath, str]
+    note: str = ""
+
+
+def _decode(test: TestId, trace_dir: Path, commit: str | None,
+            checksums: Checksums) -> _Recorded | None:
+    """Merge the recorded run's traces of ``test`` (None: the run left none)."""
+    decoded: list[trace.TraceMsg] = []
+    corrupt: list[str] = []
+    for blob in find_traces([trace_dir]) if trace_dir.is_dir() else ():
+        try:
+            decoded.append(trace.decode(blob.data, origin=blob.origin))
+        except TraceError as exc:
+            corrupt.append(str(exc))
+    mine = [t for t in decoded if t.role != "shared" and t.test_id == test]
+    if not mine:
+        return None
+    runs = {t.run_id for t in mine}
+    segments = index_segments(decoded)
+    rec = merge_run(mine, source="pytest", commit=commit, checksums=checksums,
+                    segments=segments)
+    lines: dict[RelPath, set[int]] = {}
+    arcs: dict[RelPath, set[tuple[int, int]]] = {}
+    _add_lines(lines, arcs, (ft for t in mine for ft in t.files))
+    found, _missing = segment_closure((k for t in mine for k in t.shared), segments)
+    for key in found:
+        _add_lines(lines, arcs, (ft for _t, seg in segments[key] for ft in seg.files))
+    note = ""
+    if corrupt:
+        note = f"{len(corrupt)} corrupt trace(s): {corrupt[0]}"
+    elif len(runs) > 1:
+        note = f"{len(runs)} runs of the test recorded: its id names several items"
+    return _Recorded(outcome=rec.outcome, complete=rec.complete, duration_s=rec.duration_s,
+                     gpus=rec.gpus, overrides=dict(rec.overrides) if rec.overrides is not None
+                     else None, lines=lines, arcs=arcs, units=rec.units,
+                     digests={p: d for p, d in rec.sources.items() if d}, note=note)
+
+
+def _add_lines(lines: dict[RelPath, set[int]], arcs: dict[RelPath, set[tuple[int, int]]],
+               file_traces: Iterable[Any]) -> None:
+    """Add the executed lines and arcs (flattened pairs, line mode) of ``file_traces``."""
+    for ft in file_traces:
+        got = trace.delta_decode(list(ft.line_deltas))
+        if got:
+            lines.setdefault(ft.path, set()).update(got)
+        flat = list(ft.arcs)
+        if flat:
+            arcs.setdefault(ft.path, set()).update(zip(flat[0::2], flat[1::2]))
+
+
+def _last_line(output: str) -> str:
+    """The last non-empty line of a run's output (pytest's summary, or its error)."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("ERROR")]
+    return (errors or lines or ["no output"])[-1][:200]

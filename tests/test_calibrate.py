@@ -1,0 +1,233 @@
+"""``fastci calibrate`` for pytest (issue 13 item 1): a tiny project run at each rung for real.
+
+The project's test declares ``steps`` (full 8, floor 2); the code takes a branch only
+when ``steps > 4`` and sleeps in proportion to ``steps``, so the rungs differ in what
+they execute and in what they cost. One calibration is shared by the tests of this
+module (each rung is two pytest processes).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fastci.changes.versions import Versions
+from fastci.cli import app
+from fastci.cli.calibrate import collect
+from fastci.errors import StoreError
+from fastci.evidence.calibration import CalibrationStore, Rung, declaration_digest
+from fastci.integrations.git.repository import WORKTREE, Git
+from fastci.plan.reduce import choose
+from fastci.run.calibrate import CalibrationError, CalibrationReport, calibrate
+from fastci.select import DecisionKind, DeclaredTest
+from fastci.select.decisions import Decision, Reason
+from selection_support import Repo
+
+# Line numbers matter: prepare's body is lines 5-6, the branch taken only when
+# steps > 4 is lines 14-15.
+WORK = '''import time
+
+
+def prepare(seed):
+    base = seed * 3
+    return base + 1
+
+
+def train(steps):
+    total = prepare(7)
+    for i in range(steps):
+        total += i
+    if steps > 4:
+        total = total * 2
+        total = total - 1
+    time.sleep(0.03 * steps)
+    return total
+'''
+TEST = '''import json
+import os
+
+import pytest
+
+from pkg.work import train
+
+FULL = {"steps": 8}
+
+
+def workload():
+    return {**FULL, **json.loads(os.environ.get("FASTCI_WORKLOAD") or "{}")}
+
+
+@pytest.mark.fastci_workload(workload=FULL, floors={"steps": 2}, reference="relational")
+def test_train():
+    assert train(workload()["steps"]) > 0
+
+
+def test_plain():
+    assert train(1) > 0
+
+
+@pytest.mark.fastci_workload(workload={"steps": 8}, floors={"steps": 9})
+def test_bad_floor():
+    pass
+
+
+@pytest.mark.fastci_workload(workload={"steps": 8}, bogus=1)
+def test_malformed():
+    pass
+'''
+ID = "tests/test_w.py::test_train"
+BRANCH = {14, 15}
+
+
+class Project:
+    """The tiny project, committed (calibration rungs name a commit the history holds)."""
+
+    def __init__(self, root: Path) -> None:
+        self.repo = Repo(root)
+        self.root = root
+        self.commit = self.repo.commit({
+            "pkg/__init__.py": "", "pkg/work.py": WORK, "tests/__init__.py": "",
+            "tests/test_w.py": TEST, ".gitignore": "__pycache__/\n.fastci/\n"})
+        self.store = root / ".fastci" / "calibration.db"
+        self.lines: list[str] = []
+        self._declared: dict[str, Any] | None = None
+
+    def declarations(self) -> dict[str, Any]:
+        if self._declared is None:
+            self._declared = collect(self.root, [], python=sys.executable)
+        return self._declared
+
+    def calibrate(self, tests: list[str] | None = None) -> CalibrationReport:
+        decls = self.declarations()
+        return calibrate(self.root, tests or [ID], decls, self.store, python=sys.executable,
+                         commit=self.commit, echo=self.lines.append)
+
+    def rungs(self) -> dict[str, Rung]:
+        with CalibrationStore.open(self.store) as store:
+            return {r.rung: r for r in store.rungs(ID)}
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
+    p = Project(tmp_path_factory.mktemp("calibrate") / "repo")
+    report = p.calibrate()
+    assert report.ran == 3 and report.resumed == 0 and not report.failed, p.lines
+    return p
+
+
+def test_collect_reads_every_marker(project: Project) -> None:
+    decls = project.declarations()
+    train = decls[ID]
+    assert isinstance(train, DeclaredTest)
+    assert dict(train.workload or {}) == {"steps": 8} and dict(train.floors) == {"steps": 2}
+    assert decls["tests/test_w.py::test_plain"] is None
+    assert "bogus" in str(decls["tests/test_w.py::test_malformed"])
+    assert isinstance(decls["tests/test_w.py::test_bad_floor"], DeclaredTest)
+
+
+def test_each_rung_is_stored_with_its_cost_outcome_and_lines(project: Project) -> None:
+    rungs = project.rungs()
+    assert set(rungs) == {"full", "steps=2", "steps=5"}  # the floor, the midpoint
+    full, floor = rungs["full"], rungs["steps=2"]
+    assert full.overrides == {} and floor.overrides == {"steps": 2}
+    for r in rungs.values():
+        assert r.usable and r.outcome == "passed" and r.duration_s > 0 and r.gpus == 0
+        assert r.commit == project.commit
+        assert r.declaration == declaration_digest(project.declarations()[ID])
+        assert r.digests["pkg/work.py"] == full.digests["pkg/work.py"]
+        assert "pkg/work.py::prepare" in r.units and r.units["pkg/work.py::prepare"][0]
+    assert floor.gpu_s < rungs["steps=5"].gpu_s < full.gpu_s  # sleeps 0.03 s per step
+    # The branch runs only at steps > 4: in the full rung, not in the floor's.
+    assert BRANCH <= full.lines["pkg/work.py"] and BRANCH <= rungs["steps=5"].lines["pkg/work.py"]
+    assert not BRANCH & floor.lines["pkg/work.py"]
+    assert {5, 6} <= floor.lines["pkg/work.py"]
+    assert (13, 14) in full.arcs["pkg/work.py"] and (13, 14) not in floor.arcs["pkg/work.py"]
+    assert any("steps=2: passed" in line for line in project.lines)
+
+
+def test_a_second_call_resumes_and_runs_nothing(project: Project) -> None:
+    before = {n: r.recorded_at for n, r in project.rungs().items()}
+    project.lines.clear()
+    report = project.calibrate([ID, "tests/test_w.py::test_plain",
+                                "tests/test_w.py::test_bad_floor",
+                                "tests/test_w.py::test_malformed"])
+    assert report.ran == 0 and report.resumed == 3 and report.tests == [ID]
+    assert {n: r.recorded_at for n, r in project.rungs().items()} == before
+    why = dict(report.skipped)
+    assert "no fastci_workload marker" in why["tests/test_w.py::test_plain"]
+    assert "floor 9 is above the full value 8" in why["tests/test_w.py::test_bad_floor"]
+    assert "malformed" in why["tests/test_w.py::test_malformed"]
+    assert sum("resumed" in line for line in project.lines) == 3
+    summary = report.summary()
+    assert "0 rung(s) run, 3 resumed" in summary and "one full run" in summary
+    assert report.full_gpu_s < report.cost_gpu_s
+
+
+def test_choose_picks_the_floor_for_a_line_both_rungs_run(project: Project) -> None:
+    decl = project.declarations()[ID]
+    assert isinstance(decl, DeclaredTest)
+    work = project.root / "pkg" / "work.py"
+
+    def pick(old: str, new: str) -> Any:
+        work.write_text(WORK.replace(old, new))
+        reason = Reason(DecisionKind.CHANGED_UNIT, "executes a changed unit",
+                        unit="pkg/work.py::" + ("prepare" if "seed" in old else "train"),
+                        path="pkg/work.py")
+        with CalibrationStore.open(project.store) as store:
+            versions = Versions(Git(project.root), WORKTREE)
+            return choose([Decision(ID, (reason,))], {ID: decl}, store, versions,
+                          project.commit, history=lambda t: [])[ID]
+
+    try:
+        c = pick("base = seed * 3", "base = seed * 4")  # line 5: every rung runs it
+        assert c.overrides == {"steps": 2} and c.rung == "steps=2", c.why
+        assert "steps 8\u21922" in c.why
+        c = pick("total = total * 2", "total = total * 3")  # line 14: only steps > 4
+        assert c.overrides != {"steps": 2}
+        assert "steps=2: does not execute pkg/work.py::train lines 14" in c.why
+    finally:
+        project.repo.git("checkout", "--", "pkg/work.py")
+
+
+def test_corrupt_store_is_one_line_and_left_intact(project: Project, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "cal.db"
+    bad.write_bytes(b"this is not a sqlite database" * 40)
+    before = bad.read_bytes()
+    rc = app.main(["calibrate", ID, "--root", str(project.root), "--store", str(bad)])
+    err = capsys.readouterr().err.strip()
+    assert rc != 0 and len(err.splitlines()) == 1 and "calibration store" in err, err
+    assert bad.read_bytes() == before
+    with pytest.raises(StoreError):
+        calibrate(project.root, [ID], project.declarations(), bad, python=sys.executable,
+                  commit=project.commit, echo=lambda line: None)
+    assert bad.read_bytes() == before
+
+
+def test_unknown_test_is_one_line_and_creates_nothing(project: Project, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "new.db"
+    rc = app.main(["calibrate", "tests/test_w.py::test_nope", "--root", str(project.root),
+                   "--store", str(store)])
+    err = capsys.readouterr().err.strip()
+    assert rc != 0 and len(err.splitlines()) == 1 and "test_nope" in err, err
+    assert not store.exists()
+    with pytest.raises(CalibrationError):
+        collect(project.root, ["tests/nowhere.py"], python=sys.executable)
+
+
+def test_sqlite_garbage_row_is_not_a_crash(project: Project, tmp_path: Path) -> None:
+    """A rung whose coverage blob is unreadable is not reused: calibration runs it again."""
+    copy = tmp_path / "cal.db"
+    with CalibrationStore.open(project.store) as src, CalibrationStore.open(copy, create=True) as dst:
+        for r in src.rungs(ID):
+            dst.put(r)
+    with sqlite3.connect(copy) as conn:
+        conn.execute("UPDATE rung SET coverage = X'00' WHERE rung = 'steps=5'")
+    report = calibrate(project.root, [ID], project.declarations(), copy, python=sys.executable,
+                       commit=project.commit, echo=lambda line: None)
+    assert report.resumed == 2 and report.ran == 1 and not report.failed
