@@ -231,3 +231,64 @@ def test_sqlite_garbage_row_is_not_a_crash(project: Project, tmp_path: Path) -> 
     report = calibrate(project.root, [ID], project.declarations(), copy, python=sys.executable,
                        commit=project.commit, echo=lambda line: None)
     assert report.resumed == 2 and report.ran == 1 and not report.failed
+
+
+def test_pytest_plan_reduces_from_the_calibrated_declaration(project: Project) -> None:
+    # Issue 13 item 4: the pytest runner lists no declarations at plan time; the plan
+    # takes the one the test was calibrated under, and the plugin applies the override.
+    import json
+    import os
+    import subprocess
+
+    from fastci.config import Config
+    from fastci.evidence.environment import current_fingerprint
+    from fastci.evidence.ingest import find_traces, ingest
+    from fastci.evidence.store import EvidenceStore
+    from fastci.plan.build import analyze
+    from fastci.plan.model import dump_plan
+
+    root, traces = project.root, project.root.parent / "evidence-traces"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), *sys.path]))
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "-p", "fastci.integrations.pytest.plugin", "--fastci-record",
+                          f"--fastci-trace-dir={traces}", ID], cwd=root, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert "1 passed" in res.stdout, res.stdout + res.stderr
+    db = root.parent / "evidence.db"
+    with EvidenceStore.open(db, create=True) as store:
+        ingest(store, find_traces([traces]), source="pytest", commit=project.commit, root=root)
+    work = root / "pkg" / "work.py"
+    cfg = Config(calibration=str(project.store))
+    try:
+        for old, new, want in (("    base = seed * 3\n", "    base = 3 * seed\n", {"steps": 2}),
+                               ("        total = total - 1\n", "        total -= 1\n", {})):
+            work.write_text(WORK.replace(old, new))
+            with EvidenceStore.open(db) as store:
+                a = analyze(root, cfg, base=project.commit, declared=None,
+                            env_fingerprint=current_fingerprint(), store=store)
+            assert a.plan.mode == "selective", a.plan.reason
+            (planned,) = a.plan.tests
+            assert planned.id == ID and dict(planned.overrides) == want, planned.why
+            assert ID in a.choices and (a.choices[ID].reduced == bool(want))
+    finally:
+        work.write_text(WORK)
+    # The first plan (a line every rung runs) at steps=2, applied by the pytest plugin.
+    work.write_text(WORK.replace("    base = seed * 3\n", "    base = 3 * seed\n"))
+    try:
+        with EvidenceStore.open(db) as store:
+            a = analyze(root, cfg, base=project.commit, declared=None,
+                        env_fingerprint=current_fingerprint(), store=store)
+        plan = root.parent / "plan.json"
+        dump_plan(a.plan, plan)
+        ran = root.parent / "plan-traces"
+        res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                              "-p", "fastci.integrations.pytest.plugin", f"--fastci-plan={plan}",
+                              "--fastci-record", f"--fastci-trace-dir={ran}", "tests"],
+                             cwd=root, env=env, capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stdout + res.stderr
+        from fastci.evidence import trace
+        (t,) = [m for m in (trace.decode(b.data) for b in find_traces([ran]))
+                if m.role == "main" and m.test_id == ID]
+        assert json.loads(t.overrides_json) == {"steps": 2}
+    finally:
+        work.write_text(WORK)

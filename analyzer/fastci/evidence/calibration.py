@@ -54,13 +54,25 @@ def declaration_digest(decl: Any) -> str:
     a ``TestDecl``, a pytest marker's ``Declaration``); a calibration made under
     another declaration is stale (its rungs may cross what the test now validates).
     """
-    data = {"workload": dict(decl.workload or {}), "floors": dict(decl.floors),
-            "frozen": sorted(getattr(decl, "frozen", None) or ()),
+    blob = json.dumps(declaration_spec(decl), sort_keys=True, separators=(",", ":"),
+                      default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def declaration_spec(decl: Any) -> dict[str, Any]:
+    """The declaration as JSON-ready data: what :func:`declaration_digest` hashes.
+
+    A rung keeps it, so a runner that cannot list declarations at plan time
+    (pytest) can reduce from the declaration the test was calibrated under; the
+    pytest plugin checks the plan's overrides against the live marker at run time.
+    ``frozen`` undeclared and declared empty both read ``[]``.
+    """
+    frozen = getattr(decl, "frozen", None)
+    return {"workload": dict(decl.workload or {}), "floors": dict(decl.floors),
+            "frozen": sorted(frozen or ()),
             "scope": sorted(decl.scope), "constraints": list(decl.constraints),
             "check": getattr(decl, "check", None), "reference": getattr(decl, "reference", None),
             "gpus": int(getattr(decl, "gpus", 0) or 0)}
-    blob = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -80,6 +92,7 @@ class Rung:
         arcs: executed arcs (from line, to line; negative = entry/exit) per file.
         units: per executed unit, its checksum and the contexts it ran in.
         digests: sha256 of each Python file the run executed, as it was on disk.
+        spec: the declaration itself (:func:`declaration_spec`; ``{}`` when not kept).
     """
 
     test: TestId
@@ -96,6 +109,7 @@ class Rung:
     arcs: Mapping[RelPath, frozenset[tuple[int, int]]] = field(default_factory=dict)
     units: Mapping[UnitId, tuple[Checksum, frozenset[ContextSig]]] = field(default_factory=dict)
     digests: Mapping[RelPath, str] = field(default_factory=dict)
+    spec: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def gpu_s(self) -> float:
@@ -112,7 +126,7 @@ def _pack(r: Rung) -> bytes:
     data = {"lines": {p: sorted(v) for p, v in r.lines.items()},
             "arcs": {p: sorted([a, b] for a, b in v) for p, v in r.arcs.items()},
             "units": {u: [c, sorted(ctx)] for u, (c, ctx) in r.units.items()},
-            "digests": dict(r.digests)}
+            "digests": dict(r.digests), "spec": dict(r.spec)}
     return zlib.compress(json.dumps(data, sort_keys=True, separators=(",", ":")).encode())
 
 
@@ -222,4 +236,5 @@ def _rung(row: tuple[Any, ...]) -> Rung:
               for p, v in data.get("arcs", {}).items()},
         units={u: (str(c), frozenset(str(x) for x in ctx))
                for u, (c, ctx) in data.get("units", {}).items()},
-        digests={p: str(d) for p, d in data.get("digests", {}).items()})
+        digests={p: str(d) for p, d in data.get("digests", {}).items()},
+        spec=data["spec"] if isinstance(data.get("spec"), dict) else {})

@@ -45,6 +45,7 @@ from fastci.types import RelPath, TestId
 
 if TYPE_CHECKING:
     from fastci.integrations.bazel.query import TestDecl
+    from fastci.evidence.calibration import CalibrationStore
     from fastci.evidence.store import EvidenceStore
 
 LOG = logging.getLogger(__name__)
@@ -234,8 +235,9 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
                                  env_fingerprint=fingerprint, environment=environment)
         if rules_changed is not None:
             selection = widen(selection, rules_changed)
-        if reduce and decl and not selection.widen:
-            choices = _reductions(root, config, git, head, changes, selection, decl, store)
+        if reduce and not selection.widen:
+            choices = _reductions(root, config, git, head, changes, selection, decl or {},
+                                  store)
     except Exception as exc:  # noqa: BLE001 - any failure must widen, never narrow
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if not isinstance(exc, FastCIError):
@@ -282,6 +284,13 @@ def _reductions(root: Path, config: Config, git: Git, head: str, changes: Change
         except FastCIError as exc:
             error = f"calibration unusable ({str(exc).splitlines()[0]})"
     history = getattr(store, "runs_of_test", None)
+    declared = dict(declared)
+    if calibration is not None:  # a runner without declarations at plan time (pytest)
+        for d in selection.selected:
+            if d.test not in declared:
+                got = calibrated_declaration(d.test, calibration)
+                if got is not None:
+                    declared[d.test] = got
     try:
         return choose([d for d in selection.selected if d.test in declared], declared,
                       calibration, changes.versions, changes.base, history=history,
@@ -289,6 +298,37 @@ def _reductions(root: Path, config: Config, git: Git, head: str, changes: Change
     finally:
         if calibration is not None:
             calibration.close()
+
+
+def calibrated_declaration(test: TestId, calibration: CalibrationStore) -> DeclaredTest | None:
+    """The declaration ``test`` was calibrated under, as the selector takes it (None: none kept).
+
+    For runners that cannot list declarations when planning (pytest: they live in
+    markers that only collection sees). The newest rung that kept its declaration
+    speaks; a declaration that does not hash to the digest its rung was stored
+    under is not used. The pytest plugin checks the plan's overrides against the
+    live marker when the test runs (floors, constraints, a valid declaration) and
+    runs the full workload when they do not fit; a marker edit is a change to the
+    test's file (or to a file its collection read), which runs the test full anyway.
+    """
+    from fastci.evidence.calibration import declaration_digest
+
+    rungs = [r for r in calibration.rungs(test) if r.spec]
+    if not rungs:
+        return None
+    rung = max(rungs, key=lambda r: r.recorded_at)
+    spec = rung.spec
+    try:
+        got = DeclaredTest(
+            test, int(spec.get("gpus") or 0), dict(spec["workload"]), (),
+            floors=dict(spec["floors"]), frozen=tuple(str(x) for x in spec["frozen"]) or None,
+            scope=tuple(str(x) for x in spec["scope"]),
+            constraints=tuple(str(x) for x in spec["constraints"]),
+            check=None if spec.get("check") is None else str(spec["check"]),
+            reference=None if spec.get("reference") is None else str(spec["reference"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return got if declaration_digest(got) == rung.declaration else None
 
 
 def _timing(store: EvidenceReader, declared: Mapping[TestId, DeclaredTest] | None

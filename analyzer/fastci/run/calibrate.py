@@ -32,13 +32,14 @@ import os
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeAlias
 
 from fastci.errors import FastCIError, TraceError
 from fastci.evidence import trace
-from fastci.evidence.calibration import CalibrationStore, Rung, declaration_digest
+from fastci.evidence.calibration import (CalibrationStore, Rung, declaration_digest,
+                                         declaration_spec)
 from fastci.evidence.ingest import Checksums, find_traces, index_segments, merge_run, segment_closure
 from fastci.evidence.recorder import LINES_ENV
 from fastci.plan.workload import ReductionDecl, ladder, reducible_dims, reduction_problems
@@ -159,6 +160,7 @@ def calibrate(root: Path, tests: Sequence[TestId], declarations: Mapping[TestId,
                 rung, note = run_rung(root, test, name, overrides, digest, python=python,
                                       pytest_args=pytest_args, commit=commit,
                                       checksums=checksums)
+                rung = replace(rung, spec=declaration_spec(decl))
                 store.put(rung)
                 report.ran += 1
                 if not rung.usable:
