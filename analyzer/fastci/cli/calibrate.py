@@ -1,12 +1,16 @@
-"""``fastci calibrate``: run pytest tests at the rungs of their workload ladder.
+"""``fastci calibrate``: run tests at the rungs of their workload ladder.
 
-Collects the tests (``pytest --collect-only`` in the tests' interpreter, reading each
-item's ``fastci_workload`` marker and ``gpus`` marker), then hands the declared ones to
-:func:`fastci.run.calibrate.calibrate`, which runs and stores the rungs in the
-calibration store (config ``calibration``, never the evidence store). docs/CALIBRATION.md.
+The runner is chosen as ``fastci plan`` chooses it (:func:`fastci.plan.build.choose_runner`).
+Bazel: the gpu_tests and their declarations come from ``bazel query`` (every gpu_test
+under config ``targets``, or the labels and patterns given), and
+:func:`fastci.run.calibrate.calibrate_bazel` runs the rungs in rounds of ``bazel test``.
+pytest: ``pytest --collect-only`` in the tests' interpreter reads each item's
+``fastci_workload`` and ``gpus`` markers, and :func:`fastci.run.calibrate.calibrate`
+runs one process per rung. Either way the rungs go into the calibration store
+(config ``calibration``, never the evidence store). docs/CALIBRATION.md.
 
 Bad input stops the command before anything runs, with one line and a nonzero exit:
-an unreadable calibration store (left as it is), tests pytest cannot collect or a
+an unreadable calibration store (left as it is), tests the runner cannot list or a
 test it does not know.
 """
 
@@ -25,10 +29,13 @@ from fastci.cli.command import Command
 from fastci.evidence.calibration import CalibrationStore
 from fastci.integrations.git.repository import repo_root
 from fastci.integrations.git.tree import evidence_commit
-from fastci.plan.build import runner_python
-from fastci.run.calibrate import PLUGIN, CalibrationError, Declared, calibrate
+from fastci.integrations.bazel.query import list_gpu_tests
+from fastci.integrations.bazel.runner import Bazel
+from fastci.plan.build import choose_runner, declared_test, runner_python
+from fastci.run.calibrate import (PLUGIN, CalibrationError, CalibrationReport, Declared,
+                                  calibrate, calibrate_bazel)
 from fastci.select.rules import DeclaredTest
-from fastci.types import TestId
+from fastci.types import TestId, normalize_test_id
 
 __all__ = ["COMMAND", "add_arguments", "collect", "run"]
 
@@ -86,10 +93,19 @@ with open(sys.argv[1], "w", encoding="utf-8") as out:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Declare the tests, ``--store``, ``--pytest-arg``, ``--root`` and ``--no-resume``."""
+    """Declare the tests, ``--store``, ``--bazel-flag``, ``--pytest-arg``, ``--root``,
+    ``--bazel``/``--no-bazel`` and ``--no-resume``."""
     parser.add_argument("tests", nargs="*", metavar="TEST",
-                        help="pytest node ids or paths (default: every test pytest collects "
-                             "that declares a workload)")
+                        help="Bazel labels or target patterns of gpu_tests, or pytest node ids "
+                             "or paths (default: every gpu_test under config `targets`, or "
+                             "every test pytest collects that declares a workload)")
+    parser.add_argument("--bazel-flag", action="append", default=[], dest="bazel_flags",
+                        metavar="FLAG", help="extra flag for every `bazel test` (repeatable)")
+    runner = parser.add_mutually_exclusive_group()
+    runner.add_argument("--bazel", dest="runner", action="store_const", const="bazel",
+                        default=None, help="calibrate gpu_tests with Bazel")
+    runner.add_argument("--no-bazel", dest="runner", action="store_const", const="pytest",
+                        help="calibrate pytest tests (no Bazel)")
     parser.add_argument("--store", type=Path, default=None,
                         help="calibration store (default: config `calibration`, "
                              ".fastci/calibration.db)")
@@ -137,6 +153,42 @@ def collect(root: Path, tests: Sequence[str], *, python: str,
     return found
 
 
+def _is_pattern(target: str) -> bool:
+    """Whether a Bazel target names several targets (``//p/...``, ``//p:all``, ``//p:*``)."""
+    return target.endswith("...") or target.endswith((":all", ":*", ":all-targets"))
+
+
+def gpu_tests(bazel: Bazel, targets: Sequence[str], *, universe: str) -> dict[TestId, Declared]:
+    """The gpu_tests to calibrate, with their declarations (``bazel query``).
+
+    ``targets`` are labels and target patterns (empty: every gpu_test under ``universe``).
+
+    Raises:
+        CalibrationError: a label is not a gpu_test, or a pattern holds none.
+        BazelError: the query failed.
+    """
+    found: dict[TestId, Declared] = {}
+    if not targets:
+        for d in list_gpu_tests(bazel, universe):
+            found[d.id] = declared_test(d)
+        return found
+    patterns = [t for t in targets if _is_pattern(t)]
+    labels = [normalize_test_id(t) for t in targets if not _is_pattern(t)]
+    for pattern in patterns:
+        decls = list_gpu_tests(bazel, pattern)
+        if not decls:
+            raise CalibrationError(f"{pattern}: no gpu_test matches")
+        for d in decls:
+            found[d.id] = declared_test(d)
+    if labels:
+        known = {d.id: d for d in list_gpu_tests(bazel, universe)}
+        for label in labels:
+            if label not in known:
+                raise CalibrationError(f"{label}: not a gpu_test under {universe}")
+            found[label] = declared_test(known[label])
+    return found
+
+
 def _declared(test: TestId, d: dict[str, Any], gpus: int) -> DeclaredTest:
     frozen = d.get("frozen")
     return DeclaredTest(test, gpus, dict(d["workload"]), floors=dict(d["floors"]),
@@ -157,10 +209,21 @@ def run(args: argparse.Namespace) -> int:
 
     Exits 1 when a rung run now did not pass (it is stored, and never chosen)."""
     root = repo_root(args.root.resolve())
-    cfg = config.load(root, overrides={"calibration": str(args.store) if args.store else None})
+    cfg = config.load(root, overrides={"calibration": str(args.store) if args.store else None,
+                                       "runner": args.runner})
     store_path = cfg.path(root, "calibration")
     if store_path.exists():  # an unusable store stops everything before anything runs
         CalibrationStore.open(store_path).close()
+    runner, why = choose_runner(root, cfg)
+    if runner == "bazel":
+        bz = Bazel(root, bazel=cfg.bazel)
+        declared = gpu_tests(bz, list(args.tests), universe=cfg.targets)
+        print(f"fastci calibrate: {len(declared)} gpu_test(s) with Bazel ({why})", flush=True)
+        report = calibrate_bazel(root, list(declared), declared, store_path, bazel=bz,
+                                 flags=args.bazel_flags, commit=evidence_commit(root),
+                                 echo=lambda line: print(line, flush=True),
+                                 resume=not args.no_resume)
+        return _finish(report, store_path)
     python = runner_python(root, cfg)
     declared = collect(root, list(args.tests), python=python, pytest_args=args.pytest_args)
     if args.tests:
@@ -174,6 +237,11 @@ def run(args: argparse.Namespace) -> int:
     report = calibrate(root, tests, declared, store_path, python=python,
                        pytest_args=args.pytest_args, commit=evidence_commit(root),
                        echo=lambda line: print(line, flush=True), resume=not args.no_resume)
+    return _finish(report, store_path)
+
+
+def _finish(report: CalibrationReport, store_path: Path) -> int:
+    """Print the summary; 1 when a rung run now did not pass."""
     print(report.summary())
     print(f"fastci calibrate: rungs in {store_path} (not evidence: `fastci plan` reads them to "
           "choose reduced workloads)")
@@ -187,8 +255,8 @@ def run(args: argparse.Namespace) -> int:
 
 COMMAND = Command(
     name="calibrate",
-    help="run pytest tests at each rung of their workload ladder (full, floors, midpoints) "
-         "and store the measured cost and coverage in the calibration store",
+    help="run gpu_tests (Bazel) or pytest tests at each rung of their workload ladder (full, "
+         "floors, midpoints) and store the measured cost and coverage in the calibration store",
     add_arguments=add_arguments,
     run=run,
 )

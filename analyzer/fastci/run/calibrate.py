@@ -1,9 +1,12 @@
-"""``fastci calibrate`` for pytest suites: run each test at each rung of its ladder.
+"""``fastci calibrate``: run each test at each rung of its ladder.
 
-For every test that declares a reducible workload (a ``fastci_workload`` marker,
-valid by :func:`fastci.plan.workload.reduction_problems`) and every rung of
-:func:`fastci.plan.workload.ladder` (full workload first), one run of the test
-alone, in the repository root, under the recorder in line mode::
+For every test that declares a reducible workload (a ``gpu_test``'s floors, or a
+pytest ``fastci_workload`` marker; valid by
+:func:`fastci.plan.workload.reduction_problems`) and every rung of
+:func:`fastci.plan.workload.ladder` (full workload first), a run under the recorder
+in line mode. Bazel runs the rungs in rounds, one ``bazel test`` per round with the
+rungs' overrides in a stand-in plan repository (:func:`calibrate_bazel`); pytest
+runs one process per rung, the test alone, in the repository root::
 
     FASTCI_WORKLOAD=<the rung's overrides, JSON> FASTCI_RECORD_LINES=1 \
         python -m pytest NODEID -p fastci.integrations.pytest.plugin \
@@ -28,24 +31,31 @@ against one full run of the same tests. docs/CALIBRATION.md has the user's side.
 from __future__ import annotations
 
 import json
+from collections import Counter
 import os
 import subprocess
 import tempfile
 import time
+import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeAlias
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeAlias
 
-from fastci.errors import FastCIError, TraceError
+from fastci.errors import BazelError, FastCIError, TraceError
 from fastci.evidence import trace
 from fastci.evidence.calibration import (CalibrationStore, Rung, declaration_digest,
                                          declaration_spec)
-from fastci.evidence.ingest import Checksums, find_traces, index_segments, merge_run, segment_closure
+from fastci.evidence.ingest import (Checksums, TestResult, find_traces, index_segments, merge_run,
+                                    results_from_bep, segment_closure)
 from fastci.evidence.recorder import LINES_ENV
+from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo
+from fastci.integrations.bazel.runner import Bazel
+from fastci.integrations.bazel.testlogs import test_dir
 from fastci.plan.workload import ReductionDecl, ladder, reducible_dims, reduction_problems
 from fastci.types import RelPath, TestId
 
-__all__ = ["PLUGIN", "CalibrationError", "CalibrationReport", "calibrate", "node_arg", "run_rung"]
+__all__ = ["PLUGIN", "CalibrationError", "CalibrationReport", "Pending", "RunRungs", "calibrate",
+           "calibrate_bazel", "calibrate_with", "node_arg", "run_rung", "scrub_traces"]
 
 #: The pytest plugin the recorded run loads (``-p``).
 PLUGIN = "fastci.integrations.pytest.plugin"
@@ -128,6 +138,41 @@ def calibrate(root: Path, tests: Sequence[TestId], declarations: Mapping[TestId,
         StoreError: the store cannot be opened or written (nothing is run then, or
             nothing more).
     """
+    def one_by_one(items: Sequence[Pending]) -> Iterator[tuple[Pending, Rung, str]]:
+        checksums = Checksums(root)
+        for item in items:
+            rung, note = run_rung(root, item.test, item.name, item.overrides, item.declaration,
+                                  python=python, pytest_args=pytest_args, commit=commit,
+                                  checksums=checksums)
+            yield item, rung, note
+
+    return calibrate_with(tests, declarations, store_path, one_by_one, commit=commit,
+                          echo=echo, resume=resume)
+
+
+@dataclass(frozen=True)
+class Pending:
+    """One rung to run: the test, the rung's name and overrides, the declaration's digest."""
+
+    test: TestId
+    name: str
+    overrides: Mapping[str, Any]
+    declaration: str
+
+
+#: Runs rungs (each test at most once per call... or several: the runner decides how to
+#: batch them) and yields each with its measured rung and a note ("" when nothing went
+#: wrong), as each finishes, so progress shows and a killed calibration keeps them.
+RunRungs: TypeAlias = Callable[[Sequence[Pending]], Iterable[tuple[Pending, Rung, str]]]
+
+
+def calibrate_with(tests: Sequence[TestId], declarations: Mapping[TestId, Declared],
+                   store_path: Path, run_rungs: RunRungs, *, commit: str | None,
+                   echo: Callable[[str], None] = print,
+                   resume: bool = True) -> CalibrationReport:
+    """The runner-independent part of :func:`calibrate`: ladders, resuming, storing, the
+    report. ``run_rungs`` runs what is left to run (pytest: one process per rung,
+    :func:`calibrate`; Bazel: one ``bazel test`` per round, :func:`calibrate_bazel`)."""
     started = time.perf_counter()
     report = CalibrationReport()
     plans: list[tuple[TestId, ReductionDecl, list[tuple[str, dict[str, Any]]]]] = []
@@ -141,34 +186,38 @@ def calibrate(root: Path, tests: Sequence[TestId], declarations: Mapping[TestId,
         assert decl is not None and not isinstance(decl, str)
         plans.append((test, decl, ladder(decl)))
     total = sum(len(rungs) for _, _, rungs in plans)
-    checksums = Checksums(root)
     done = 0
     with CalibrationStore.open(store_path, create=True) as store:
+        todo: list[Pending] = []
+        specs: dict[TestId, dict[str, Any]] = {}
         for test, decl, rungs in plans:
             digest = declaration_digest(decl)
+            specs[test] = declaration_spec(decl)
             stored = {r.rung: r for r in store.rungs(test)} if resume else {}
             for name, overrides in rungs:
-                done += 1
-                head = f"calibrate [{done}/{total}] {test} {name}"
                 old = stored.get(name)
                 if (old is not None and old.complete and old.declaration == digest
                         and old.commit == commit and dict(old.overrides) == overrides):
+                    done += 1
                     report.resumed += 1
-                    echo(f"{head}: already calibrated at {_stamp(commit)} ({old.outcome}, "
-                         f"{old.duration_s:.2f} s): resumed")
+                    echo(f"calibrate [{done}/{total}] {test} {name}: already calibrated at "
+                         f"{_stamp(commit)} ({old.outcome}, {old.duration_s:.2f} s): resumed")
                     continue
-                rung, note = run_rung(root, test, name, overrides, digest, python=python,
-                                      pytest_args=pytest_args, commit=commit,
-                                      checksums=checksums)
-                rung = replace(rung, spec=declaration_spec(decl))
-                store.put(rung)
-                report.ran += 1
-                if not rung.usable:
-                    report.failed.append((test, name, note or rung.outcome))
-                echo(f"{head}: {rung.outcome}{'' if rung.complete else ' (incomplete)'} "
-                     f"{rung.duration_s:.2f} s, {sum(len(v) for v in rung.lines.values())} "
-                     f"line(s) in {len(rung.lines)} file(s), {len(rung.units)} unit(s)"
-                     + (f": {note}" if note else ""))
+                todo.append(Pending(test, name, dict(overrides), digest))
+        for item, rung, note in run_rungs(todo):
+            done += 1
+            rung = replace(rung, spec=specs[item.test])
+            store.put(rung)
+            report.ran += 1
+            if not rung.usable:
+                report.failed.append((item.test, item.name, note or rung.outcome))
+            echo(f"calibrate [{done}/{total}] {item.test} {item.name}: {rung.outcome}"
+                 f"{'' if rung.complete else ' (incomplete)'} "
+                 f"{rung.duration_s:.2f} s, {sum(len(v) for v in rung.lines.values())} "
+                 f"line(s) in {len(rung.lines)} file(s), {len(rung.units)} unit(s)"
+                 + (f": {note}" if note else ""))
+        for test, decl, _rungs in plans:
+            digest = declaration_digest(decl)
             current = [r for r in store.rungs(test)
                        if r.declaration == digest and r.commit == commit]
             if current:
@@ -177,6 +226,104 @@ def calibrate(root: Path, tests: Sequence[TestId], declarations: Mapping[TestId,
                 report.full_gpu_s += sum(r.gpu_s for r in current if r.rung == "full")
     report.wall_s = time.perf_counter() - started
     return report
+
+
+def calibrate_bazel(workspace: Path, tests: Sequence[TestId],
+                    declarations: Mapping[TestId, Declared], store_path: Path, *,
+                    bazel: Bazel, flags: Sequence[str] = (), commit: str | None,
+                    echo: Callable[[str], None] = print,
+                    resume: bool = True) -> CalibrationReport:
+    """:func:`calibrate` for gpu_tests: the rungs run in rounds, one ``bazel test`` each.
+
+    Round *k* holds the *k*-th rung still to run of every test, so a test appears at
+    most once per command and the tests of a round run as Bazel schedules them (in
+    parallel where the machine allows; durations are each test's own, from the
+    build event file). Each round runs::
+
+        bazel test --config=fastci --config=fastci_record --test_env=FASTCI_RECORD_LINES=1 \
+            --override_repository=fastci_plan=<a plan of the round's overrides> LABEL...
+
+    The overrides reach the tests through a stand-in ``@fastci_plan``
+    (:mod:`fastci.integrations.bazel.plan_repo`); ``.fastci/plan.json`` is never
+    written, so a killed calibration leaves no plan behind. The traces are read from
+    ``bazel-testlogs`` and then deleted there, so a later ``fastci ingest`` of the
+    test logs cannot take a rung run for evidence of the test.
+    """
+
+    def by_rounds(items: Sequence[Pending]) -> Iterator[tuple[Pending, Rung, str]]:
+        if not items:
+            return
+        checksums = Checksums(workspace)
+        testlogs = Path(bazel.info("bazel-testlogs"))
+        rounds: list[list[Pending]] = []
+        seen: Counter[TestId] = Counter()
+        for item in items:
+            nth = seen[item.test]
+            seen[item.test] += 1
+            if nth == len(rounds):
+                rounds.append([])
+            rounds[nth].append(item)
+        for number, chosen in enumerate(rounds, 1):
+            with tempfile.TemporaryDirectory(prefix="fastci-calibrate-") as tmp:
+                repo = write_plan_repo(Path(tmp) / "plan", {p.test: p.overrides for p in chosen},
+                                       status=f"fastci calibrate round {number}")
+                bep = Path(tmp) / "bep.json"
+                began = time.perf_counter()
+                try:
+                    res = bazel.test([p.test for p in chosen], flags=[
+                        "--config=fastci", "--config=fastci_record",
+                        f"--test_env={LINES_ENV}=1", override_flag(repo), *flags],
+                        bep_path=bep)
+                    results = results_from_bep(bep) if bep.is_file() else {}
+                    problem = "" if results or res.returncode == 0 else \
+                        f"bazel test exited {res.returncode} without test results"
+                except (BazelError, FastCIError) as exc:
+                    results, problem = {}, str(exc).splitlines()[0]
+                wall = time.perf_counter() - began
+            for item in chosen:
+                outputs = test_dir(testlogs, item.test) / "test.outputs"
+                result = results.get(item.test)
+                got = None
+                if result is not None and outputs.is_dir():
+                    got = _decode(item.test, outputs, commit, checksums, source="bazel",
+                                  result=result)
+                    scrub_traces(outputs)
+                missing = problem or ("Bazel ran no test of that label" if result is None
+                                      else f"no trace of the test (bazel: {result.outcome})")
+                rung, note = _measured(item.test, item.name, item.overrides, item.declaration,
+                                       commit, got, wall, missing)
+                yield item, rung, note
+
+    return calibrate_with(tests, declarations, store_path, by_rounds, commit=commit,
+                          echo=echo, resume=resume)
+
+
+def scrub_traces(outputs: Path) -> int:
+    """Delete the traces under a test's ``test.outputs`` (plain files and ``outputs.zip``
+    members); other outputs stay. Returns how many traces were deleted."""
+    gone = 0
+    for path in sorted(outputs.rglob(f"*{trace.SUFFIX}")):
+        path.unlink(missing_ok=True)
+        gone += 1
+    archive = outputs / "outputs.zip"
+    if archive.is_file():
+        with zipfile.ZipFile(archive) as zf:
+            names = zf.namelist()
+            keep = [n for n in names if not n.endswith(trace.SUFFIX)]
+            if len(keep) != len(names):
+                kept = [(zf.getinfo(n), zf.read(n)) for n in keep if not n.endswith("/")]
+        if len(keep) != len(names):
+            gone += len(names) - len(keep)
+            archive.chmod(archive.stat().st_mode | 0o200)
+            if not kept:
+                archive.unlink()
+            else:
+                fresh = archive.with_name(".outputs.zip.tmp")
+                with zipfile.ZipFile(fresh, "w") as out:
+                    for info, data in kept:
+                        out.writestr(info, data)
+                os.replace(fresh, archive)
+    return gone
 
 
 def _not_calibrated(decl: Declared) -> str | None:
@@ -220,11 +367,19 @@ def run_rung(root: Path, test: TestId, name: str, overrides: Mapping[str, Any],
             errors="replace", check=False)
         wall = time.perf_counter() - began
         got = _decode(test, traces, commit, checksums or Checksums(root))
+    missing = f"no trace of the test (pytest exited {proc.returncode}: {_last_line(proc.stdout)})"
+    return _measured(test, name, overrides, declaration, commit, got, wall, missing)
+
+
+def _measured(test: TestId, name: str, overrides: Mapping[str, Any], declaration: str,
+              commit: str | None, got: _Recorded | None, wall: float,
+              missing: str) -> tuple[Rung, str]:
+    """The rung a run measured (``got``: its traces; None: it left none, ``missing`` says
+    why), and a note on what went wrong ("" when nothing did)."""
     if got is None:
-        note = f"no trace of the test (pytest exited {proc.returncode}: {_last_line(proc.stdout)})"
         return Rung(test=test, rung=name, declaration=declaration, overrides=dict(overrides),
                     commit=commit, duration_s=wall, gpus=0, outcome="error", complete=False,
-                    recorded_at=time.time()), note
+                    recorded_at=time.time()), missing
     notes = [got.note] if got.note else []
     if got.overrides != dict(overrides):
         notes.append(f"the run applied overrides {got.overrides}, not the rung's")
@@ -255,9 +410,10 @@ class _Recorded:
     note: str = ""
 
 
-def _decode(test: TestId, trace_dir: Path, commit: str | None,
-            checksums: Checksums) -> _Recorded | None:
-    """Merge the recorded run's traces of ``test`` (None: the run left none)."""
+def _decode(test: TestId, trace_dir: Path, commit: str | None, checksums: Checksums, *,
+            source: str = "pytest", result: TestResult | None = None) -> _Recorded | None:
+    """Merge the recorded run's traces of ``test`` (None: the run left none); ``result``
+    (Bazel's outcome and duration for the test) wins over the traces' own."""
     decoded: list[trace.TraceMsg] = []
     corrupt: list[str] = []
     for blob in find_traces([trace_dir]) if trace_dir.is_dir() else ():
@@ -270,8 +426,8 @@ def _decode(test: TestId, trace_dir: Path, commit: str | None,
         return None
     runs = {t.run_id for t in mine}
     segments = index_segments(decoded)
-    rec = merge_run(mine, source="pytest", commit=commit, checksums=checksums,
-                    segments=segments)
+    rec = merge_run(mine, source=source, commit=commit, checksums=checksums,
+                    segments=segments, result=result)
     lines: dict[RelPath, set[int]] = {}
     arcs: dict[RelPath, set[tuple[int, int]]] = {}
     _add_lines(lines, arcs, (ft for t in mine for ft in t.files))
