@@ -11,6 +11,7 @@ down at the end.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -31,7 +32,7 @@ from fastci.integrations.bazel import testlogs
 from fastci.integrations.bazel.plan_repo import write_plan_repo
 from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.integrations.bazel.runner import Bazel
-from fastci.integrations.git.tree import evidence_commit
+from fastci.integrations.git.tree import evidence_commit, plan_tree
 from fastci.plan.build import analyze, declared_test
 from fastci.plan.model import dump_plan
 from fastci.run.calibrate import CalibrationError, CalibrationReport, calibrate_bazel, scrub_traces
@@ -194,7 +195,7 @@ def test_plan_reduces_and_bazel_runs_the_reduced_workload(ws: Ws) -> None:
         assert "steps 8→2" in planned.why, planned.why
         plan = ws.root / ".fastci" / "plan.json"
         dump_plan(a.plan, plan)
-        bep = ws.root / "bep.json"
+        bep = ws.root.parent / "bep.json"
         res = ws.bazel.test([LABEL], flags=["--config=fastci"], bep_path=bep)
         assert res.returncode == 0, res.stderr[-2000:]
         ran = testlogs.read_output(ws.root / "bazel-testlogs", LABEL, "fastci_workload.json")
@@ -203,6 +204,51 @@ def test_plan_reduces_and_bazel_runs_the_reduced_workload(ws: Ws) -> None:
     finally:
         work.write_text(WORK)
         (ws.root / ".fastci" / "plan.json").write_text(USER_PLAN)
+
+
+def test_a_declaration_changed_since_calibration_runs_full(ws: Ws) -> None:
+    # Issue 13's safety list: reduced overrides are not applied once the test's
+    # declaration changed since calibration. At plan time nothing is reduced (the BUILD
+    # edit runs everything; the calibration is stale); a plan made before the edit is
+    # for another tree, and the rules run the test at full workload.
+    decls = {d.id: declared_test(d) for d in list_gpu_tests(ws.bazel)}
+    cfg = Config(calibration=str(ws.calibration), store=".fastci/evidence.db")
+    work, build = ws.root / "cal" / "work.py", ws.root / "cal" / "BUILD.bazel"
+    plan = ws.root / ".fastci" / "plan.json"
+    try:
+        work.write_text(WORK.replace("    base = seed * 3\n", "    base = 3 * seed\n"))
+        with EvidenceStore.open(ws.root / ".fastci" / "evidence.db") as store:
+            before = analyze(ws.root, cfg, base=ws.commit, declared=decls,
+                             env_fingerprint=current_fingerprint(), store=store)
+        (planned,) = [t for t in before.plan.tests if t.id == LABEL]
+        assert dict(planned.overrides) == {"steps": 2}, planned.why
+        tied = dataclasses.replace(before.plan, tree=plan_tree(ws.root, None))
+        build.write_text(BUILD.replace('floors = {"steps": 2}', 'floors = {"steps": 3}'))
+        now = {d.id: declared_test(d) for d in list_gpu_tests(ws.bazel)}
+        assert now[LABEL].floors == {"steps": 3}
+        with EvidenceStore.open(ws.root / ".fastci" / "evidence.db") as store:
+            after = analyze(ws.root, cfg, base=ws.commit, declared=now,
+                            env_fingerprint=current_fingerprint(), store=store)
+        (planned,) = [t for t in after.plan.tests if t.id == LABEL]
+        # A BUILD file is a run-everything path by default: every test at full workload.
+        # (Without it, the calibration's declaration digest no longer matches: stale.)
+        assert dict(planned.overrides) == {} and LABEL not in after.choices, planned.why
+        assert not any(t.overrides for t in after.plan.tests)
+        # The plan made before the declaration changed, run after: full workload, because
+        # it names another tree; and were it untied (hand-written), because the rules
+        # check its overrides against the declaration they see.
+        for made, why in ((tied, "not for this tree"), (before.plan, "below its floor 3")):
+            dump_plan(made, plan)
+            res = ws.bazel.test([LABEL], flags=["--config=fastci"],
+                                bep_path=ws.root.parent / "bep.json")
+            assert res.returncode == 0, res.stderr[-2000:]
+            ran = testlogs.read_output(ws.root / "bazel-testlogs", LABEL, "fastci_workload.json")
+            assert ran is not None and json.loads(ran)["workload"]["steps"] == 8, ran
+            assert why in json.loads(ran)["plan_status"], ran
+    finally:
+        work.write_text(WORK)
+        build.write_text(BUILD)
+        plan.write_text(USER_PLAN)
 
 
 def test_scrub_keeps_other_outputs(tmp_path: Path) -> None:
