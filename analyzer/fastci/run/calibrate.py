@@ -54,8 +54,9 @@ from fastci.integrations.bazel.testlogs import test_dir
 from fastci.plan.workload import ReductionDecl, ladder, reducible_dims, reduction_problems
 from fastci.types import RelPath, TestId
 
-__all__ = ["PLUGIN", "CalibrationError", "CalibrationReport", "Pending", "RunRungs", "calibrate",
-           "calibrate_bazel", "calibrate_with", "node_arg", "run_rung", "scrub_traces"]
+__all__ = ["PLUGIN", "CalibrationError", "CalibrationReport", "Pending", "Recorded", "RunRungs",
+           "calibrate", "calibrate_bazel", "calibrate_with", "decode_run", "node_arg", "run_rung",
+           "scrub_traces"]
 
 #: The pytest plugin the recorded run loads (``-p``).
 PLUGIN = "fastci.integrations.pytest.plugin"
@@ -285,7 +286,7 @@ def calibrate_bazel(workspace: Path, tests: Sequence[TestId],
                 result = results.get(item.test)
                 got = None
                 if result is not None and outputs.is_dir():
-                    got = _decode(item.test, outputs, commit, checksums, source="bazel",
+                    got = decode_run(item.test, outputs, commit, checksums, source="bazel",
                                   result=result)
                     scrub_traces(outputs)
                 missing = problem or ("Bazel ran no test of that label" if result is None
@@ -366,13 +367,13 @@ def run_rung(root: Path, test: TestId, name: str, overrides: Mapping[str, Any],
             cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             errors="replace", check=False)
         wall = time.perf_counter() - began
-        got = _decode(test, traces, commit, checksums or Checksums(root))
+        got = decode_run(test, traces, commit, checksums or Checksums(root))
     missing = f"no trace of the test (pytest exited {proc.returncode}: {_last_line(proc.stdout)})"
     return _measured(test, name, overrides, declaration, commit, got, wall, missing)
 
 
 def _measured(test: TestId, name: str, overrides: Mapping[str, Any], declaration: str,
-              commit: str | None, got: _Recorded | None, wall: float,
+              commit: str | None, got: Recorded | None, wall: float,
               missing: str) -> tuple[Rung, str]:
     """The rung a run measured (``got``: its traces; None: it left none, ``missing`` says
     why), and a note on what went wrong ("" when nothing did)."""
@@ -395,7 +396,7 @@ def _measured(test: TestId, name: str, overrides: Mapping[str, Any], declaration
 
 
 @dataclass
-class _Recorded:
+class Recorded:
     """What the recorded run's traces say about the test."""
 
     outcome: str
@@ -410,8 +411,8 @@ class _Recorded:
     note: str = ""
 
 
-def _decode(test: TestId, trace_dir: Path, commit: str | None, checksums: Checksums, *,
-            source: str = "pytest", result: TestResult | None = None) -> _Recorded | None:
+def decode_run(test: TestId, trace_dir: Path, commit: str | None, checksums: Checksums, *,
+               source: str = "pytest", result: TestResult | None = None) -> Recorded | None:
     """Merge the recorded run's traces of ``test`` (None: the run left none); ``result``
     (Bazel's outcome and duration for the test) wins over the traces' own."""
     decoded: list[trace.TraceMsg] = []
@@ -439,7 +440,7 @@ def _decode(test: TestId, trace_dir: Path, commit: str | None, checksums: Checks
         note = f"{len(corrupt)} corrupt trace(s): {corrupt[0]}"
     elif len(runs) > 1:
         note = f"{len(runs)} runs of the test recorded: its id names several items"
-    return _Recorded(outcome=rec.outcome, complete=rec.complete, duration_s=rec.duration_s,
+    return Recorded(outcome=rec.outcome, complete=rec.complete, duration_s=rec.duration_s,
                      gpus=rec.gpus, overrides=dict(rec.overrides) if rec.overrides is not None
                      else None, lines=lines, arcs=arcs, units=rec.units,
                      digests={p: d for p, d in rec.sources.items() if d}, note=note)
