@@ -18,6 +18,7 @@ MODULES = [
     "bench.evidence",
     "bench.selection",
     "bench.replay",
+    "bench.reduction",
 ]
 
 

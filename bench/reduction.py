@@ -1,0 +1,323 @@
+"""Workload-reduction benchmark (issue 13 item 5): reduced plans vs full workload, really run.
+
+In the scratch workspace of ``make demo`` (evidence recorded on its base commit):
+
+1. **Calibrate** the gpu_tests with ``fastci calibrate``'s Bazel path
+   (:func:`fastci.run.calibrate.calibrate_bazel`; every rung a real recorded run). The
+   calibration is cached next to the demo's evidence cache under the same key (the
+   example, the rules and FastCI's sources), so it runs once per version of them; its
+   cost is reported against one full-workload run of the calibrated tests.
+2. **Run everything once at full workload** on the base (the run-all baseline).
+3. For each change in ``bench/changes/`` (the selection benchmark's): apply it, ``fastci
+   plan`` it with the calibration (selection + reduction), then run the plan's tests
+   twice through Bazel: every one at **full workload** and every one at the plan's
+   **reduced workload**. Both arms, and the baseline, run the same way (``--config=fastci
+   --config=fastci_record`` in line mode, overrides through a stand-in ``@fastci_plan``),
+   so their costs compare, and both give the executed lines.
+
+Per change: GPU-seconds of each arm (wall seconds on this host x max(GPUs, 1), from
+the build event file: a cost proxy on a CPU-only machine), modified-code coverage
+retention (per test, the changed lines the reduced run executed / those the full run
+executed, summed), and **escapes** (a test that fails at full workload but passes
+reduced). Totals: reduced vs full arm, reduced plans vs running every test at full
+workload, retention, escapes, and after how many changes calibration pays for itself.
+Exits 1 on an escape. (Whether the plans miss a failing test is the selection
+benchmark's question: it runs everything per change.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from bench.selection import CHANGES, patch_header
+from fastci.config import Config
+from fastci.evidence.calibration import CalibrationStore
+from fastci.evidence.ingest import Checksums, results_from_bep
+from fastci.evidence.store import EvidenceStore
+from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo
+from fastci.integrations.bazel.query import list_gpu_tests
+from fastci.integrations.bazel.testlogs import test_dir
+from fastci.plan.build import analyze, declared_test
+from fastci.run.calibrate import CalibrationReport, calibrate_bazel, decode_run, scrub_traces
+
+#: Flags of every arm: recorded in line mode (lines for retention), results never cached.
+ARM_FLAGS = ("--config=fastci", "--config=fastci_record", "--test_env=FASTCI_RECORD_LINES=1",
+             "--keep_going")
+CALIBRATION_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TestRun:
+    """One test in one arm."""
+
+    passed: bool
+    gpu_s: float
+    lines: Mapping[str, frozenset[int]]
+
+
+@dataclass
+class Row:
+    """One change: its plan and both arms."""
+
+    name: str
+    kind: str
+    planned: int = 0
+    reduced: int = 0
+    mode: str = ""
+    full_gpu_s: float = 0.0
+    reduced_gpu_s: float = 0.0
+    changed_full: int = 0  # (test, changed line) pairs the full arm executed
+    changed_kept: int = 0  # of those, executed by the reduced arm as well
+    failing_full: tuple[str, ...] = ()
+    escapes: tuple[str, ...] = ()  # fail at full, pass reduced
+    reduced_only: tuple[str, ...] = ()  # pass at full, fail reduced (a false alarm)
+    plan_s: float = 0.0
+    whys: list[str] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def retention(self) -> float:
+        return self.changed_kept / self.changed_full if self.changed_full else 1.0
+
+
+def changed_lines(ws: Path) -> dict[str, set[int]]:
+    """Head-side lines of the working tree's changes to tracked ``.py`` files
+    (``git diff -U0``); a hunk that only deletes counts the line after it."""
+    out = subprocess.run(["git", "-C", str(ws), "diff", "-U0", "--no-color", "--", "*.py"],
+                         capture_output=True, text=True, check=True).stdout
+    lines: dict[str, set[int]] = {}
+    path = ""
+    for line in out.splitlines():
+        if line.startswith("+++ "):
+            path = line[6:] if line.startswith("+++ b/") else ""
+        m = re.match(r"@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@", line)
+        if m and path:
+            start, count = int(m.group(1)), int(m.group(2) or "1")
+            lines.setdefault(path, set()).update(range(start, start + count) if count
+                                                 else {start + 1})
+    return lines
+
+
+def run_arm(sc, tests: Mapping[str, Mapping[str, object]], gpus: Mapping[str, int], *,  # type: ignore[no-untyped-def]
+            tag: str) -> dict[str, TestRun]:
+    """Run ``tests`` (label -> overrides) once through Bazel, recorded in line mode."""
+    if not tests:
+        return {}
+    testlogs = Path(sc.bazel.info("bazel-testlogs"))
+    checksums = Checksums(sc.ws)
+    with tempfile.TemporaryDirectory(prefix=f"fastci-bench-{tag}-") as tmp:
+        repo = write_plan_repo(Path(tmp) / "plan", tests, status=f"bench reduction {tag}")
+        bep = Path(tmp) / "bep.json"
+        sc.bazel.test(list(tests), flags=[*ARM_FLAGS, override_flag(repo)], bep_path=bep)
+        results = results_from_bep(bep) if bep.is_file() else {}
+    out: dict[str, TestRun] = {}
+    for label in tests:
+        result = results.get(label)
+        outputs = test_dir(testlogs, label) / "test.outputs"
+        got = None
+        if result is not None and outputs.is_dir():
+            got = decode_run(label, outputs, None, checksums, source="bazel", result=result)
+            scrub_traces(outputs)
+        passed = result is not None and result.outcome == "passed"
+        duration = result.duration_s if result is not None else 0.0
+        out[label] = TestRun(passed, duration * max(gpus.get(label, 1), 1),
+                             {p: frozenset(v) for p, v in (got.lines if got else {}).items()})
+    return out
+
+
+def calibrated(sc, decls, echo: Callable[[str], None]) -> tuple[Path, CalibrationReport | None, float]:  # type: ignore[no-untyped-def]
+    """The calibration of every gpu_test in the scratch workspace: from the cache when
+    one was made for the same sources, else run (and cached). Returns its path, the
+    report of a calibration run now (None: cached) and its cost in GPU-seconds."""
+    from bench.demo import evidence_digest, scratch_dir, source_files
+    from fastci.evidence.environment import current_fingerprint
+
+    path = sc.config.path(sc.ws, "calibration")
+    digest = evidence_digest(sc.ws, source_files(sc.ws))
+    cache = scratch_dir() / "evidence-cache" / (
+        f"calibration-{digest}-{current_fingerprint()}-v{CALIBRATION_VERSION}.db")
+    report: CalibrationReport | None = None
+    if cache.exists():
+        # Keyed like the evidence cache (bench.demo.EVIDENCE_INPUTS): the same example,
+        # rules and FastCI sources, so it describes this snapshot too (re-stamped).
+        shutil.copyfile(cache, path)
+        with sqlite3.connect(path) as conn:
+            conn.execute("UPDATE rung SET commit_sha = ?", (sc.commit,))
+        echo(f"== calibration: reusing the one cached for these sources ({cache.name})")
+    else:
+        echo(f"== calibrating {len(decls)} gpu_test(s) with Bazel (cached for the next run)")
+        declared = {d.id: declared_test(d) for d in decls}
+        report = calibrate_bazel(sc.ws, [d.id for d in decls], declared, path, bazel=sc.bazel,
+                                 commit=sc.commit, echo=lambda line: echo("   " + line))
+        echo("   " + report.summary())
+        shutil.copyfile(path, cache)
+    with CalibrationStore.open(path) as store:
+        cost = sum(r.gpu_s for t in store.tests() for r in store.rungs(t)
+                   if r.commit == sc.commit)
+    return path, report, cost
+
+
+def bench_change(sc, patch: Path, cfg: Config, declared, gpus: Mapping[str, int]) -> Row:  # type: ignore[no-untyped-def]
+    """Apply ``patch``, plan it with the calibration, run both arms, undo it."""
+    subject, kind = patch_header(patch)
+    row = Row(patch.stem, kind)
+    applied = subprocess.run(["git", "-C", str(sc.ws), "apply", "--recount", str(patch)],
+                             capture_output=True, text=True)
+    if applied.returncode != 0:
+        row.note = "patch does not apply: " + (applied.stderr.strip().splitlines() or ["?"])[0]
+        return row
+    try:
+        changed = changed_lines(sc.ws)
+        with EvidenceStore.open(sc.store_path) as store:
+            t0 = time.perf_counter()
+            analysis = analyze(sc.ws, cfg, base=sc.commit, declared=declared, store=store)
+            row.plan_s = time.perf_counter() - t0
+        plan = analysis.plan
+        row.mode = plan.mode
+        tests = {t.id: dict(t.overrides) for t in plan.tests}
+        if plan.mode == "all":  # everything, at full workload
+            tests = {label: {} for label in declared}
+        row.planned = len(tests)
+        row.reduced = sum(1 for o in tests.values() if o)
+        row.whys = [f"{t.id.rsplit(':', 1)[-1]}: {t.why}" for t in plan.tests if t.overrides]
+        full = run_arm(sc, {t: {} for t in tests}, gpus, tag=f"{patch.stem}-full")
+        reduced = run_arm(sc, {t: o for t, o in tests.items() if o}, gpus,
+                          tag=f"{patch.stem}-reduced")
+    finally:
+        subprocess.run(["git", "-C", str(sc.ws), "checkout", "-q", "--", "."], check=False)
+    for label in tests:
+        f = full[label]
+        r = reduced.get(label, f)  # a test the plan does not reduce runs once, at full
+        row.full_gpu_s += f.gpu_s
+        row.reduced_gpu_s += r.gpu_s
+        for path, want in changed.items():
+            hit = want & f.lines.get(path, frozenset())
+            row.changed_full += len(hit)
+            row.changed_kept += len(hit & r.lines.get(path, frozenset()))
+    row.failing_full = tuple(sorted(t for t in tests if not full[t].passed))
+    row.escapes = tuple(t for t in row.failing_full if t in reduced and reduced[t].passed)
+    row.reduced_only = tuple(sorted(t for t in reduced if full[t].passed
+                                    and not reduced[t].passed))
+    return row
+
+
+def report(rows: Sequence[Row], *, all_gpu_s: float, calibration_gpu_s: float,
+           calibration_full_gpu_s: float, calibrated_tests: int) -> list[str]:
+    """The per-change table and the totals."""
+    lines = ["== workload reduction on real changes of examples/microllm (each plan's tests "
+             "run at full and at the planned workload; GPU-s = wall seconds here x GPUs)",
+             f"  {'change':<32} {'kind':<6} {'planned':>7} {'reduced':>7} {'full GPU-s':>10} "
+             f"{'reduced GPU-s':>13} {'ratio':>6} {'retention':>9} {'fail':>4} {'escapes':>7}"]
+    for r in rows:
+        ratio = f"{r.reduced_gpu_s / r.full_gpu_s:.2f}" if r.full_gpu_s else "-"
+        kept = f"{r.changed_kept}/{r.changed_full}" if r.changed_full else "-"
+        lines.append(f"  {r.name:<32} {r.kind:<6} {r.planned:>7} {r.reduced:>7} "
+                     f"{r.full_gpu_s:>10.1f} {r.reduced_gpu_s:>13.1f} {ratio:>6} {kept:>9} "
+                     f"{len(r.failing_full):>4} {len(r.escapes):>7}")
+        if r.escapes:
+            lines.append(f"    ESCAPED: {', '.join(r.escapes)}")
+        if r.reduced_only:
+            lines.append(f"    fails only reduced (false alarm): {', '.join(r.reduced_only)}")
+        if r.note:
+            lines.append(f"    note: {r.note}")
+    ran = [r for r in rows if not r.note]
+    full = sum(r.full_gpu_s for r in ran)
+    red = sum(r.reduced_gpu_s for r in ran)
+    everything = all_gpu_s * len(ran)
+    n_kept, n_seen = sum(r.changed_kept for r in ran), sum(r.changed_full for r in ran)
+    buggy = [r for r in ran if r.failing_full]
+    b_kept, b_seen = sum(r.changed_kept for r in buggy), sum(r.changed_full for r in buggy)
+    lines.append(f"  total over {len(ran)} changes: reduced plans {red:.0f} GPU-s vs the same "
+                 f"tests at full workload {full:.0f} GPU-s ({red / full if full else 0:.2f}x; "
+                 "target <= 0.33x)")
+    lines.append(f"  vs running every test at full workload on every change ({everything:.0f} "
+                 f"GPU-s): selection alone saves {100 * (1 - full / everything) if everything else 0:.1f}%, "
+                 f"selection + reduction {100 * (1 - red / everything) if everything else 0:.1f}% "
+                 "(target >= 85%)")
+    lines.append(f"  modified-code coverage retention: {n_kept}/{n_seen} (test, changed line) pairs "
+                 f"({100 * n_kept / n_seen if n_seen else 100:.1f}%); on the {len(buggy)} buggy changes "
+                 f"{b_kept}/{b_seen} ({100 * b_kept / b_seen if b_seen else 100:.1f}%)")
+    lines.append(f"  escapes (fail at full, pass reduced): {sum(len(r.escapes) for r in ran)}; "
+                 f"false alarms (fail only reduced): {sum(len(r.reduced_only) for r in ran)}")
+    saved = (full - red) / len(ran) if ran else 0.0
+    runs = (calibration_gpu_s / calibration_full_gpu_s if calibration_full_gpu_s else 0.0)
+    pays = f"{calibration_gpu_s / saved:.1f} changes" if saved > 0 else "never (nothing saved)"
+    lines.append(f"  calibration of {calibrated_tests} gpu_test(s): {calibration_gpu_s:.0f} GPU-s "
+                 f"= {runs:.1f} full runs of them (target <= ~10); it pays for itself after "
+                 f"{pays} (reduction saves {saved:.1f} GPU-s per change here)")
+    return lines
+
+
+def run(*, only: Sequence[str] = (), fresh: bool = False,
+        echo: Callable[[str], None] = print) -> tuple[list[str], list[Row]]:
+    """Run the benchmark; returns the report lines and the rows."""
+    from bench.demo import prepare
+
+    changes = sorted(p for p in CHANGES.glob("*.patch") if not only or any(o in p.stem for o in only))
+    sc = prepare(echo, reuse=not fresh)
+    try:
+        decls = list_gpu_tests(sc.bazel, sc.config.targets)
+        declared = {d.id: declared_test(d) for d in decls}
+        gpus = {d.id: d.gpus for d in decls}
+        path, _report, cal_cost = calibrated(sc, decls, echo)
+        with CalibrationStore.open(path) as store:
+            full_rungs = [r for t in store.tests() for r in store.rungs(t)
+                          if r.commit == sc.commit and r.rung == "full"]
+        cfg = dataclasses.replace(sc.config, calibration=str(path))
+        echo(f"== run-all at full workload on the base ({len(decls)} gpu_tests)")
+        t0 = time.perf_counter()
+        base = run_arm(sc, {d.id: {} for d in decls}, gpus, tag="run-all")
+        all_gpu_s = sum(t.gpu_s for t in base.values())
+        echo(f"   {sum(t.passed for t in base.values())}/{len(base)} passed, {all_gpu_s:.0f} "
+             f"GPU-s ({time.perf_counter() - t0:.0f} s)")
+        rows: list[Row] = []
+        for patch in changes:
+            echo(f"-- {patch.stem}")
+            t0 = time.perf_counter()
+            rows.append(bench_change(sc, patch, cfg, declared, gpus))
+            r = rows[-1]
+            echo(f"   planned {r.planned} ({r.mode}), reduced {r.reduced}: {r.full_gpu_s:.0f} vs "
+                 f"{r.reduced_gpu_s:.0f} GPU-s, retention {r.changed_kept}/{r.changed_full}, "
+                 f"failing {[t.rsplit(':', 1)[-1] for t in r.failing_full]}, escapes "
+                 f"{list(r.escapes)} ({time.perf_counter() - t0:.0f} s) {r.note}")
+            for why in r.whys:
+                echo(f"   {why}")
+        lines = report(rows, all_gpu_s=all_gpu_s, calibration_gpu_s=cal_cost,
+                       calibration_full_gpu_s=sum(r.gpu_s for r in full_rungs),
+                       calibrated_tests=len(full_rungs))
+        return lines, rows
+    finally:
+        sc.bazel.shutdown()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m bench.reduction [--only NAME...] [--fresh]``; exits 1 on an escape."""
+    parser = argparse.ArgumentParser(prog="python -m bench.reduction")
+    parser.add_argument("--only", nargs="*", default=(), help="changes whose name contains these")
+    parser.add_argument("--fresh", action="store_true",
+                        help="copy the checkout into the scratch workspace again")
+    args, _unknown = parser.parse_known_args(argv)
+    lines, rows = run(only=args.only, fresh=args.fresh)
+    print("\n".join(lines))
+    escapes = [f"ESCAPED {r.name}: {', '.join(r.escapes)}" for r in rows if r.escapes]
+    if escapes:
+        print("\n".join(escapes))
+        print(f"reduction benchmark FAILED: {len(escapes)} change(s) with an escape",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
