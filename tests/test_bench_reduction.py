@@ -1,0 +1,66 @@
+"""The reduction benchmark's bookkeeping (bench/reduction.py): changed lines and totals.
+
+The benchmark itself runs the example's tests through Bazel for tens of minutes (``make
+bench``); these tests check the parts that turn its runs into numbers.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from bench.reduction import Row, changed_lines, report
+
+
+def _git(root: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                   check=True, capture_output=True)
+
+
+def test_changed_lines_are_the_head_side_of_each_hunk(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    src = "".join(f"x{i} = {i}\n" for i in range(1, 21))
+    (tmp_path / "pkg" / "m.py").write_text(src)
+    (tmp_path / "notes.txt").write_text("a\n")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "base")
+    lines = src.splitlines(keepends=True)
+    lines[2] = "x3 = 30\n"  # line 3 changed
+    lines.insert(10, "y = 1\n")  # a new line 11
+    lines.insert(11, "z = 2\n")  # and 12
+    del lines[18]  # x17 deleted: the head line after it (x18) is line 19
+    (tmp_path / "pkg" / "m.py").write_text("".join(lines))
+    (tmp_path / "notes.txt").write_text("b\n")  # not Python: not counted
+    assert changed_lines(tmp_path) == {"pkg/m.py": {3, 11, 12, 19}}
+
+
+def test_report_totals_ratio_savings_retention_and_payback() -> None:
+    rows = [Row("01_bug", "bug", planned=2, reduced=2, mode="selective", full_gpu_s=100.0,
+                reduced_gpu_s=20.0, changed_full=10, changed_kept=10,
+                failing_full=("//t:a",)),
+            Row("02_refactor", "refactor", planned=1, reduced=0, mode="selective",
+                full_gpu_s=50.0, reduced_gpu_s=50.0, changed_full=4, changed_kept=3),
+            Row("03_broken", "bug", note="patch does not apply: x")]
+    lines = report(rows, all_gpu_s=1000.0, calibration_gpu_s=300.0,
+                   calibration_full_gpu_s=100.0, calibrated_tests=3)
+    text = "\n".join(lines)
+    assert "total over 2 changes: reduced plans 70 GPU-s vs the same tests at full workload " \
+           "150 GPU-s (0.47x" in text
+    # Everything at full workload on both changes: 2000 GPU-s.
+    assert "selection alone saves 92.5%, selection + reduction 96.5%" in text
+    assert "retention: 13/14 (test, changed line) pairs (92.9%); on the 1 buggy changes " \
+           "10/10 (100.0%)" in text
+    assert "escapes (fail at full, pass reduced): 0" in text
+    # 80 GPU-s saved over 2 changes = 40 per change; 300 / 40 = 7.5 changes.
+    assert "300 GPU-s = 3.0 full runs of them" in text and "after 7.5 changes" in text
+    assert "note: patch does not apply: x" in text
+
+
+def test_an_escape_is_listed() -> None:
+    rows = [Row("01_bug", "bug", planned=1, reduced=1, full_gpu_s=10.0, reduced_gpu_s=2.0,
+                failing_full=("//t:a",), escapes=("//t:a",))]
+    lines = report(rows, all_gpu_s=100.0, calibration_gpu_s=0.0, calibration_full_gpu_s=0.0,
+                   calibrated_tests=0)
+    assert "    ESCAPED: //t:a" in lines
+    assert any("escapes (fail at full, pass reduced): 1" in line for line in lines)
