@@ -12,6 +12,7 @@ import itertools
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +20,7 @@ from fastci.changes.versions import Versions
 from fastci.evidence.calibration import CalibrationStore, Rung, declaration_digest
 from fastci.evidence.store import RunRecord
 from fastci.integrations.git.repository import WORKTREE, Git
-from fastci.plan.reduce import choose, escapes
+from fastci.plan.reduce import choose, escapes, without_reduced_values
 from fastci.select import DeclaredTest, DecisionKind
 from fastci.select.decisions import Decision, Reason
 from selection_support import Repo
@@ -105,6 +106,50 @@ def test_missing_contexts_keep_a_bigger_rung(tmp_path: Path) -> None:
     w.edit(2, "    y = x + 2")
     c = w.choose()
     assert c.overrides == {} and "contexts {tp=2}" in c.why
+
+
+def test_a_reduced_dimension_s_own_value_is_not_a_new_context(tmp_path: Path) -> None:
+    # The unit takes the workload itself (an argument, a config's field, a kwargs entry):
+    # at steps=1 it necessarily sees steps=1. Anything else in the context must match.
+    full = {"args(x=2;steps=8)|caller=pkg/t.py::run|grad=1",
+            "args(cfg=Cfg(steps=8,tp=2);flat={layers=4,steps=8})|caller=c|grad=1"}
+    w = World(tmp_path)
+    w.rung("full", {}, 10.0, {2, 3, 4, 5, 6, 7}, contexts=full)
+    w.rung("steps=1", {"steps": 1}, 2.0, {2, 3, 4, 5, 6, 7},
+           contexts={c.replace("steps=8", "steps=1") for c in full})
+    w.edit(2, "    y = x + 2")
+    c = w.choose()
+    assert c.overrides == {"steps": 1}, c.why
+
+
+@pytest.mark.parametrize("rung_ctx, why", [
+    # A value derived from steps under another name still differs: not the same context.
+    ("args(x=2;steps=1;warmup=0)|grad=1", "warmup=4"),
+    # Another field happens to be named like the dimension but holds another value.
+    ("args(x=2;steps=1;warmup=4)|grad=1|steps=1", "steps=3"),
+    # The reduction changed something else too (grad mode).
+    ("args(x=2;steps=1;warmup=4)|grad=0", "grad=1"),
+])
+def test_other_differences_still_keep_the_full_workload(tmp_path: Path, rung_ctx: str,
+                                                        why: str) -> None:
+    w = World(tmp_path)
+    full_ctx = "args(x=2;steps=8;warmup=4)|grad=1" + ("|steps=3" if why == "steps=3" else "")
+    w.rung("full", {}, 10.0, {2, 3, 4, 5, 6, 7}, contexts={full_ctx})
+    w.rung("steps=1", {"steps": 1}, 2.0, {2, 3, 4, 5, 6, 7}, contexts={rung_ctx})
+    w.edit(2, "    y = x + 2")
+    c = w.choose()
+    assert c.overrides == {} and "does not run pkg/m.py::f in contexts" in c.why, c.why
+    assert why in c.why, c.why
+
+
+def test_without_reduced_values_replaces_whole_tokens_only() -> None:
+    got = without_reduced_values(
+        ["args(steps=8;max_steps=8;s=Cfg(steps=8,lr=0.5))|steps=8",
+         "args(steps=80;steps_x=8)|grad=1", "args(lr=0.5;steps='8')"],
+        {"steps": 8, "lr": 0.5})
+    assert got == {"args(steps=*;max_steps=8;s=Cfg(steps=*,lr=*))|steps=*",
+                   "args(steps=80;steps_x=8)|grad=1", "args(lr=*;steps='8')"}
+    assert without_reduced_values(["a=1"], {}) == {"a=1"}
 
 
 def test_frozen_dimensions_and_floors_are_never_crossed(tmp_path: Path) -> None:

@@ -13,7 +13,10 @@ the way the full run does. For every reason the test was selected:
   replaces or deletes, or that border an insertion, inside the unit (for a unit
   that only uses a rebound name: every line of it);
 * the rung executed every such line the full-workload rung executed, every arc
-  touching them, and ran the unit in every context the full rung did.
+  touching them, and ran the unit in every context the full rung did, the reduced
+  dimensions' own values set aside (:func:`without_reduced_values`: a context that
+  differs only in ``num_layers=4`` vs ``num_layers=1`` is the same context for a rung
+  that reduces ``num_layers``; a derived value under another name is not).
 
 The rung must also have passed, be of the test's current declaration, keep every
 dimension within its floor and constraints (frozen and scope-validated dimensions
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -190,7 +194,7 @@ def _choose_one(d: Decision, decl: DeclaredTest, calibration: CalibrationStore |
         if any(dim in dims and {**workload, **rung.overrides}[dim] <= value
                for dim, (value, _) in learned.items()):
             continue
-        missing = next((m for n in needs if (m := n.missing(rung))), None)
+        missing = next((m for n in needs if (m := n.missing(rung, workload))), None)
         if missing:
             rejected.append(f"{rung.rung}: {missing}")
             continue
@@ -214,8 +218,13 @@ class _Need:
     arcs: frozenset[tuple[int, int]]
     contexts: frozenset[str]
 
-    def missing(self, rung: Rung) -> str | None:
-        """What ``rung`` does not reach (None: everything)."""
+    def missing(self, rung: Rung, workload: Mapping[str, Any]) -> str | None:
+        """What ``rung`` does not reach (None: everything); ``workload`` is the full one.
+
+        Contexts are compared with the reduced dimensions' own values set aside
+        (:func:`without_reduced_values`): a rung that shrinks ``num_layers`` runs a unit
+        with ``num_layers=1`` where the full run had ``num_layers=4``, by construction.
+        """
         if rung.digests.get(self.path) != self.digest:
             return f"calibrated another version of {self.path}"
         lines = self.lines - rung.lines.get(self.path, frozenset())
@@ -226,10 +235,46 @@ class _Need:
             a, b = min(arcs)
             return f"does not take {self.unit}'s arc {a}->{b}"
         got = rung.units.get(self.unit)
-        ctx = self.contexts - (got[1] if got else frozenset())
-        if got is None or ctx:
-            return f"does not run {self.unit} in contexts {_contexts(ctx or self.contexts)}"
+        if got is None:
+            return f"does not run {self.unit} in contexts {_contexts(self.contexts)}"
+        reduced = {d: v for d, v in rung.overrides.items() if d in workload}
+        want = without_reduced_values(self.contexts, {d: workload[d] for d in reduced})
+        ctx = want - without_reduced_values(got[1], reduced)
+        if ctx:
+            return f"does not run {self.unit} in contexts {_contexts(ctx)}"
         return None
+
+
+#: Where an argument, a config field or a label starts and ends in a context signature
+#: (:mod:`fastci.evidence.contexts`): ``args(a=1;cfg=C(x=2,y=3))|caller=...|tp=2``.
+_TOKEN_START = "(;,{|"
+_TOKEN_END = "),;}|"
+
+
+def without_reduced_values(contexts: Iterable[str], values: Mapping[str, Any]) -> frozenset[str]:
+    """``contexts`` with each ``dim=value`` token of ``values`` written ``dim=*``.
+
+    A token is an argument, a dataclass field, a ``**kwargs`` entry or a label whose
+    name is a reduced dimension and whose value is that dimension's value on this side
+    (the full value on the full rung, the reduced one on the rung), rendered as
+    contexts render scalars (:func:`fastci.evidence.contexts.abstract`). Everything
+    else must still match exactly: a derived value under another name
+    (``layers_per_stage=2``), a tensor's size class, a dtype, a parallel degree. A
+    token of the same name holding some other value is kept, so it must match too.
+    """
+    from fastci.evidence.contexts import abstract
+
+    if not values:
+        return frozenset(contexts)
+    patterns = [(re.compile(rf"(?<=[{re.escape(_TOKEN_START)}]){re.escape(dim)}="
+                            rf"{re.escape(abstract(value))}(?=[{re.escape(_TOKEN_END)}]|$)"),
+                 f"{dim}=*") for dim, value in values.items()]
+    out = set()
+    for sig in contexts:
+        for pattern, star in patterns:
+            sig = pattern.sub(star, sig)
+        out.add(sig)
+    return frozenset(out)
 
 
 def _need(reason: Reason, full: Rung, versions: Versions, base: str | None) -> _Need | str:
