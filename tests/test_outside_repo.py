@@ -110,6 +110,36 @@ def test_repo_only_recording_has_no_outside_line(repo: Repo, tmp_path: Path) -> 
     assert notes == []
 
 
+CHILD_RUNNER = """\
+import subprocess, sys
+from pathlib import Path
+from fastci.evidence.recorder import Recorder
+rec = Recorder(sys.argv[2], Path(sys.argv[1]), repo_root=Path.cwd(), workload={}, gpus=0)
+rec.start()
+subprocess.run([sys.executable, "-c", "import pkg.model; pkg.model.scale(3)"], check=True)
+rec.stop("passed")
+"""
+
+
+def test_a_child_process_s_own_sitecustomize_is_not_outside_code(repo: Repo,
+                                                                   tmp_path: Path) -> None:
+    # A recorded test's child imports FastCI's sitecustomize.py from a temporary folder:
+    # that is the recorder's own code, not an outside checkout (the ingest note was
+    # printed for every test that started a child).
+    (repo.root / "child_runner.py").write_text(CHILD_RUNNER)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    subprocess.run([sys.executable, "child_runner.py", str(tmp_path / "traces"), "//t:c"],
+                   cwd=repo.root, env=env, check=True, capture_output=True, timeout=120)
+    traces = [trace.read(p) for p in (tmp_path / "traces").rglob("*.trace")]
+    assert sorted(t.role for t in traces) == ["child", "main"]
+    child = next(t for t in traces if t.role == "child")
+    assert any(f.path == "pkg/model.py" for f in child.files)
+    assert [(t.role, t.modules.outside_modules) for t in traces if t.modules.outside_modules] == []
+    notes: list[str] = []
+    ingest_paths(tmp_path / "e.db", [tmp_path / "traces"], source_root=repo.root, notes=notes)
+    assert notes == []
+
+
 class FakeBazel:
     """Stands in for ``bazel test --config=fastci_record``: runs the test, writes the BEP."""
 

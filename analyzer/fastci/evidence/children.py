@@ -71,11 +71,23 @@ def _site_dir() -> str:
     pid = os.getpid()
     folder = _SITE_DIRS.get(pid)
     if folder is None or not os.path.isfile(os.path.join(folder, "sitecustomize.py")):
-        folder = tempfile.mkdtemp(prefix="fastci-child-")
+        folder = tempfile.mkdtemp(prefix=SITE_DIR_PREFIX)
         Path(folder, "sitecustomize.py").write_text(_SITECUSTOMIZE)
         _SITE_DIRS[pid] = folder
         atexit.register(_remove_site_dir, pid, folder)
     return folder
+
+
+#: The prefix of the folders :func:`_site_dir` makes.
+SITE_DIR_PREFIX = "fastci-child-"
+
+
+def is_child_site_file(path: str) -> bool:
+    """Whether ``path`` is a ``sitecustomize.py`` this module wrote (in this process or in
+    the parent that started it): FastCI's own code, never the test's."""
+    folder, name = os.path.split(path)
+    return (name == "sitecustomize.py" and os.path.basename(folder).startswith(SITE_DIR_PREFIX)
+            and os.path.dirname(folder) == os.path.normpath(tempfile.gettempdir()))
 
 
 def _remove_site_dir(pid: int, folder: str) -> None:

@@ -50,7 +50,7 @@ from typing import Any, Callable, Mapping
 
 from fastci.units import lines as units_mod
 from fastci.evidence import distributions, environment, trace
-from fastci.evidence.children import ChildEnvironment
+from fastci.evidence.children import ChildEnvironment, is_child_site_file
 from fastci.evidence.contexts import ContextProfiler
 from fastci.evidence.covplugin import make_coverage
 from fastci.evidence.files import OpenRecorder, PathMapper
@@ -550,6 +550,8 @@ def _classify(mapper: PathMapper, name: str, filename: str) -> tuple[str, str]:
     if not os.path.isabs(filename):
         return "", ""  # a made-up name (torch.ops has "_ops.py"), not a file imported
     absn = os.path.normpath(filename)
+    if name == "sitecustomize" and is_child_site_file(absn):
+        return "", ""  # FastCI's own child-recording hook (fastci.evidence.children)
     # Cheap string tests first: most modules are the interpreter's or installed ones
     # (which the mapper never maps into the repo either), so few need a realpath.
     if absn.startswith(_interpreter_dirs()) or _INSTALLED_PARTS.intersection(absn.split(os.sep)):
