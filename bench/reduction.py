@@ -136,21 +136,43 @@ def run_arm(sc, tests: Mapping[str, Mapping[str, object]], gpus: Mapping[str, in
     return out
 
 
+#: FastCI code that only runs when planning, never inside a test process (the launcher,
+#: recorder, constraint evaluator and pytest plugin do): editing it cannot change what a
+#: calibration measured, so the calibration cache ignores it.
+PLAN_TIME = ("analyzer/fastci/select/**", "analyzer/fastci/changes/**",
+             "analyzer/fastci/cli/**", "analyzer/fastci/plan/build.py",
+             "analyzer/fastci/plan/reduce.py", "analyzer/fastci/plan/model.py")
+
+
+def calibration_digest(root: Path) -> str:
+    """The calibration cache key: :data:`bench.demo.EVIDENCE_INPUTS` but :data:`PLAN_TIME`."""
+    import hashlib
+
+    from bench.demo import EVIDENCE_INPUTS, source_files
+    from fastci.config import first_match
+
+    digest = hashlib.sha256()
+    for rel in sorted(source_files(root)):
+        if first_match(rel, EVIDENCE_INPUTS) and not first_match(rel, PLAN_TIME):
+            digest.update(rel.encode() + b"\0" + hashlib.sha256((root / rel).read_bytes()).digest())
+    return digest.hexdigest()[:16]
+
+
 def calibrated(sc, decls, echo: Callable[[str], None]) -> tuple[Path, CalibrationReport | None, float]:  # type: ignore[no-untyped-def]
     """The calibration of every gpu_test in the scratch workspace: from the cache when
     one was made for the same sources, else run (and cached). Returns its path, the
     report of a calibration run now (None: cached) and its cost in GPU-seconds."""
-    from bench.demo import evidence_digest, scratch_dir, source_files
+    from bench.demo import scratch_dir
     from fastci.evidence.environment import current_fingerprint
 
     path = sc.config.path(sc.ws, "calibration")
-    digest = evidence_digest(sc.ws, source_files(sc.ws))
+    digest = calibration_digest(sc.ws)
     cache = scratch_dir() / "evidence-cache" / (
         f"calibration-{digest}-{current_fingerprint()}-v{CALIBRATION_VERSION}.db")
     report: CalibrationReport | None = None
     if cache.exists():
-        # Keyed like the evidence cache (bench.demo.EVIDENCE_INPUTS): the same example,
-        # rules and FastCI sources, so it describes this snapshot too (re-stamped).
+        # Keyed by everything a calibration run executes or is shaped by
+        # (calibration_digest): it describes this snapshot too (re-stamped).
         shutil.copyfile(cache, path)
         with sqlite3.connect(path) as conn:
             conn.execute("UPDATE rung SET commit_sha = ?", (sc.commit,))
@@ -190,7 +212,8 @@ def bench_change(sc, patch: Path, cfg: Config, declared, gpus: Mapping[str, int]
             tests = {label: {} for label in declared}
         row.planned = len(tests)
         row.reduced = sum(1 for o in tests.values() if o)
-        row.whys = [f"{t.id.rsplit(':', 1)[-1]}: {t.why}" for t in plan.tests if t.overrides]
+        row.whys = [f"{t.rsplit(':', 1)[-1]}: {c.why}" for t, c in sorted(analysis.choices.items())
+                    if t in tests]
         full = run_arm(sc, {t: {} for t in tests}, gpus, tag=f"{patch.stem}-full")
         reduced = run_arm(sc, {t: o for t, o in tests.items() if o}, gpus,
                           tag=f"{patch.stem}-reduced")
