@@ -186,9 +186,11 @@ def test_choose_picks_the_floor_for_a_line_both_rungs_run(project: Project) -> N
         c = pick("base = seed * 3", "base = seed * 4")  # line 5: every rung runs it
         assert c.overrides == {"steps": 2} and c.rung == "steps=2", c.why
         assert "steps 8\u21922" in c.why
-        c = pick("total = total * 2", "total = total * 3")  # line 14: only steps > 4
-        assert c.overrides != {"steps": 2}
-        assert "steps=2: does not execute pkg/work.py::train lines 14" in c.why
+        # Line 14 runs only when steps > 4: the floor does not reach it, the midpoint
+        # (steps=5) does, in the full run's context but for steps' own value.
+        c = pick("total = total * 2", "total = total * 3")
+        assert c.overrides == {"steps": 5} and c.rung == "steps=5", c.why
+        assert "lines 14 in contexts {args(steps=8)|caller=tests/test_w.py::test_train}" in c.why
     finally:
         project.repo.git("checkout", "--", "pkg/work.py")
 
@@ -261,7 +263,7 @@ def test_pytest_plan_reduces_from_the_calibrated_declaration(project: Project) -
     cfg = Config(calibration=str(project.store))
     try:
         for old, new, want in (("    base = seed * 3\n", "    base = 3 * seed\n", {"steps": 2}),
-                               ("        total = total - 1\n", "        total -= 1\n", {})):
+                               ("        total = total - 1\n", "        total -= 1\n", {"steps": 5})):
             work.write_text(WORK.replace(old, new))
             with EvidenceStore.open(db) as store:
                 a = analyze(root, cfg, base=project.commit, declared=None,

@@ -176,9 +176,9 @@ def test_plan_reduces_and_bazel_runs_the_reduced_workload(ws: Ws) -> None:
     work = ws.root / "cal" / "work.py"
     try:
         # An edit every rung runs: the floor rung reaches it the way the full run does.
-        # An edit only the full-workload branch runs: the test stays at full workload.
+        # An edit in the branch only steps > 4 runs: the midpoint rung (steps=5) reaches it.
         for old, new, want in (("    base = seed * 3\n", "    base = 3 * seed\n", {"steps": 2}),
-                               ("        total = total - 1\n", "        total -= 1\n", {})):
+                               ("        total = total - 1\n", "        total -= 1\n", {"steps": 5})):
             work.write_text(WORK.replace(old, new))
             with EvidenceStore.open(ws.root / ".fastci" / "evidence.db") as store:
                 a = analyze(ws.root, cfg, base=ws.commit, declared=decls,
