@@ -223,21 +223,31 @@ LINES = [2, 3, 4, 5, 6, 7]
 @given(full=st.sets(st.sampled_from(LINES), min_size=1),
        rungs=st.lists(st.tuples(st.sampled_from([1, 2, 3, 4, 5, 6, 7]),
                                 st.sets(st.sampled_from(LINES)),
-                                st.sets(st.sampled_from(["a", "b"]), min_size=1)),
+                                st.sets(st.sampled_from(["a", "own", "other"]), min_size=1)),
                       min_size=1, max_size=5, unique_by=lambda r: r[0]),
        edited=st.sampled_from(LINES))
 def test_every_chosen_rung_retains_the_changed_coverage(tmp_path_factory: Any, full: set[int],
                                                         rungs: list[Any], edited: int) -> None:
+    # The full run calls f in two contexts: "a", and one that carries the workload
+    # itself (steps=8). A rung at steps=s has "a" or not, the second context with its
+    # own steps value ("own", the same context for a rung reducing steps), or with
+    # another value ("other", a different context).
+    def contexts(s: int, picked: set[str]) -> set[str]:
+        tokens = {"a": "args(x=1)|grad=1", "own": f"args(x=2;steps={s})|grad=1",
+                  "other": f"args(x=2;steps={s + 10})|grad=1"}
+        return {tokens[p] for p in picked}
+
     w = World(tmp_path_factory.mktemp("p"))
-    full_rung = w.rung("full", {}, 100.0, full, contexts={"a", "b"})
-    made = [w.rung(f"steps={s}", {"steps": s}, float(s), lines, contexts=ctx)
+    full_rung = w.rung("full", {}, 100.0, full, contexts=contexts(8, {"a", "own"}))
+    made = [w.rung(f"steps={s}", {"steps": s}, float(s), lines, contexts=contexts(s, ctx))
             for s, lines, ctx in rungs]
+    picked = {s: ctx for s, _, ctx in rungs}
     w.edit(edited, "    pass  # edited")
     c = w.choose()
     need = {edited} & full
 
     def retains(r: Rung) -> bool:
-        return need <= r.lines["pkg/m.py"] and {"a", "b"} <= r.units[UNIT][1]
+        return need <= r.lines["pkg/m.py"] and {"a", "own"} <= picked[r.overrides["steps"]]
 
     if c.overrides:
         (chosen,) = [r for r in made if r.overrides == c.overrides]
@@ -245,7 +255,7 @@ def test_every_chosen_rung_retains_the_changed_coverage(tmp_path_factory: Any, f
         assert all(r.gpu_s >= chosen.gpu_s for r in made if retains(r))  # the cheapest
     else:
         assert not any(retains(r) for r in made)
-    assert retains(full_rung)
+    assert need <= full_rung.lines["pkg/m.py"]
     w.store.close()
 
 
