@@ -20,7 +20,8 @@ from fastci.changes.versions import Versions
 from fastci.evidence.calibration import CalibrationStore, Rung, declaration_digest
 from fastci.evidence.store import RunRecord
 from fastci.integrations.git.repository import WORKTREE, Git
-from fastci.plan.reduce import choose, escapes, without_reduced_values
+from fastci.plan.reduce import (choose, escapes, varying_numbers, without_data_values,
+                               without_reduced_values)
 from fastci.select import DeclaredTest, DecisionKind
 from fastci.select.decisions import Decision, Reason
 from selection_support import Repo
@@ -140,6 +141,42 @@ def test_other_differences_still_keep_the_full_workload(tmp_path: Path, rung_ctx
     c = w.choose()
     assert c.overrides == {} and "does not run pkg/m.py::f in contexts" in c.why, c.why
     assert why in c.why, c.why
+
+
+@pytest.mark.parametrize("full_ctx, rung_ctx, reduced", [
+    # index varies within the full run: per-call data; the rung's other indices match.
+    ({"args(i=1;tp=2)|grad=1", "args(i=2;tp=2)|grad=1"}, {"args(i=1;tp=2)|grad=1"}, True),
+    ({"args(idx=list(3,4);tp=2)", "args(idx=list(9,1);tp=2)"}, {"args(idx=list(5,5);tp=2)"},
+     True),
+    # tp is constant over the full run: configuration, it must match.
+    ({"args(i=1;tp=2)", "args(i=2;tp=2)"}, {"args(i=1;tp=1)"}, False),
+    # Varying in the rung only does not make a number data.
+    ({"args(tp=2)"}, {"args(tp=1)", "args(tp=4)"}, False),
+    # A string that varies is never data: each dtype is a context.
+    ({"args(dt='bf16')", "args(dt='f32')"}, {"args(dt='f32')"}, False),
+    # Nor is a tensor's abstraction.
+    ({"args(x=T(f32,2d,cpu,s))", "args(x=T(bf16,2d,cpu,s))"}, {"args(x=T(f32,2d,cpu,s))"},
+     False),
+])
+def test_numbers_that_vary_within_the_full_run_are_data(tmp_path: Path, full_ctx: set[str],
+                                                        rung_ctx: set[str],
+                                                        reduced: bool) -> None:
+    w = World(tmp_path)
+    w.rung("full", {}, 10.0, {2, 3, 4, 5, 6, 7}, contexts=full_ctx)
+    w.rung("steps=1", {"steps": 1}, 2.0, {2, 3, 4, 5, 6, 7}, contexts=rung_ctx)
+    w.edit(2, "    y = x + 2")
+    c = w.choose()
+    assert (c.overrides == {"steps": 1}) is reduced, c.why
+
+
+def test_varying_numbers_and_their_blanking() -> None:
+    ctx = ["args(self=S(n=4096,pos=0);e=0)|grad=1", "args(self=S(n=4096,pos=16);e=0)|grad=1",
+           "args(op='<=';a=40;b=1.5)", "args(op='%';a=4;b=1.5)", "args(k='x');r=2", "args(k='y')"]
+    names = varying_numbers(ctx)
+    assert names == {"pos", "a"}
+    assert without_data_values(ctx, names) == {
+        "args(self=S(n=4096,pos=#);e=0)|grad=1", "args(op='<=';a=#;b=1.5)",
+        "args(op='%';a=#;b=1.5)", "args(k='x');r=2", "args(k='y')"}
 
 
 def test_without_reduced_values_replaces_whole_tokens_only() -> None:

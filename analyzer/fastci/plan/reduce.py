@@ -16,7 +16,10 @@ the way the full run does. For every reason the test was selected:
   touching them, and ran the unit in every context the full rung did, the reduced
   dimensions' own values set aside (:func:`without_reduced_values`: a context that
   differs only in ``num_layers=4`` vs ``num_layers=1`` is the same context for a rung
-  that reduces ``num_layers``; a derived value under another name is not).
+  that reduces ``num_layers``; a derived value under another name is not) and the
+  numbers that already vary within the full run set aside (:func:`varying_numbers`:
+  per-call data such as indices and step counters; a number constant over the full
+  run must match).
 
 The rung must also have passed, be of the test's current declaration, keep every
 dimension within its floor and constraints (frozen and scope-validated dimensions
@@ -223,7 +226,9 @@ class _Need:
 
         Contexts are compared with the reduced dimensions' own values set aside
         (:func:`without_reduced_values`): a rung that shrinks ``num_layers`` runs a unit
-        with ``num_layers=1`` where the full run had ``num_layers=4``, by construction.
+        with ``num_layers=1`` where the full run had ``num_layers=4``, by construction;
+        and with the numbers that already vary within the full run set aside
+        (:func:`varying_numbers`): per-call data such as an index or a step counter.
         """
         if rung.digests.get(self.path) != self.digest:
             return f"calibrated another version of {self.path}"
@@ -239,7 +244,9 @@ class _Need:
             return f"does not run {self.unit} in contexts {_contexts(self.contexts)}"
         reduced = {d: v for d, v in rung.overrides.items() if d in workload}
         want = without_reduced_values(self.contexts, {d: workload[d] for d in reduced})
-        ctx = want - without_reduced_values(got[1], reduced)
+        data = varying_numbers(want)
+        ctx = (without_data_values(want, data)
+               - without_data_values(without_reduced_values(got[1], reduced), data))
         if ctx:
             return f"does not run {self.unit} in contexts {_contexts(ctx)}"
         return None
@@ -249,6 +256,46 @@ class _Need:
 #: (:mod:`fastci.evidence.contexts`): ``args(a=1;cfg=C(x=2,y=3))|caller=...|tp=2``.
 _TOKEN_START = "(;,{|"
 _TOKEN_END = "),;}|"
+
+
+#: A ``name=value`` token whose value is an atom: no nested ``name=`` inside (a number, a
+#: string, ``T(f32,2d,cpu,s)``, ``list(1,2,3)``).
+_TOKEN = re.compile(r"(?<=[(;,{|])([A-Za-z_]\w*)=([^(),;{}|=]*(?:\([^()=;|{}]*\))?)(?=[),;}|]|$)")
+_NUMBER = r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?"
+#: A number, or a short list or tuple of numbers (``list(132,633)``): what per-call data
+#: looks like in a signature (:func:`fastci.evidence.contexts.abstract`).
+_NUMERIC = re.compile(rf"(?:{_NUMBER}|(?:list|tuple)\((?:{_NUMBER}(?:,{_NUMBER})*)?\))$")
+
+
+def varying_numbers(contexts: Iterable[str]) -> frozenset[str]:
+    """Names of the numeric tokens that take more than one value across ``contexts``.
+
+    ``contexts`` are one unit's contexts in one run (the full-workload rung). A number
+    that already varies within that run (``index=175``, ``index=684``; ``position=0``,
+    ``position=16``; a step counter) is per-call data, not a context: a shorter run
+    necessarily sees other values of it. A number constant over the run (a parallel
+    degree, a size, a flag) is configuration and must match. Strings, dtypes, tensors,
+    booleans and enums are never data.
+    """
+    seen: dict[str, set[str]] = {}
+    for sig in contexts:
+        for m in _TOKEN.finditer(sig):
+            if _NUMERIC.match(m.group(2)):
+                seen.setdefault(m.group(1), set()).add(m.group(2))
+    return frozenset(name for name, values in seen.items() if len(values) > 1)
+
+
+def without_data_values(contexts: Iterable[str], names: frozenset[str]) -> frozenset[str]:
+    """``contexts`` with the numeric value of every token named in ``names`` written ``#``."""
+    if not names:
+        return frozenset(contexts)
+
+    def blank(m: re.Match[str]) -> str:
+        if m.group(1) in names and _NUMERIC.match(m.group(2)):
+            return f"{m.group(1)}=#"
+        return m.group(0)
+
+    return frozenset(_TOKEN.sub(blank, sig) for sig in contexts)
 
 
 def without_reduced_values(contexts: Iterable[str], values: Mapping[str, Any]) -> frozenset[str]:
