@@ -169,6 +169,26 @@ def test_numbers_that_vary_within_the_full_run_are_data(tmp_path: Path, full_ctx
     assert (c.overrides == {"steps": 1}) is reduced, c.why
 
 
+@pytest.mark.parametrize("rung_ctx, reduced", [
+    # iters=8 at full, iters=1 at steps=1: steps under another name.
+    ("args(iters=1;tp=2)|grad=1", True),
+    # Moved, but not as steps did.
+    ("args(iters=2;tp=2)|grad=1", False),
+    # Moved as steps did, and something else changed too.
+    ("args(iters=1;tp=1)|grad=1", False),
+    # Another name holds the value.
+    ("args(loops=1;tp=2)|grad=1", False),
+])
+def test_a_number_that_moved_as_the_dimension_did_is_the_dimension(tmp_path: Path, rung_ctx: str,
+                                                                   reduced: bool) -> None:
+    w = World(tmp_path)
+    w.rung("full", {}, 10.0, {2, 3, 4, 5, 6, 7}, contexts={"args(iters=8;tp=2)|grad=1"})
+    w.rung("steps=1", {"steps": 1}, 2.0, {2, 3, 4, 5, 6, 7}, contexts={rung_ctx})
+    w.edit(2, "    y = x + 2")
+    c = w.choose()
+    assert (c.overrides == {"steps": 1}) is reduced, c.why
+
+
 def test_varying_numbers_and_their_blanking() -> None:
     ctx = ["args(self=S(n=4096,pos=0);e=0)|grad=1", "args(self=S(n=4096,pos=16);e=0)|grad=1",
            "args(op='<=';a=40;b=1.5)", "args(op='%';a=4;b=1.5)", "args(k='x');r=2", "args(k='y')"]

@@ -19,7 +19,9 @@ the way the full run does. For every reason the test was selected:
   that reduces ``num_layers``; a derived value under another name is not) and the
   numbers that already vary within the full run set aside (:func:`varying_numbers`:
   per-call data such as indices and step counters; a number constant over the full
-  run must match).
+  run must match), and a number that moved exactly as a reduced dimension did
+  accepted (:func:`same_but_moved`: ``hidden=64`` → ``hidden=32`` when ``hidden_size``
+  goes 64 → 32).
 
 The rung must also have passed, be of the test's current declaration, keep every
 dimension within its floor and constraints (frozen and scope-validated dimensions
@@ -227,8 +229,10 @@ class _Need:
         Contexts are compared with the reduced dimensions' own values set aside
         (:func:`without_reduced_values`): a rung that shrinks ``num_layers`` runs a unit
         with ``num_layers=1`` where the full run had ``num_layers=4``, by construction;
-        and with the numbers that already vary within the full run set aside
-        (:func:`varying_numbers`): per-call data such as an index or a step counter.
+        with the numbers that already vary within the full run set aside
+        (:func:`varying_numbers`): per-call data such as an index or a step counter;
+        and accepting a number that moved exactly as a reduced dimension did
+        (:func:`same_but_moved`: the dimension under another name).
         """
         if rung.digests.get(self.path) != self.digest:
             return f"calibrated another version of {self.path}"
@@ -245,11 +249,36 @@ class _Need:
         reduced = {d: v for d, v in rung.overrides.items() if d in workload}
         want = without_reduced_values(self.contexts, {d: workload[d] for d in reduced})
         data = varying_numbers(want)
-        ctx = (without_data_values(want, data)
-               - without_data_values(without_reduced_values(got[1], reduced), data))
+        have = without_data_values(without_reduced_values(got[1], reduced), data)
+        moved = moved_values(workload, reduced)
+        ctx = {c for c in without_data_values(want, data) - have
+               if not any(same_but_moved(c, h, moved) for h in have)}
         if ctx:
             return f"does not run {self.unit} in contexts {_contexts(ctx)}"
         return None
+
+
+def moved_values(workload: Mapping[str, Any], reduced: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
+    """(full value, reduced value) of each reduced dimension, rendered as contexts render
+    numbers (:func:`fastci.evidence.contexts.abstract`)."""
+    from fastci.evidence.contexts import abstract
+
+    return frozenset((abstract(workload[d]), abstract(v)) for d, v in reduced.items()
+                     if isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def same_but_moved(full: str, rung: str, moved: frozenset[tuple[str, str]]) -> bool:
+    """Whether two signatures differ only in numeric tokens whose value moved exactly as a
+    reduced dimension did: ``hidden=64`` on the full rung, ``hidden=32`` on a rung that
+    takes ``hidden_size`` from 64 to 32 (the dimension under another name)."""
+    if not moved:
+        return False
+    a, b = list(_TOKEN.finditer(full)), list(_TOKEN.finditer(rung))
+    if len(a) != len(b) or _TOKEN.sub("=", full) != _TOKEN.sub("=", rung):
+        return False
+    return all(x.group(1) == y.group(1) and (x.group(2) == y.group(2)
+                                             or (x.group(2), y.group(2)) in moved)
+               for x, y in zip(a, b))
 
 
 #: Where an argument, a config field or a label starts and ends in a context signature
