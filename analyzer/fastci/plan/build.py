@@ -171,7 +171,8 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
             declared: Mapping[TestId, DeclaredTest] | DeclaredProvider | None
             | Literal["runner"] = BY_RUNNER,
             env_fingerprint: str | None | Callable[[], str] = None,
-            store: EvidenceReader | None = None, reduce: bool = True) -> Analysis:
+            store: EvidenceReader | None = None, reduce: bool = True,
+            prune: str = "off") -> Analysis:
     """Analyze the change ``base`` -> ``head`` and return the selection and its plan.
 
     Args:
@@ -190,6 +191,9 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
         store: an open evidence store (opened from ``config.store`` when None).
         reduce: choose reduced workloads from the calibration (``config.calibration``)
             for the selected tests of a selective plan (:mod:`fastci.plan.reduce`).
+        prune: ``off``, ``safe`` or ``aggressive`` equivalent-context pruning of a
+            selective plan's tests (:mod:`fastci.select.prune`), after the workloads are
+            chosen (a test's cost is its expected GPU-seconds at its planned workload).
     """
     started = time.perf_counter()
     base = base or config.base
@@ -238,6 +242,13 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
         if reduce and not selection.widen:
             choices = _reductions(root, config, git, head, changes, selection, decl or {},
                                   store)
+        if prune != "off" and not selection.widen:
+            from fastci.select.prune import prune as prune_selection
+
+            cost = {d.test: (choices[d.test].est_gpu_s if d.test in choices
+                             and choices[d.test].reduced else d.est_gpu_s)
+                    for d in selection.selected}
+            selection, _pruned = prune_selection(selection, store, decl or {}, cost, prune)
     except Exception as exc:  # noqa: BLE001 - any failure must widen, never narrow
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if not isinstance(exc, FastCIError):

@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from fastci.changes.versions import Versions
 from fastci.evidence.calibration import CalibrationStore, Rung, declaration_digest
 from fastci.plan.workload import (override_problems, reducible_dims, resolve_reduction)
+from fastci.select.contexts import TOKEN, varying_numbers, without_data_values
 from fastci.select.decisions import Decision, DecisionKind, Reason
 from fastci.select.rules import DeclaredTest
 from fastci.types import RelPath, TestId, UnitId
@@ -273,8 +274,8 @@ def same_but_moved(full: str, rung: str, moved: frozenset[tuple[str, str]]) -> b
     takes ``hidden_size`` from 64 to 32 (the dimension under another name)."""
     if not moved:
         return False
-    a, b = list(_TOKEN.finditer(full)), list(_TOKEN.finditer(rung))
-    if len(a) != len(b) or _TOKEN.sub("=", full) != _TOKEN.sub("=", rung):
+    a, b = list(TOKEN.finditer(full)), list(TOKEN.finditer(rung))
+    if len(a) != len(b) or TOKEN.sub("=", full) != TOKEN.sub("=", rung):
         return False
     return all(x.group(1) == y.group(1) and (x.group(2) == y.group(2)
                                              or (x.group(2), y.group(2)) in moved)
@@ -285,46 +286,6 @@ def same_but_moved(full: str, rung: str, moved: frozenset[tuple[str, str]]) -> b
 #: (:mod:`fastci.evidence.contexts`): ``args(a=1;cfg=C(x=2,y=3))|caller=...|tp=2``.
 _TOKEN_START = "(;,{|"
 _TOKEN_END = "),;}|"
-
-
-#: A ``name=value`` token whose value is an atom: no nested ``name=`` inside (a number, a
-#: string, ``T(f32,2d,cpu,s)``, ``list(1,2,3)``).
-_TOKEN = re.compile(r"(?<=[(;,{|])([A-Za-z_]\w*)=([^(),;{}|=]*(?:\([^()=;|{}]*\))?)(?=[),;}|]|$)")
-_NUMBER = r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?"
-#: A number, or a short list or tuple of numbers (``list(132,633)``): what per-call data
-#: looks like in a signature (:func:`fastci.evidence.contexts.abstract`).
-_NUMERIC = re.compile(rf"(?:{_NUMBER}|(?:list|tuple)\((?:{_NUMBER}(?:,{_NUMBER})*)?\))$")
-
-
-def varying_numbers(contexts: Iterable[str]) -> frozenset[str]:
-    """Names of the numeric tokens that take more than one value across ``contexts``.
-
-    ``contexts`` are one unit's contexts in one run (the full-workload rung). A number
-    that already varies within that run (``index=175``, ``index=684``; ``position=0``,
-    ``position=16``; a step counter) is per-call data, not a context: a shorter run
-    necessarily sees other values of it. A number constant over the run (a parallel
-    degree, a size, a flag) is configuration and must match. Strings, dtypes, tensors,
-    booleans and enums are never data.
-    """
-    seen: dict[str, set[str]] = {}
-    for sig in contexts:
-        for m in _TOKEN.finditer(sig):
-            if _NUMERIC.match(m.group(2)):
-                seen.setdefault(m.group(1), set()).add(m.group(2))
-    return frozenset(name for name, values in seen.items() if len(values) > 1)
-
-
-def without_data_values(contexts: Iterable[str], names: frozenset[str]) -> frozenset[str]:
-    """``contexts`` with the numeric value of every token named in ``names`` written ``#``."""
-    if not names:
-        return frozenset(contexts)
-
-    def blank(m: re.Match[str]) -> str:
-        if m.group(1) in names and _NUMERIC.match(m.group(2)):
-            return f"{m.group(1)}=#"
-        return m.group(0)
-
-    return frozenset(_TOKEN.sub(blank, sig) for sig in contexts)
 
 
 def without_reduced_values(contexts: Iterable[str], values: Mapping[str, Any]) -> frozenset[str]:

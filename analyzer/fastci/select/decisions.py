@@ -43,10 +43,13 @@ class DecisionKind(enum.Enum):
     # Not run.
     NOT_AFFECTED = "not affected by the change"
     NOT_DECLARED = "no longer declared"
+    PRUNED = "runs the changed code only in contexts other planned tests run"
 
 
-#: Kinds that skip a test; every other kind selects it.
-SKIP_KINDS = frozenset({DecisionKind.NOT_AFFECTED, DecisionKind.NOT_DECLARED})
+#: Kinds that skip a test; every other kind selects it (but a pruned test, which keeps
+#: the reasons it was affected after its PRUNED reason, is skipped).
+SKIP_KINDS = frozenset({DecisionKind.NOT_AFFECTED, DecisionKind.NOT_DECLARED,
+                        DecisionKind.PRUNED})
 
 #: Kinds that widen the whole plan to every test.
 WIDEN_KINDS = frozenset({DecisionKind.RUN_ALL_PATH, DecisionKind.UNKNOWN_PATH,
@@ -93,13 +96,20 @@ class Decision:
     priority: float = 0.0
 
     @property
+    def pruned(self) -> bool:
+        """Whether the test was affected but pruned (:mod:`fastci.select.prune`)."""
+        return any(r.kind is DecisionKind.PRUNED for r in self.reasons)
+
+    @property
     def selected(self) -> bool:
         """Whether the test runs."""
-        return not all(r.kind in SKIP_KINDS for r in self.reasons)
+        return not self.pruned and not all(r.kind in SKIP_KINDS for r in self.reasons)
 
     @property
     def why(self) -> str:
         """The plan's one-line ``why``: the first reason, plus how many more."""
+        if self.pruned:
+            return next(r.sentence for r in self.reasons if r.kind is DecisionKind.PRUNED)
         primary = [r for r in self.reasons if r.kind not in SKIP_KINDS] or list(self.reasons)
         text = primary[0].sentence
         if len(primary) > 1:

@@ -1,0 +1,199 @@
+"""Equivalent-context pruning (issue 14 item 2): skip a selected test that only repeats
+what other selected tests run.
+
+Each selected test reaches the change through changed units; its evidence says in which
+contexts it ran each of them (:mod:`fastci.evidence.contexts`, per-call data set aside:
+:func:`fastci.select.contexts.normalized`). A test whose every (changed unit, context)
+pair is also run by other tests of the plan that can *stand in* for it is pruned: it
+is listed in the plan's ``skipped`` with the stand-ins and the shared pairs.
+
+It is a weighted set cover, solved greedily: candidates are tried most expensive
+first (cost: the GPU-seconds expected at the workload the plan gives them), and one is
+pruned only if each of its pairs keeps a running stand-in, and so does each pair of
+every test pruned before it.
+
+``safe`` (the default mode):
+
+* A stand-in's check is at least as strong as the test's (``exact`` > ``tolerance``
+  > ``threshold`` > ``completes``; :data:`fastci.plan.workload.CHECKS`), and a test
+  whose check is not declared is never pruned (its strength is unknown).
+* A relational check (two arms of the same code compared, e.g. tp=2 vs tp=1) cannot
+  see a bug symmetric on both arms: it stands in only for relational tests.
+* Never pruned: a test selected for any reason but a changed unit it executes (its
+  file or declaration changed, it failed last time, it has no or incomplete evidence,
+  a changed data file, an environment change...), a performance test, a test whose
+  contexts of a changed unit are unknown or capped (the recorder keeps at most
+  :data:`fastci.evidence.contexts.MAX_CONTEXTS` per unit: more may have run).
+
+``aggressive`` drops the check and relational rules (any test stands in for any) and
+prunes undeclared tests; the other rules stay. ``off`` prunes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Iterable, Mapping, Sequence
+
+from fastci.select.contexts import normalized
+from fastci.select.decisions import Decision, DecisionKind, Reason, Selection
+from fastci.select.rules import DeclaredTest, EvidenceReader
+from fastci.types import TestId, UnitId
+
+__all__ = ["MODES", "Pruned", "prune"]
+
+MODES = ("off", "safe", "aggressive")
+#: The reasons a pruned test can be shown to share with its stand-ins.
+UNIT_KINDS = frozenset({DecisionKind.CHANGED_UNIT, DecisionKind.USES_CHANGED_NAME})
+#: ``exact`` strongest; ``performance`` is never pruned and stands in for nothing.
+_STRENGTH = {"exact": 4, "tolerance": 3, "threshold": 2, "completes": 1}
+#: Contexts the recorder keeps per unit and run (fastci.evidence.contexts.MAX_CONTEXTS).
+CONTEXT_CAP = 16
+
+Pair = tuple[UnitId, str]
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """A pruned test: who stands in for it, and an example of what they share."""
+
+    test: TestId
+    stand_ins: tuple[TestId, ...]
+    pairs: int
+    example: Pair
+
+
+@dataclass(frozen=True)
+class _Test:
+    test: TestId
+    pairs: frozenset[Pair]
+    strength: int | None  # None: unknown (undeclared) or performance
+    relational: bool
+    cost: float
+    prunable: bool
+
+
+def _kind(decl: DeclaredTest | None, aggressive: bool) -> tuple[int | None, bool]:
+    """(strength, relational) of a test's check; strength None when it cannot be
+    compared (a performance check, or, in safe mode, an undeclared one)."""
+    if decl is None:
+        return None, False
+    check, reference = decl.check, decl.reference
+    if check == "performance":
+        return None, reference == "relational"
+    if check is None or "check" in decl.defaulted:
+        return (0 if aggressive else None), reference == "relational"
+    return _STRENGTH.get(check), reference == "relational"
+
+
+def prune(selection: Selection, store: EvidenceReader, declared: Mapping[TestId, DeclaredTest],
+          cost: Mapping[TestId, float | None], mode: str = "safe") -> tuple[Selection, list[Pruned]]:
+    """Prune ``selection`` (see the module docstring); returns it and what was pruned.
+
+    Args:
+        selection: the selection (a widened one is returned as it is).
+        store: the evidence (contexts per test and unit).
+        declared: declarations by test (a test missing here has an unknown check).
+        cost: expected GPU-seconds per test at the workload the plan gives it.
+        mode: ``off``, ``safe`` or ``aggressive``.
+    """
+    if mode not in MODES:
+        raise ValueError(f"prune mode {mode!r}: expected one of {', '.join(MODES)}")
+    if mode == "off" or selection.widen:
+        return selection, []
+    aggressive = mode == "aggressive"
+    tests = [_facts(d, store, declared.get(d.test), cost.get(d.test), aggressive)
+             for d in selection.selected]
+    pruned = _cover(tests, aggressive)
+    if not pruned:
+        return selection, []
+    by_test = {p.test: p for p in pruned}
+    decisions = tuple(_pruned_decision(d, by_test[d.test]) if d.test in by_test else d
+                      for d in selection.decisions)
+    summary = (f"{selection.summary}; {len(pruned)} pruned (their changed units run in the "
+               "same contexts in other planned tests)" if selection.summary else "")
+    return replace(selection, decisions=decisions, summary=summary), pruned
+
+
+def _facts(d: Decision, store: EvidenceReader, decl: DeclaredTest | None, cost: float | None,
+           aggressive: bool) -> _Test:
+    strength, relational = _kind(decl, aggressive)
+    units = {r.unit for r in d.reasons if r.kind in UNIT_KINDS and r.unit}
+    prunable = (strength is not None and bool(units)
+                and all(r.kind in UNIT_KINDS and r.unit for r in d.reasons))
+    pairs: set[Pair] = set()
+    if units:
+        recorded = store.units_of_test(d.test)
+        for unit in sorted(units):
+            contexts = recorded.get(unit)
+            if not contexts or len(set(contexts)) >= CONTEXT_CAP:
+                prunable = False  # unknown or capped: more may have run than is known
+                continue
+            pairs.update((unit, c) for c in normalized(contexts))
+    return _Test(d.test, frozenset(pairs), strength, relational,
+                 float(cost) if cost is not None else 0.0, prunable)
+
+
+def _stands_in(s: _Test, t: _Test, aggressive: bool) -> bool:
+    if aggressive:
+        return True
+    if s.strength is None or t.strength is None or s.strength < t.strength:
+        return False
+    return t.relational or not s.relational
+
+
+def _cover(tests: Sequence[_Test], aggressive: bool) -> list[Pruned]:
+    running = {t.test: t for t in tests}
+    holders: dict[Pair, set[TestId]] = {}
+    for t in tests:
+        for pair in t.pairs:
+            holders.setdefault(pair, set()).add(t.test)
+    pruned: dict[TestId, _Test] = {}
+    # Most expensive first; ties by id, so plans are reproducible.
+    for t in sorted((t for t in tests if t.prunable), key=lambda t: (-t.cost, t.test)):
+        del running[t.test]
+        ok = _covered(t, holders, running, aggressive) and all(
+            _covered(q, holders, running, aggressive) for q in pruned.values()
+            if q.pairs & t.pairs)
+        if ok:
+            pruned[t.test] = t
+            for pair in t.pairs:
+                holders[pair].discard(t.test)
+        else:
+            running[t.test] = t
+    out = []
+    for t in pruned.values():
+        stand_ins: set[TestId] = set()
+        for pair in sorted(t.pairs):
+            stand_ins.add(min(s for s in holders[pair]
+                              if _stands_in(running[s], t, aggressive)))
+        out.append(Pruned(t.test, tuple(sorted(stand_ins)), len(t.pairs), min(t.pairs)))
+    return sorted(out, key=lambda p: p.test)
+
+
+def _covered(t: _Test, holders: Mapping[Pair, set[TestId]], running: Mapping[TestId, _Test],
+             aggressive: bool) -> bool:
+    return all(any(s in running and _stands_in(running[s], t, aggressive)
+                   for s in holders.get(pair, ()))
+               for pair in t.pairs)
+
+
+def _pruned_decision(d: Decision, p: Pruned) -> Decision:
+    unit, context = p.example
+    shown = ", ".join(p.stand_ins[:3]) + (f" and {len(p.stand_ins) - 3} more"
+                                          if len(p.stand_ins) > 3 else "")
+    sentence = (f"pruned: each of its {p.pairs} (changed unit, context) pair(s) also runs in "
+                f"{shown}, whose check{'s are' if len(p.stand_ins) > 1 else ' is'} at least "
+                f"as strong (e.g. {unit} in {context})")
+    reason = Reason(DecisionKind.PRUNED, sentence, unit=unit,
+                    via="stand-ins: " + ", ".join(p.stand_ins))
+    return Decision(d.test, (reason,) + tuple(d.reasons), d.est_gpu_s, 0.0)
+
+
+def pairs_of(tests: Iterable[Decision], store: EvidenceReader) -> dict[TestId, frozenset[Pair]]:
+    """Each decision's (changed unit, context) pairs (for reports and tests)."""
+    out = {}
+    for d in tests:
+        recorded = store.units_of_test(d.test)
+        out[d.test] = frozenset((r.unit, c) for r in d.reasons if r.kind in UNIT_KINDS and r.unit
+                                for c in normalized(recorded.get(r.unit, ())))
+    return out

@@ -1,0 +1,182 @@
+"""Equivalent-context pruning (issue 14 item 2): the rules of ``safe``, each a test, and a
+property: every pruned test's (changed unit, context) pairs keep a running stand-in."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fastci.plan.build import to_plan
+from fastci.select import DecisionKind, DeclaredTest
+from fastci.select.decisions import Decision, Reason, Selection
+from fastci.select.prune import CONTEXT_CAP, prune
+
+U1, U2 = "pkg/m.py::f", "pkg/m.py::g"
+
+
+class Store:
+    """The one read the pruner makes: contexts per test and unit."""
+
+    def __init__(self, units: Mapping[str, Mapping[str, Sequence[str]]]) -> None:
+        self.units = units
+
+    def units_of_test(self, test: str) -> Mapping[str, Sequence[str]]:
+        return self.units.get(test, {})
+
+
+def changed(test: str, *units: str, extra: Sequence[Reason] = ()) -> Decision:
+    return Decision(test, tuple(Reason(DecisionKind.CHANGED_UNIT, f"executes {u}", unit=u)
+                                for u in units) + tuple(extra))
+
+
+def decl(test: str, check: str | None = "exact", reference: str = "absolute") -> DeclaredTest:
+    return DeclaredTest(test, 1, {"steps": 4}, check=check, reference=reference)
+
+
+def run(decisions: Sequence[Decision], units: Mapping[str, Mapping[str, Sequence[str]]],
+        decls: Mapping[str, DeclaredTest], cost: Mapping[str, float],
+        mode: str = "safe") -> tuple[set[str], Selection]:
+    sel = Selection(tuple(decisions), summary="2 changed units")
+    out, pruned = prune(sel, Store(units), decls, cost, mode)
+    assert {p.test for p in pruned} == {d.test for d in out.decisions if d.pruned}
+    return {p.test for p in pruned}, out
+
+
+CTX = ["args(x=T(f32,2d,cpu,s))|grad=1"]
+
+
+def test_the_expensive_duplicate_is_pruned_and_names_its_stand_in() -> None:
+    pruned, sel = run([changed("//t:a", U1), changed("//t:b", U1)],
+                      {"//t:a": {U1: CTX}, "//t:b": {U1: CTX}},
+                      {"//t:a": decl("//t:a"), "//t:b": decl("//t:b")},
+                      {"//t:a": 50.0, "//t:b": 10.0})
+    assert pruned == {"//t:a"}
+    (a,) = [d for d in sel.decisions if d.test == "//t:a"]
+    assert not a.selected and a.why.startswith("pruned: each of its 1 (changed unit, context) "
+                                               "pair(s) also runs in //t:b")
+    plan = to_plan(sel, base="B", head="H")
+    assert [t.id for t in plan.tests] == ["//t:b"]
+    assert [(s.id, s.why) for s in plan.skipped] == [("//t:a", a.why)]
+    assert "1 pruned" in plan.reason
+
+
+def test_a_weaker_check_never_stands_in_for_a_stronger_one() -> None:
+    pruned, _ = run([changed("//t:exact", U1), changed("//t:tol", U1)],
+                    {"//t:exact": {U1: CTX}, "//t:tol": {U1: CTX}},
+                    {"//t:exact": decl("//t:exact", "exact"), "//t:tol": decl("//t:tol", "tolerance")},
+                    {"//t:exact": 50.0, "//t:tol": 10.0})
+    assert pruned == {"//t:tol"}  # the exact check stands in for the tolerance one
+
+
+def test_a_relational_check_stands_in_only_for_relational_ones() -> None:
+    tests = {"//t:abs": decl("//t:abs", "exact", "absolute"),
+             "//t:rel": decl("//t:rel", "exact", "relational"),
+             "//t:rel2": decl("//t:rel2", "exact", "relational")}
+    units = {t: {U1: CTX} for t in tests}
+    pruned, _ = run([changed("//t:abs", U1), changed("//t:rel", U1)], units, tests,
+                    {"//t:abs": 50.0, "//t:rel": 10.0})
+    assert pruned == {"//t:rel"}  # absolute stands in for relational, not the reverse
+    pruned, _ = run([changed("//t:rel", U1), changed("//t:rel2", U1)], units, tests,
+                    {"//t:rel": 50.0, "//t:rel2": 10.0})
+    assert pruned == {"//t:rel"}
+
+
+@pytest.mark.parametrize("case", ["failed_last", "modified", "no_evidence", "undeclared",
+                                  "performance", "capped", "other_context", "unit_not_shared"])
+def test_tests_that_are_never_pruned(case: str) -> None:
+    extra: list[Reason] = []
+    units: dict[str, dict[str, list[str]]] = {"//t:a": {U1: CTX}, "//t:b": {U1: CTX}}
+    decls = {"//t:a": decl("//t:a"), "//t:b": decl("//t:b")}
+    a = changed("//t:a", U1)
+    if case == "failed_last":
+        extra = [Reason(DecisionKind.FAILED_LAST, "failed in its last run")]
+    elif case == "modified":
+        extra = [Reason(DecisionKind.MODIFIED_TEST, "the test itself changed")]
+    elif case == "no_evidence":
+        units["//t:a"] = {}
+    elif case == "undeclared":
+        decls["//t:a"] = decl("//t:a", None)
+    elif case == "performance":
+        decls["//t:a"] = decl("//t:a", "performance")
+    elif case == "capped":
+        units["//t:a"] = {U1: [f"args(mode='{i}')" for i in range(CONTEXT_CAP)]}
+        units["//t:b"] = {U1: [f"args(mode='{i}')" for i in range(CONTEXT_CAP)]}
+    elif case == "other_context":
+        units["//t:a"] = {U1: ["args(x=T(bf16,2d,cpu,s))|grad=1"]}
+    elif case == "unit_not_shared":
+        a = changed("//t:a", U1, U2)
+        units["//t:a"] = {U1: CTX, U2: CTX}
+    a = Decision(a.test, a.reasons + tuple(extra))
+    pruned, _ = run([a, changed("//t:b", U1)], units, decls, {"//t:a": 50.0, "//t:b": 1.0})
+    assert "//t:a" not in pruned
+
+
+def test_undeclared_checks_are_pruned_only_when_aggressive() -> None:
+    units = {"//t:a": {U1: CTX}, "//t:b": {U1: CTX}}
+    decls = {"//t:a": decl("//t:a", None), "//t:b": decl("//t:b", "completes", "relational")}
+    args: Any = ([changed("//t:a", U1), changed("//t:b", U1)], units, decls,
+                 {"//t:a": 50.0, "//t:b": 1.0})
+    assert run(*args, mode="safe")[0] == set()
+    assert run(*args, mode="aggressive")[0] == {"//t:a"}
+    assert run(*args, mode="off")[0] == set()
+
+
+def test_per_call_data_is_not_a_context() -> None:
+    # Both tests ran f at several indices; the indices differ, the configuration does not.
+    units = {"//t:a": {U1: ["args(i=1;tp=2)", "args(i=2;tp=2)"]},
+             "//t:b": {U1: ["args(i=7;tp=2)", "args(i=9;tp=2)"]}}
+    pruned, _ = run([changed("//t:a", U1), changed("//t:b", U1)], units,
+                    {"//t:a": decl("//t:a"), "//t:b": decl("//t:b")},
+                    {"//t:a": 50.0, "//t:b": 10.0})
+    assert pruned == {"//t:a"}
+
+
+def test_a_stand_in_of_a_pruned_test_is_not_pruned_in_turn() -> None:
+    units = {t: {U1: CTX} for t in ("//t:a", "//t:b")}
+    decls = {t: decl(t) for t in units}
+    pruned, sel = run([changed("//t:a", U1), changed("//t:b", U1)], units, decls,
+                      {"//t:a": 50.0, "//t:b": 40.0})
+    assert pruned == {"//t:a"} and [d.test for d in sel.selected] == ["//t:b"]
+
+
+def test_a_widened_selection_is_never_pruned() -> None:
+    widen = (Reason(DecisionKind.RUN_ALL_PATH, "WORKSPACE changed"),)
+    sel = Selection((changed("//t:a", U1), changed("//t:b", U1)), widen=widen)
+    out, pruned = prune(sel, Store({t: {U1: CTX} for t in ("//t:a", "//t:b")}),
+                        {t: decl(t) for t in ("//t:a", "//t:b")}, {}, "safe")
+    assert out is sel and pruned == []
+
+
+CHECKS = ["exact", "tolerance", "threshold", "completes", "performance", None]
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(tests=st.lists(st.tuples(st.sets(st.sampled_from(["c1", "c2", "c3"]), max_size=3),
+                                st.sampled_from(CHECKS), st.booleans(),
+                                st.floats(0.0, 100.0), st.booleans()),
+                      min_size=1, max_size=7))
+def test_every_pruned_pair_keeps_a_running_stand_in(tests: list[Any]) -> None:
+    rank = {"exact": 4, "tolerance": 3, "threshold": 2, "completes": 1}
+    decisions, units, decls, cost = [], {}, {}, {}
+    for i, (ctx, check, relational, c, failed) in enumerate(tests):
+        t = f"//t:{i}"
+        extra = [Reason(DecisionKind.FAILED_LAST, "failed")] if failed else []
+        decisions.append(changed(t, U1, extra=extra))
+        units[t] = {U1: [f"args(k='{x}')" for x in sorted(ctx)]}
+        decls[t] = decl(t, check, "relational" if relational else "absolute")
+        cost[t] = c
+    pruned, sel = run(decisions, units, decls, cost)
+    running = {d.test for d in sel.selected}
+    assert running | pruned == {d.test for d in decisions} and not running & pruned
+    for t in pruned:
+        i = int(t.split(":")[1])
+        ctx, check, relational, _, failed = tests[i]
+        assert not failed and check in rank and ctx
+        for x in ctx:
+            assert any(
+                x in tests[j][0] and tests[j][1] in rank and rank[tests[j][1]] >= rank[check]
+                and (relational or not tests[j][2])
+                for j in (int(s.split(":")[1]) for s in running)), (t, x)
