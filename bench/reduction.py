@@ -83,6 +83,10 @@ class Row:
     escapes: tuple[str, ...] = ()  # fail at full, pass reduced
     reduced_only: tuple[str, ...] = ()  # pass at full, fail reduced (a false alarm)
     plan_s: float = 0.0
+    # What safe equivalent-context pruning would skip on top (not applied to the arms):
+    pruned: tuple[str, ...] = ()
+    pruned_gpu_s: float = 0.0  # their cost in the reduced arm
+    pruned_failing: tuple[str, ...] = ()  # of them, failing at full workload
     whys: list[str] = field(default_factory=list)
     note: str = ""
 
@@ -206,7 +210,10 @@ def bench_change(sc, patch: Path, cfg: Config, declared, gpus: Mapping[str, int]
             analysis = analyze(sc.ws, cfg, base=sc.commit, declared=declared, store=store,
                                prune="off")  # this benchmark measures reduction alone
             row.plan_s = time.perf_counter() - t0
+            with_pruning = analyze(sc.ws, cfg, base=sc.commit, declared=declared, store=store,
+                                   prune="safe")
         plan = analysis.plan
+        row.pruned = tuple(sorted(d.test for d in with_pruning.selection.decisions if d.pruned))
         row.mode = plan.mode
         tests = {t.id: dict(t.overrides) for t in plan.tests}
         if plan.mode == "all":  # everything, at full workload
@@ -230,6 +237,8 @@ def bench_change(sc, patch: Path, cfg: Config, declared, gpus: Mapping[str, int]
             row.changed_full += len(hit)
             row.changed_kept += len(hit & r.lines.get(path, frozenset()))
     row.failing_full = tuple(sorted(t for t in tests if not full[t].passed))
+    row.pruned_gpu_s = sum(reduced.get(t, full[t]).gpu_s for t in row.pruned if t in full)
+    row.pruned_failing = tuple(t for t in row.pruned if t in row.failing_full)
     row.escapes = tuple(t for t in row.failing_full if t in reduced and reduced[t].passed)
     row.reduced_only = tuple(sorted(t for t in reduced if full[t].passed
                                     and not reduced[t].passed))
@@ -253,6 +262,12 @@ def report(rows: Sequence[Row], *, all_gpu_s: float, calibration_gpu_s: float,
             lines.append(f"    ESCAPED: {', '.join(r.escapes)}")
         if r.reduced_only:
             lines.append(f"    fails only reduced (false alarm): {', '.join(r.reduced_only)}")
+        if r.pruned:
+            caught = "yes" if set(r.failing_full) - set(r.pruned) else (
+                "no" if r.failing_full else "-")
+            lines.append(f"    safe pruning would skip {len(r.pruned)} more ({r.pruned_gpu_s:.1f} "
+                         f"GPU-s); failing among them: {list(r.pruned_failing) or 'none'}; "
+                         f"the change still fails in a kept test: {caught}")
         if r.note:
             lines.append(f"    note: {r.note}")
     ran = [r for r in rows if not r.note]
@@ -274,6 +289,13 @@ def report(rows: Sequence[Row], *, all_gpu_s: float, calibration_gpu_s: float,
                  f"{b_kept}/{b_seen} ({100 * b_kept / b_seen if b_seen else 100:.1f}%)")
     lines.append(f"  escapes (fail at full, pass reduced): {sum(len(r.escapes) for r in ran)}; "
                  f"false alarms (fail only reduced): {sum(len(r.reduced_only) for r in ran)}")
+    pruned = sum(r.pruned_gpu_s for r in ran)
+    lost = [r.name for r in ran if r.failing_full and not set(r.failing_full) - set(r.pruned)]
+    lines.append(f"  + safe pruning (measured arms, not applied): {red - pruned:.0f} GPU-s "
+                 f"({100 * (1 - (red - pruned) / everything) if everything else 0:.1f}% saved vs "
+                 f"everything); failing tests it would skip: "
+                 f"{sum(len(r.pruned_failing) for r in ran)}; buggy changes no kept test would "
+                 f"catch: {len(lost)}{' (' + ', '.join(lost) + ')' if lost else ''}")
     saved = (full - red) / len(ran) if ran else 0.0
     runs = (calibration_gpu_s / calibration_full_gpu_s if calibration_full_gpu_s else 0.0)
     pays = f"{calibration_gpu_s / saved:.1f} changes" if saved > 0 else "never (nothing saved)"

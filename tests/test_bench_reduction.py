@@ -64,3 +64,19 @@ def test_an_escape_is_listed() -> None:
                    calibrated_tests=0)
     assert "    ESCAPED: //t:a" in lines
     assert any("escapes (fail at full, pass reduced): 1" in line for line in lines)
+
+
+def test_the_pruning_line_says_whether_kept_tests_still_catch_the_bug() -> None:
+    rows = [Row("01_bug", "bug", planned=2, full_gpu_s=10.0, reduced_gpu_s=6.0,
+                failing_full=("//t:a",), pruned=("//t:a",), pruned_gpu_s=4.0,
+                pruned_failing=("//t:a",)),
+            Row("02_bug", "bug", planned=2, full_gpu_s=10.0, reduced_gpu_s=6.0,
+                failing_full=("//t:a", "//t:b"), pruned=("//t:a",), pruned_gpu_s=1.0,
+                pruned_failing=("//t:a",))]
+    text = "\n".join(report(rows, all_gpu_s=100.0, calibration_gpu_s=0.0,
+                            calibration_full_gpu_s=0.0, calibrated_tests=0))
+    assert "the change still fails in a kept test: no" in text
+    assert "the change still fails in a kept test: yes" in text
+    assert ("+ safe pruning (measured arms, not applied): 7 GPU-s (96.5% saved vs everything); "
+            "failing tests it would skip: 2; buggy changes no kept test would catch: 1 (01_bug)"
+            ) in text
