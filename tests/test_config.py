@@ -143,3 +143,15 @@ def test_every_key_and_variable_is_documented() -> None:
         assert f"`{var}`" in doc, var
     for key in config.DECISION_KEYS:
         assert f"`{key}`" in doc.split("## Decision keys", 1)[1].split("##", 1)[0], key
+
+
+def test_prune_key_env_and_values(tmp_path: Path) -> None:
+    assert config.load(tmp_path, env={}).prune == config.DEFAULTS.prune
+    (tmp_path / "fastci.yaml").write_text("prune: aggressive\n")
+    assert config.load(tmp_path, env={}).prune == "aggressive"
+    assert config.load(tmp_path, env={"FASTCI_PRUNE": "off"}).prune == "off"
+    assert config.load(tmp_path, env={}, overrides={"prune": "safe"}).prune == "safe"
+    assert "prune" in config.DECISION_KEYS  # a change cannot loosen its own pruning
+    (tmp_path / "fastci.yaml").write_text("prune: always\n")
+    with pytest.raises(ConfigError, match="prune: expected one of off, safe, aggressive"):
+        config.load(tmp_path, env={})

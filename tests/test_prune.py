@@ -3,6 +3,7 @@ property: every pruned test's (changed unit, context) pairs keep a running stand
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import pytest
@@ -180,3 +181,37 @@ def test_every_pruned_pair_keeps_a_running_stand_in(tests: list[Any]) -> None:
                 x in tests[j][0] and tests[j][1] in rank and rank[tests[j][1]] >= rank[check]
                 and (relational or not tests[j][2])
                 for j in (int(s.split(":")[1]) for s in running)), (t, x)
+
+
+def test_a_plan_prunes_from_real_evidence_with_the_configured_mode(tmp_path: Path) -> None:
+    from fastci.config import Config
+    from fastci.evidence.store import EvidenceStore
+    from fastci.plan.build import analyze
+    from selection_support import MODEL, Repo, env_now, ingest, units_of
+
+    repo = Repo(tmp_path / "repo")
+    base = repo.commit({"pkg/model.py": MODEL})
+    units = units_of(repo.root, ["pkg/model.py"])
+    scale = {u: c for u, c in units.items() if u.endswith(("::scale", "::<module>"))}
+    store = EvidenceStore.open(tmp_path / "e.db", create=True)
+    try:
+        for test, seconds, ctx in (("//t:big", 50.0, ["args(x=2)|grad=1", "args(x=3)|grad=1"]),
+                                   ("//t:small", 10.0, ["args(x=7)|grad=1"])):
+            ingest(store, test, scale, commit=base, duration_s=seconds, contexts=ctx)
+        declared = {t: DeclaredTest(t, 1, {}, check="exact", reference="absolute")
+                    for t in ("//t:big", "//t:small")}
+        repo.write({"pkg/model.py": MODEL.replace("return x * 2", "return x * 3")})
+
+        def plan(cfg: Config, **kw: Any) -> Any:
+            return analyze(repo.root, cfg, base=base, declared=declared,
+                           env_fingerprint=env_now(), store=store, **kw).plan
+
+        assert [t.id for t in plan(Config(prune="off")).tests] == ["//t:small", "//t:big"]
+        for p in (plan(Config(prune="safe")), plan(Config(), prune="safe")):
+            assert [t.id for t in p.tests] == ["//t:small"]
+            (skipped,) = [s for s in p.skipped if s.id == "//t:big"]
+            assert skipped.why.startswith("pruned: each of its 1 (changed unit, context) pair(s) "
+                                          "also runs in //t:small")
+            assert "pkg/model.py::scale in args(x=#)|grad=1" in skipped.why
+    finally:
+        store.close()

@@ -106,6 +106,7 @@ class Config:
     path_tests: tuple[tuple[str, tuple[str, ...]], ...] = ()  # glob -> test id globs
     runner_python: str = "auto"  # the test runner's interpreter, for its environment fingerprint
     runner: str = "auto"  # auto | bazel | pytest: who declares and runs the tests (RUNNERS)
+    prune: str = "off"  # off | safe | aggressive: equivalent-context pruning (PRUNE_MODES)
     pure_callables: tuple[str, ...] = DEFAULT_PURE_CALLABLES  # side-effect-free at import
     # Provenance, not keys (never compared), set by :func:`load`: the config file it
     # consulted (absolute; it may not exist; None for a Config built in code) and the
@@ -132,6 +133,7 @@ ENV_VARS: dict[str, str] = {
     "FASTCI_BAZEL_CONFIG": "bazel_config",
     "FASTCI_RUNNER_PYTHON": "runner_python",
     "FASTCI_RUNNER": "runner",
+    "FASTCI_PRUNE": "prune",
 }
 #: Names the config file location (not a key).
 ENV_CONFIG_FILE = "FASTCI_CONFIG"
@@ -140,10 +142,12 @@ ENV_CONFIG_FILE = "FASTCI_CONFIG"
 #: (plus environment and command line), never from the change under analysis; every
 #: other key says where FastCI reads and writes or how it runs things.
 DECISION_KEYS: tuple[str, ...] = ("run_all", "ignore", "path_tests", "targets", "runner_python",
-                                  "runner", "pure_callables", "metadata_ignore")
+                                  "runner", "pure_callables", "metadata_ignore", "prune")
 #: Values of ``runner`` (``auto``: Bazel in a Bazel workspace with ``bazel`` found, else
 #: pytest; :func:`fastci.plan.build.choose_runner`).
 RUNNERS: tuple[str, ...] = ("auto", "bazel", "pytest")
+#: Values of ``prune`` (:mod:`fastci.select.prune`).
+PRUNE_MODES: tuple[str, ...] = ("off", "safe", "aggressive")
 
 _LIST_KEYS = {"run_all", "ignore", "metadata_ignore"}
 _INTERNAL = frozenset({"origin", "overridden"})
@@ -177,6 +181,8 @@ def _coerce(key: str, value: Any, where: str) -> Any:
                 raise ConfigError(f"{where}: path_tests: {glob!r}: expected a list of test ids")
             out.append((glob, tuple(tests)))
         return tuple(out)
+    if key == "prune" and value not in PRUNE_MODES:
+        raise ConfigError(f"{where}: prune: expected one of {', '.join(PRUNE_MODES)}, got {value!r}")
     if key == "runner" and value not in RUNNERS:
         raise ConfigError(f"{where}: runner: expected one of {', '.join(RUNNERS)}, got {value!r}")
     return _check_str(key, value, where)

@@ -13,7 +13,8 @@ from pathlib import Path
 
 def add_change_arguments(p: argparse.ArgumentParser) -> None:
     """Declare the change and the inputs: ``--base``, ``--head``/``--worktree``, ``--store``,
-    ``--root``, ``--bazel``/``--no-bazel`` (``args.runner``: ``bazel``, ``pytest`` or None)."""
+    ``--root``, ``--bazel``/``--no-bazel`` (``args.runner``: ``bazel``, ``pytest`` or None),
+    ``--prune`` (``args.prune``: a mode or None)."""
     p.add_argument("--base", help="base revision (default: config `base`, HEAD)")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--head", help="head revision (default: the working tree)")
@@ -29,3 +30,6 @@ def add_change_arguments(p: argparse.ArgumentParser) -> None:
     runner.add_argument("--bazel", dest="runner", action="store_const", const="bazel",
                         help="runner bazel: the declared gpu_tests come from `bazel query` "
                              "(default: config `runner`, auto: Bazel in a Bazel workspace)")
+    p.add_argument("--prune", choices=("off", "safe", "aggressive"), default=None,
+                   help="equivalent-context pruning of the selected tests (default: config "
+                        "`prune`); docs/SELECTION.md, \"Pruning\"")

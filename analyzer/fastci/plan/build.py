@@ -172,7 +172,7 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
             | Literal["runner"] = BY_RUNNER,
             env_fingerprint: str | None | Callable[[], str] = None,
             store: EvidenceReader | None = None, reduce: bool = True,
-            prune: str = "off") -> Analysis:
+            prune: str | None = None) -> Analysis:
     """Analyze the change ``base`` -> ``head`` and return the selection and its plan.
 
     Args:
@@ -193,7 +193,8 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
             for the selected tests of a selective plan (:mod:`fastci.plan.reduce`).
         prune: ``off``, ``safe`` or ``aggressive`` equivalent-context pruning of a
             selective plan's tests (:mod:`fastci.select.prune`), after the workloads are
-            chosen (a test's cost is its expected GPU-seconds at its planned workload).
+            chosen (a test's cost is its expected GPU-seconds at its planned workload);
+            None: the decision rules' ``prune`` (the base revision's config).
     """
     started = time.perf_counter()
     base = base or config.base
@@ -242,6 +243,7 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
         if reduce and not selection.widen:
             choices = _reductions(root, config, git, head, changes, selection, decl or {},
                                   store)
+        prune = prune if prune is not None else rules.prune
         if prune != "off" and not selection.widen:
             from fastci.select.prune import prune as prune_selection
 
@@ -524,7 +526,8 @@ def _cost_lines(sel: Selection, timing: Mapping[TestId, Timing]) -> list[str]:
 
 
 def change_config(root: Path, *, base: str | None = None, store: str | None = None,
-                  plan: str | None = None, runner: str | None = None) -> Config:
+                  plan: str | None = None, runner: str | None = None,
+                  prune: str | None = None) -> Config:
     """The effective config of a command that analyses a change (its options win, level 4).
 
     Args:
@@ -533,14 +536,15 @@ def change_config(root: Path, *, base: str | None = None, store: str | None = No
         store: ``--store`` (None: the config's ``store``).
         plan: ``--out``, the plan file to write (None: the config's ``plan``).
         runner: ``--bazel`` / ``--no-bazel`` (``bazel`` / ``pytest``; None: the config's ``runner``).
+        prune: ``--prune`` (None: the config's ``prune``).
     """
     return config_mod.load(root, overrides={"base": base, "store": store, "plan": plan,
-                                            "runner": runner})
+                                            "runner": runner, "prune": prune})
 
 
 def analyze_change(root: Path, *, base: str | None = None, head: str | None = None,
                    store: str | None = None, plan: str | None = None,
-                   runner: str | None = None) -> tuple[Config, Analysis]:
+                   runner: str | None = None, prune: str | None = None) -> tuple[Config, Analysis]:
     """Analyze a change described the way ``fastci plan`` and ``fastci explain`` take it.
 
     Args:
@@ -555,5 +559,5 @@ def analyze_change(root: Path, *, base: str | None = None, head: str | None = No
     Returns:
         The effective config and the analysis (:func:`analyze`).
     """
-    cfg = change_config(root, base=base, store=store, plan=plan, runner=runner)
+    cfg = change_config(root, base=base, store=store, plan=plan, runner=runner, prune=prune)
     return cfg, analyze(root, cfg, base=cfg.base, head=head or WORKTREE)
