@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Sequence
 
-from fastci.select.contexts import normalized
+from fastci.select.contexts import normalized, varying_numbers, without_data_values
 from fastci.select.decisions import Decision, DecisionKind, Reason, Selection
 from fastci.select.rules import DeclaredTest, EvidenceReader
 from fastci.types import TestId, UnitId
@@ -101,8 +101,16 @@ def prune(selection: Selection, store: EvidenceReader, declared: Mapping[TestId,
     if mode == "off" or selection.widen:
         return selection, []
     aggressive = mode == "aggressive"
-    tests = [_facts(d, store, declared.get(d.test), cost.get(d.test), aggressive)
-             for d in selection.selected]
+    recorded = {d.test: store.units_of_test(d.test) for d in selection.selected
+                if any(r.kind in UNIT_KINDS and r.unit for r in d.reasons)}
+    # A number that varies within any test's run of a unit is data for that unit, in
+    # every test: the same context blanked the same way everywhere.
+    data: dict[UnitId, set[str]] = {}
+    for units in recorded.values():
+        for unit, contexts in units.items():
+            data.setdefault(unit, set()).update(varying_numbers(contexts))
+    tests = [_facts(d, recorded.get(d.test, {}), data, declared.get(d.test),
+                    cost.get(d.test), aggressive) for d in selection.selected]
     pruned = _cover(tests, aggressive)
     if not pruned:
         return selection, []
@@ -114,21 +122,21 @@ def prune(selection: Selection, store: EvidenceReader, declared: Mapping[TestId,
     return replace(selection, decisions=decisions, summary=summary), pruned
 
 
-def _facts(d: Decision, store: EvidenceReader, decl: DeclaredTest | None, cost: float | None,
+def _facts(d: Decision, recorded: Mapping[UnitId, Sequence[str]],
+           data: Mapping[UnitId, set[str]], decl: DeclaredTest | None, cost: float | None,
            aggressive: bool) -> _Test:
     strength, relational = _kind(decl, aggressive)
     units = {r.unit for r in d.reasons if r.kind in UNIT_KINDS and r.unit}
     prunable = (strength is not None and bool(units)
                 and all(r.kind in UNIT_KINDS and r.unit for r in d.reasons))
     pairs: set[Pair] = set()
-    if units:
-        recorded = store.units_of_test(d.test)
-        for unit in sorted(units):
-            contexts = recorded.get(unit)
-            if not contexts or len(set(contexts)) >= CONTEXT_CAP:
-                prunable = False  # unknown or capped: more may have run than is known
-                continue
-            pairs.update((unit, c) for c in normalized(contexts))
+    for unit in sorted(units):
+        contexts = recorded.get(unit)
+        if not contexts or len(set(contexts)) >= CONTEXT_CAP:
+            prunable = False  # unknown or capped: more may have run than is known
+            continue
+        pairs.update((unit, c) for c in without_data_values(contexts,
+                                                             frozenset(data.get(unit, ()))))
     return _Test(d.test, frozenset(pairs), strength, relational,
                  float(cost) if cost is not None else 0.0, prunable)
 
