@@ -50,6 +50,7 @@ from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.integrations.bazel.testlogs import test_dir
 from fastci.plan.build import analyze, declared_test
 from fastci.run.calibrate import CalibrationReport, calibrate_bazel, decode_run, scrub_traces
+from fastci.select.priority import STRATEGIES, RiskFacts, apfdc, order
 
 #: Flags of every arm: recorded in line mode (lines for retention), results never cached.
 ARM_FLAGS = ("--config=fastci", "--config=fastci_record", "--test_env=FASTCI_RECORD_LINES=1",
@@ -87,6 +88,8 @@ class Row:
     pruned: tuple[str, ...] = ()
     pruned_gpu_s: float = 0.0  # their cost in the reduced arm
     pruned_failing: tuple[str, ...] = ()  # of them, failing at full workload
+    # APFDc of the full arm in each prioritization strategy's order (buggy changes).
+    apfdc: dict[str, float] = field(default_factory=dict)
     whys: list[str] = field(default_factory=list)
     note: str = ""
 
@@ -194,6 +197,22 @@ def calibrated(sc, decls, echo: Callable[[str], None]) -> tuple[Path, Calibratio
     return path, report, cost
 
 
+def strategy_orders(analysis, store) -> dict[str, list[str]]:  # type: ignore[no-untyped-def]
+    """The selected tests in each prioritization strategy's order (fastci.select.priority),
+    scored from the plan's decisions, expected costs and the recorded outcomes."""
+    selected = list(analysis.selection.selected)
+    choices = analysis.choices
+
+    def facts(d):  # type: ignore[no-untyped-def]
+        c = choices.get(d.test)
+        cost = c.est_gpu_s if c is not None and c.reduced and c.est_gpu_s else d.est_gpu_s
+        recent = tuple(r.outcome for r in reversed(store.runs_of_test(d.test)))
+        return RiskFacts(d, cost, recent)
+
+    return {name: [d.test for d in order(selected, facts, strategy)]
+            for name, strategy in STRATEGIES.items()}
+
+
 def bench_change(sc, patch: Path, cfg: Config, declared, gpus: Mapping[str, int]) -> Row:  # type: ignore[no-untyped-def]
     """Apply ``patch``, plan it with the calibration, run both arms, undo it."""
     subject, kind = patch_header(patch)
@@ -212,6 +231,7 @@ def bench_change(sc, patch: Path, cfg: Config, declared, gpus: Mapping[str, int]
             row.plan_s = time.perf_counter() - t0
             with_pruning = analyze(sc.ws, cfg, base=sc.commit, declared=declared, store=store,
                                    prune="safe")
+            orders = strategy_orders(analysis, store)
         plan = analysis.plan
         row.pruned = tuple(sorted(d.test for d in with_pruning.selection.decisions if d.pruned))
         row.mode = plan.mode
@@ -238,6 +258,11 @@ def bench_change(sc, patch: Path, cfg: Config, declared, gpus: Mapping[str, int]
             row.changed_kept += len(hit & r.lines.get(path, frozenset()))
     row.failing_full = tuple(sorted(t for t in tests if not full[t].passed))
     row.pruned_gpu_s = sum(reduced.get(t, full[t]).gpu_s for t in row.pruned if t in full)
+    measured = {t: full[t].gpu_s for t in tests}
+    for name, tests_in_order in orders.items():
+        got = apfdc([t for t in tests_in_order if t in measured], measured, row.failing_full)
+        if got is not None:
+            row.apfdc[name] = got
     row.pruned_failing = tuple(t for t in row.pruned if t in row.failing_full)
     row.escapes = tuple(t for t in row.failing_full if t in reduced and reduced[t].passed)
     row.reduced_only = tuple(sorted(t for t in reduced if full[t].passed
@@ -296,6 +321,11 @@ def report(rows: Sequence[Row], *, all_gpu_s: float, calibration_gpu_s: float,
                  f"everything); failing tests it would skip: "
                  f"{sum(len(r.pruned_failing) for r in ran)}; buggy changes no kept test would "
                  f"catch: {len(lost)}{' (' + ', '.join(lost) + ')' if lost else ''}")
+    for name in STRATEGIES:
+        values = [r.apfdc[name] for r in ran if name in r.apfdc]
+        if values:
+            lines.append(f"  APFDc of the full arm in the {name!r} order: mean {sum(values) / len(values):.3f} "
+                         f"over {len(values)} buggy change(s) (min {min(values):.3f}; target >= 0.9)")
     saved = (full - red) / len(ran) if ran else 0.0
     runs = (calibration_gpu_s / calibration_full_gpu_s if calibration_full_gpu_s else 0.0)
     pays = f"{calibration_gpu_s / saved:.1f} changes" if saved > 0 else "never (nothing saved)"

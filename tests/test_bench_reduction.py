@@ -80,3 +80,16 @@ def test_the_pruning_line_says_whether_kept_tests_still_catch_the_bug() -> None:
     assert ("+ safe pruning (measured arms, not applied): 7 GPU-s (96.5% saved vs everything); "
             "failing tests it would skip: 2; buggy changes no kept test would catch: 1 (01_bug)"
             ) in text
+
+
+def test_apfdc_per_strategy_is_averaged_over_buggy_changes() -> None:
+    rows = [Row("01_bug", "bug", planned=2, full_gpu_s=10.0, reduced_gpu_s=5.0,
+                failing_full=("//t:a",), apfdc={"reasons": 0.5, "risk": 0.9}),
+            Row("02_bug", "bug", planned=2, full_gpu_s=10.0, reduced_gpu_s=5.0,
+                failing_full=("//t:b",), apfdc={"reasons": 0.7, "risk": 1.0}),
+            Row("03_ok", "refactor", planned=2, full_gpu_s=10.0, reduced_gpu_s=5.0)]
+    text = "\n".join(report(rows, all_gpu_s=100.0, calibration_gpu_s=0.0,
+                            calibration_full_gpu_s=0.0, calibrated_tests=0))
+    assert "APFDc of the full arm in the 'reasons' order: mean 0.600 over 2 buggy change(s) " \
+           "(min 0.500; target >= 0.9)" in text
+    assert "in the 'risk' order: mean 0.950" in text

@@ -1,0 +1,166 @@
+"""Risk prioritization (issue 14 item 3): the order a plan's tests run in.
+
+A :class:`Strategy` scores each selected test from :class:`RiskFacts` (its decision:
+how directly and how much of the change it reaches; its recent outcomes: failures and
+flakiness; its expected cost); tests run highest score first, and the plan's
+``priority`` is the normalized rank (1.0 first). Strategies:
+
+* ``reasons`` — by the kind of reason (failed last, modified, new, changed unit,
+  ...), cheaper first within a kind: the order before prioritization existed.
+* ``risk`` — :func:`risk`, ignoring cost.
+* ``risk_per_cost`` — :func:`risk` per expected GPU-second (a square root, so a
+  cheap, barely affected test does not jump ahead of an expensive, directly
+  affected one).
+
+:func:`apfdc` measures an order on real outcomes: the cost-cognizant average
+percentage of faults detected (each failing test a fault of severity 1), 1.0 when
+every failure comes first at no cost.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable, Mapping, Protocol, Sequence
+
+from fastci.select.decisions import Decision, DecisionKind
+from fastci.types import TestId
+
+__all__ = ["STRATEGIES", "DEFAULT", "Strategy", "RiskFacts", "apfdc", "order", "risk"]
+
+#: Evidence that a reason's test is affected, in [0, 1): the more direct, the higher.
+DIRECTNESS = {
+    DecisionKind.FAILED_LAST: 0.9,
+    DecisionKind.MODIFIED_TEST: 0.85,
+    DecisionKind.CHANGED_UNIT: 0.6,
+    DecisionKind.COMPILED_CODE: 0.6,
+    DecisionKind.NEW_TEST: 0.5,
+    DecisionKind.USES_CHANGED_NAME: 0.45,
+    DecisionKind.READ_CHANGED_FILE: 0.4,
+    DecisionKind.IMPORTS_CHANGED_MODULE: 0.3,
+    DecisionKind.STATIC_REACH: 0.3,
+    DecisionKind.PATH_RULE: 0.3,
+    DecisionKind.CHANGED_DISTRIBUTION: 0.25,
+    DecisionKind.ENVIRONMENT_PACKAGES: 0.2,
+    DecisionKind.UNPARSABLE_FILE: 0.2,
+}
+_OTHER = 0.1
+#: The order of ``reasons`` (kinds not listed come after, cheapest first).
+_KIND_ORDER = [DecisionKind.FAILED_LAST, DecisionKind.MODIFIED_TEST, DecisionKind.NEW_TEST,
+               DecisionKind.CHANGED_UNIT, DecisionKind.UNPARSABLE_FILE]
+
+
+@dataclass(frozen=True)
+class RiskFacts:
+    """What a strategy may know about a selected test.
+
+    Attributes:
+        decision: the selection decision (its reasons).
+        cost: expected GPU-seconds at the planned workload (None: unknown).
+        recent: outcomes of its recorded runs, newest first (``passed``, ``failed``...).
+    """
+
+    decision: Decision
+    cost: float | None = None
+    recent: tuple[str, ...] = ()
+
+
+class Strategy(Protocol):
+    """Scores a test; higher runs earlier. Ties run cheaper first, then by id."""
+
+    @property
+    def name(self) -> str: ...
+
+    def score(self, facts: RiskFacts) -> float: ...
+
+
+def _failed(outcome: str) -> bool:
+    return outcome in ("failed", "error", "timeout")
+
+
+def risk(facts: RiskFacts) -> float:
+    """How likely the test is to fail on this change, in [0, 2).
+
+    The reasons combine as independent evidence (1 - prod(1 - directness)), so a test
+    that executes several changed units ranks above one that executes one; recent
+    failures (of the last 10 runs) add up to 0.5; a flaky history (its outcomes flip
+    back and forth) takes some of that back, since its failures say less.
+    """
+    miss = 1.0
+    for r in facts.decision.reasons:
+        miss *= 1.0 - DIRECTNESS.get(r.kind, _OTHER)
+    score = 1.0 - miss
+    recent = facts.recent[:10]
+    if recent:
+        fails = sum(_failed(o) for o in recent) / len(recent)
+        flips = sum(_failed(a) != _failed(b) for a, b in zip(recent, recent[1:]))
+        flaky = flips / max(len(recent) - 1, 1)
+        score += 0.5 * fails * (1.0 - 0.5 * flaky)
+    return score
+
+
+@dataclass(frozen=True)
+class _Reasons:
+    name: str = "reasons"
+
+    def score(self, facts: RiskFacts) -> float:
+        kinds = {r.kind for r in facts.decision.reasons}
+        first = min((_KIND_ORDER.index(k) for k in kinds if k in _KIND_ORDER),
+                    default=len(_KIND_ORDER))
+        return float(len(_KIND_ORDER) - first)
+
+
+@dataclass(frozen=True)
+class _Risk:
+    name: str = "risk"
+
+    def score(self, facts: RiskFacts) -> float:
+        return risk(facts)
+
+
+@dataclass(frozen=True)
+class _RiskPerCost:
+    name: str = "risk_per_cost"
+
+    def score(self, facts: RiskFacts) -> float:
+        cost = facts.cost if facts.cost is not None and facts.cost > 0 else 1.0
+        return risk(facts) / math.sqrt(max(cost, 1.0))
+
+
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (_Reasons(), _Risk(), _RiskPerCost())}
+#: The default until the benchmark says otherwise (docs/SELECTION.md, "Order").
+DEFAULT = "reasons"
+
+
+def order(decisions: Sequence[Decision], facts: Callable[[Decision], RiskFacts],
+          strategy: Strategy) -> list[Decision]:
+    """``decisions`` (selected ones) highest score first, each with its ``priority``
+    (1.0 for the first, falling evenly)."""
+    scored = []
+    for d in decisions:
+        f = facts(d)
+        cost = f.cost if f.cost is not None else math.inf
+        scored.append((-strategy.score(f), cost, d.test, d))
+    scored.sort(key=lambda s: s[:3])
+    n = len(scored)
+    return [replace(d, priority=round(1.0 - i / max(n, 1), 4))
+            for i, (_, _, _, d) in enumerate(scored)]
+
+
+def apfdc(tests: Sequence[TestId], cost: Mapping[TestId, float],
+          failing: Iterable[TestId]) -> float | None:
+    """APFDc of running ``tests`` in this order (each failing test a fault, severity 1).
+
+    ``(sum over faults of (cost from the detecting test to the end - half its own
+    cost)) / (total cost x faults)``. None when no test fails (nothing to detect) or
+    nothing costs anything.
+    """
+    bad = [t for t in tests if t in set(failing)]
+    total = sum(max(cost.get(t, 0.0), 0.0) for t in tests)
+    if not bad or total <= 0:
+        return None
+    remaining, after = total, {}
+    for t in tests:
+        after[t] = remaining
+        remaining -= max(cost.get(t, 0.0), 0.0)
+    return sum(after[t] - 0.5 * max(cost.get(t, 0.0), 0.0) for t in bad) / (total * len(bad))

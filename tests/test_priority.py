@@ -1,0 +1,62 @@
+"""Risk prioritization (issue 14 item 3): strategies and APFDc."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fastci.select.decisions import Decision, DecisionKind, Reason
+from fastci.select.priority import STRATEGIES, RiskFacts, apfdc, order, risk
+
+
+def unit(test: str, n: int = 1) -> Decision:
+    return Decision(test, tuple(Reason(DecisionKind.CHANGED_UNIT, f"executes u{i}", unit=f"u{i}")
+                                for i in range(n)))
+
+
+def test_apfdc_matches_the_textbook_values() -> None:
+    cost = {"a": 1.0, "b": 1.0}
+    assert apfdc(["a", "b"], cost, {"a"}) == pytest.approx(0.75)  # 1 - 1/2 + 1/4
+    assert apfdc(["a", "b"], cost, {"b"}) == pytest.approx(0.25)
+    # Costs count: a cheap failing test first is worth more than an expensive one.
+    assert apfdc(["a", "b"], {"a": 1.0, "b": 9.0}, {"a"}) == pytest.approx(0.95)
+    assert apfdc(["a", "b"], {"a": 9.0, "b": 1.0}, {"a"}) == pytest.approx(0.55)
+    assert apfdc(["a", "b"], cost, set()) is None
+    assert apfdc(["a"], {"a": 0.0}, {"a"}) is None
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(costs=st.lists(st.floats(0.1, 100.0), min_size=1, max_size=8),
+       data=st.data())
+def test_failing_tests_first_never_scores_lower(costs: list[float], data: st.DataObject) -> None:
+    tests = [f"t{i}" for i in range(len(costs))]
+    cost = dict(zip(tests, costs))
+    failing = set(data.draw(st.sets(st.sampled_from(tests), min_size=1)))
+    shuffled = data.draw(st.permutations(tests))
+    best = sorted(tests, key=lambda t: (t not in failing, cost[t]))
+    got, top = apfdc(shuffled, cost, failing), apfdc(best, cost, failing)
+    assert got is not None and top is not None and 0.0 <= got <= top <= 1.0
+
+
+def test_risk_grows_with_directness_breadth_and_recent_failures() -> None:
+    one, three = RiskFacts(unit("//t:a")), RiskFacts(unit("//t:a", 3))
+    imported = RiskFacts(Decision("//t:a", (Reason(DecisionKind.IMPORTS_CHANGED_MODULE, "x"),)))
+    assert risk(three) > risk(one) > risk(imported)
+    failing = RiskFacts(unit("//t:a"), recent=("failed", "failed", "passed"))
+    flaky = RiskFacts(unit("//t:a"), recent=("failed", "passed", "failed", "passed"))
+    steady = RiskFacts(unit("//t:a"), recent=("passed",) * 4)
+    assert risk(failing) > risk(flaky) > risk(steady) == risk(one)
+
+
+def test_order_assigns_priorities_by_strategy() -> None:
+    tests = [unit("//t:cheap"), unit("//t:broad", 4), unit("//t:costly")]
+    cost = {"//t:cheap": 1.0, "//t:broad": 150.0, "//t:costly": 100.0}
+    facts = {d.test: RiskFacts(d, cost[d.test]) for d in tests}
+    by_risk = order(tests, lambda d: facts[d.test], STRATEGIES["risk"])
+    assert [d.test for d in by_risk] == ["//t:broad", "//t:cheap", "//t:costly"]
+    assert [d.priority for d in by_risk] == [1.0, pytest.approx(0.6667), pytest.approx(0.3333)]
+    per_cost = order(tests, lambda d: facts[d.test], STRATEGIES["risk_per_cost"])
+    assert [d.test for d in per_cost] == ["//t:cheap", "//t:broad", "//t:costly"]
+    legacy = order(tests, lambda d: facts[d.test], STRATEGIES["reasons"])
+    assert [d.test for d in legacy] == ["//t:cheap", "//t:costly", "//t:broad"]
