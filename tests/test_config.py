@@ -155,3 +155,11 @@ def test_prune_key_env_and_values(tmp_path: Path) -> None:
     (tmp_path / "fastci.yaml").write_text("prune: always\n")
     with pytest.raises(ConfigError, match="prune: expected one of off, safe, aggressive"):
         config.load(tmp_path, env={})
+
+
+def test_priority_key_env_and_values(tmp_path: Path) -> None:
+    assert config.load(tmp_path, env={}).priority == "reasons"
+    assert config.load(tmp_path, env={"FASTCI_PRIORITY": "risk"}).priority == "risk"
+    (tmp_path / "fastci.yaml").write_text("priority: random\n")
+    with pytest.raises(ConfigError, match="priority: expected one of reasons, risk, risk_per_cost"):
+        config.load(tmp_path, env={})

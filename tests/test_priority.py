@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -60,3 +62,34 @@ def test_order_assigns_priorities_by_strategy() -> None:
     assert [d.test for d in per_cost] == ["//t:cheap", "//t:broad", "//t:costly"]
     legacy = order(tests, lambda d: facts[d.test], STRATEGIES["reasons"])
     assert [d.test for d in legacy] == ["//t:cheap", "//t:costly", "//t:broad"]
+
+
+def test_a_plan_lists_its_tests_in_the_configured_order(tmp_path: Any) -> None:
+    from fastci.config import Config
+    from fastci.evidence.store import EvidenceStore
+    from fastci.plan.build import analyze
+    from fastci.select import DeclaredTest
+    from selection_support import MODEL, Repo, env_now, ingest, units_of
+
+    repo = Repo(tmp_path / "repo")
+    base = repo.commit({"pkg/model.py": MODEL})
+    units = units_of(repo.root, ["pkg/model.py"])
+    scale = {u: c for u, c in units.items() if u.endswith(("::scale", "::<module>"))}
+    both = {u: c for u, c in units.items() if u.endswith(("::scale", "::shift", "::<module>"))}
+    store = EvidenceStore.open(tmp_path / "e.db", create=True)
+    try:
+        ingest(store, "//t:narrow", scale, commit=base, duration_s=1.0)
+        ingest(store, "//t:broad", both, commit=base, duration_s=50.0)
+        declared = {t: DeclaredTest(t, 1, {}) for t in ("//t:narrow", "//t:broad")}
+        repo.write({"pkg/model.py": MODEL.replace("return x * 2", "return x * 3")
+                    .replace("return x + HIDDEN", "return x - HIDDEN")})
+
+        def ids(strategy: str) -> list[str]:
+            plan = analyze(repo.root, Config(priority=strategy), base=base, declared=declared,
+                           env_fingerprint=env_now(), store=store).plan
+            return [t.id for t in plan.tests]
+
+        assert ids("reasons") == ["//t:narrow", "//t:broad"]  # same kind: cheaper first
+        assert ids("risk") == ["//t:broad", "//t:narrow"]  # two changed units beat one
+    finally:
+        store.close()

@@ -107,6 +107,7 @@ class Config:
     runner_python: str = "auto"  # the test runner's interpreter, for its environment fingerprint
     runner: str = "auto"  # auto | bazel | pytest: who declares and runs the tests (RUNNERS)
     prune: str = "off"  # off | safe | aggressive: equivalent-context pruning (PRUNE_MODES)
+    priority: str = "reasons"  # reasons | risk | risk_per_cost: run order (PRIORITY_STRATEGIES)
     pure_callables: tuple[str, ...] = DEFAULT_PURE_CALLABLES  # side-effect-free at import
     # Provenance, not keys (never compared), set by :func:`load`: the config file it
     # consulted (absolute; it may not exist; None for a Config built in code) and the
@@ -134,6 +135,7 @@ ENV_VARS: dict[str, str] = {
     "FASTCI_RUNNER_PYTHON": "runner_python",
     "FASTCI_RUNNER": "runner",
     "FASTCI_PRUNE": "prune",
+    "FASTCI_PRIORITY": "priority",
 }
 #: Names the config file location (not a key).
 ENV_CONFIG_FILE = "FASTCI_CONFIG"
@@ -148,6 +150,8 @@ DECISION_KEYS: tuple[str, ...] = ("run_all", "ignore", "path_tests", "targets", 
 RUNNERS: tuple[str, ...] = ("auto", "bazel", "pytest")
 #: Values of ``prune`` (:mod:`fastci.select.prune`).
 PRUNE_MODES: tuple[str, ...] = ("off", "safe", "aggressive")
+#: Values of ``priority`` (:data:`fastci.select.priority.STRATEGIES`).
+PRIORITY_STRATEGIES: tuple[str, ...] = ("reasons", "risk", "risk_per_cost")
 
 _LIST_KEYS = {"run_all", "ignore", "metadata_ignore"}
 _INTERNAL = frozenset({"origin", "overridden"})
@@ -181,6 +185,9 @@ def _coerce(key: str, value: Any, where: str) -> Any:
                 raise ConfigError(f"{where}: path_tests: {glob!r}: expected a list of test ids")
             out.append((glob, tuple(tests)))
         return tuple(out)
+    if key == "priority" and value not in PRIORITY_STRATEGIES:
+        raise ConfigError(f"{where}: priority: expected one of {', '.join(PRIORITY_STRATEGIES)}, "
+                          f"got {value!r}")
     if key == "prune" and value not in PRUNE_MODES:
         raise ConfigError(f"{where}: prune: expected one of {', '.join(PRUNE_MODES)}, got {value!r}")
     if key == "runner" and value not in RUNNERS:

@@ -251,6 +251,8 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
                              and choices[d.test].reduced else d.est_gpu_s)
                     for d in selection.selected}
             selection, _pruned = prune_selection(selection, store, decl or {}, cost, prune)
+        if not selection.widen:
+            selection = _prioritized(selection, store, choices, config.priority)
     except Exception as exc:  # noqa: BLE001 - any failure must widen, never narrow
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if not isinstance(exc, FastCIError):
@@ -311,6 +313,24 @@ def _reductions(root: Path, config: Config, git: Git, head: str, changes: Change
     finally:
         if calibration is not None:
             calibration.close()
+
+
+def _prioritized(selection: Selection, store: EvidenceReader, choices: Mapping[TestId, Choice],
+                 strategy: str) -> Selection:
+    """The selected tests in the order of the ``priority`` strategy (fastci.select.priority),
+    scored with their expected cost at the planned workload and their recorded outcomes."""
+    from fastci.select.priority import STRATEGIES, RiskFacts, reorder
+
+    # Only the history-aware strategies pay for reading each test's runs.
+    history = None if strategy == "reasons" else getattr(store, "runs_of_test", None)
+
+    def facts(d: Decision) -> RiskFacts:
+        c = choices.get(d.test)
+        cost = c.est_gpu_s if c is not None and c.reduced and c.est_gpu_s else d.est_gpu_s
+        recent = tuple(r.outcome for r in reversed(history(d.test))) if history else ()
+        return RiskFacts(d, cost, recent)
+
+    return reorder(selection, facts, STRATEGIES[strategy])
 
 
 def calibrated_declaration(test: TestId, calibration: CalibrationStore) -> DeclaredTest | None:

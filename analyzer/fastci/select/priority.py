@@ -23,10 +23,10 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Protocol, Sequence
 
-from fastci.select.decisions import Decision, DecisionKind
+from fastci.select.decisions import Decision, DecisionKind, Selection
 from fastci.types import TestId
 
-__all__ = ["STRATEGIES", "DEFAULT", "Strategy", "RiskFacts", "apfdc", "order", "risk"]
+__all__ = ["STRATEGIES", "DEFAULT", "Strategy", "RiskFacts", "apfdc", "order", "reorder", "risk"]
 
 #: Evidence that a reason's test is affected, in [0, 1): the more direct, the higher.
 DIRECTNESS = {
@@ -164,3 +164,12 @@ def apfdc(tests: Sequence[TestId], cost: Mapping[TestId, float],
         after[t] = remaining
         remaining -= max(cost.get(t, 0.0), 0.0)
     return sum(after[t] - 0.5 * max(cost.get(t, 0.0), 0.0) for t in bad) / (total * len(bad))
+
+
+def reorder(selection: Selection, facts: Callable[[Decision], RiskFacts],
+            strategy: Strategy) -> Selection:
+    """``selection`` with its selected tests in ``strategy``'s order (skipped ones after,
+    unchanged); the plan lists tests in this order."""
+    ordered = order(selection.selected, facts, strategy)
+    skipped = [d for d in selection.decisions if not d.selected]
+    return replace(selection, decisions=tuple(ordered + skipped))
