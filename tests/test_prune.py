@@ -215,3 +215,18 @@ def test_a_plan_prunes_from_real_evidence_with_the_configured_mode(tmp_path: Pat
             assert "pkg/model.py::scale in args(x=#)|grad=1" in skipped.why
     finally:
         store.close()
+
+
+def test_contexts_of_units_equals_units_of_test_restricted(tmp_path: Path) -> None:
+    from fastci.evidence.store import EvidenceStore
+    from selection_support import ingest
+
+    store = EvidenceStore.open(tmp_path / "e.db", create=True)
+    try:
+        ingest(store, "//t:a", {U1: "c1", U2: "c2"}, commit=None, contexts=["x", "y"])
+        ingest(store, "//t:b", {U2: "c2"}, commit=None, contexts=["z"])
+        got = store.contexts_of_units([U2, "pkg/none.py::h"])
+        assert got == {t: {U2: store.units_of_test(t)[U2]} for t in ("//t:a", "//t:b")}
+        assert got["//t:a"][U2] == ["x", "y"] and store.contexts_of_units([]) == {}
+    finally:
+        store.close()

@@ -471,6 +471,21 @@ class EvidenceStore:
         sigs = self._sigs(ids)
         return {uid: sorted(sigs[i] for i in unpack_ids(blob)) for uid, blob in rows}
 
+    def contexts_of_units(self, units: Iterable[UnitId]) -> dict[TestId, dict[UnitId, list[ContextSig]]]:
+        """Test -> unit -> its context signatures (sorted), for ``units`` only: one query
+        per chunk of units instead of one per test (pruning reads it for the changed units)."""
+        rows: list[tuple[str, str, bytes]] = []
+        for chunk in _chunks(sorted(u for u in set(units) if _storable(u))):
+            rows += self.conn.execute(
+                "SELECT t.name, u.uid, e.contexts FROM unit u JOIN evidence e"
+                " ON e.unit_id = u.id JOIN test t ON t.id = e.test_id"
+                " WHERE u.uid IN (%s)" % ",".join("?" * len(chunk)), chunk).fetchall()
+        sigs = self._sigs(i for _, _, blob in rows for i in unpack_ids(blob))
+        out: dict[TestId, dict[UnitId, list[ContextSig]]] = {}
+        for name, uid, blob in rows:
+            out.setdefault(name, {})[uid] = sorted(sigs[i] for i in unpack_ids(blob))
+        return out
+
     def files_of_test(self, test: TestId) -> list[RelPath]:
         """Files the test opened for reading, sorted."""
         return [r[0] for r in self.conn.execute(

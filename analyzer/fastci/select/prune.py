@@ -101,8 +101,15 @@ def prune(selection: Selection, store: EvidenceReader, declared: Mapping[TestId,
     if mode == "off" or selection.widen:
         return selection, []
     aggressive = mode == "aggressive"
-    recorded = {d.test: store.units_of_test(d.test) for d in selection.selected
-                if any(r.kind in UNIT_KINDS and r.unit for r in d.reasons)}
+    reached = {d.test: {r.unit for r in d.reasons if r.kind in UNIT_KINDS and r.unit}
+               for d in selection.selected}
+    reached = {t: units for t, units in reached.items() if units}
+    batch = getattr(store, "contexts_of_units", None)
+    if batch is not None:  # one query per chunk of changed units (EvidenceStore)
+        found = batch(set().union(*reached.values())) if reached else {}
+        recorded = {t: found.get(t, {}) for t in reached}
+    else:
+        recorded = {t: store.units_of_test(t) for t in reached}
     # A number that varies within any test's run of a unit is data for that unit, in
     # every test: the same context blanked the same way everywhere.
     data: dict[UnitId, set[str]] = {}
