@@ -230,3 +230,17 @@ def test_contexts_of_units_equals_units_of_test_restricted(tmp_path: Path) -> No
         assert got["//t:a"][U2] == ["x", "y"] and store.contexts_of_units([]) == {}
     finally:
         store.close()
+
+
+def test_a_change_at_import_time_is_never_pruned() -> None:
+    # Every importer runs a class body in the same context; the changed value's effect
+    # differs per test (measured: a config default failed only in "covered" tests).
+    units = {t: {U1: CTX} for t in ("//t:a", "//t:b")}
+    sel = Selection((changed("//t:a", U1), changed("//t:b", U1)))
+    decls = {t: decl(t) for t in units}
+    out, pruned = prune(sel, Store(units), decls, {"//t:a": 50.0, "//t:b": 1.0}, "safe",
+                        import_time=frozenset({U1}))
+    assert pruned == [] and out is sel
+    uses = Decision("//t:a", (Reason(DecisionKind.USES_CHANGED_NAME, "uses N", unit=U1),))
+    assert "//t:a" not in run([uses, changed("//t:b", U1)], units, decls,
+                               {"//t:a": 50.0, "//t:b": 1.0})[0]

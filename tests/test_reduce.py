@@ -249,9 +249,31 @@ def test_only_code_reasons_and_relational_references_are_reduced(tmp_path: Path)
     absolute = DeclaredTest(**{**DECL.__dict__, "reference": "absolute"})
     c = w.choose(decl=absolute)
     assert c.overrides == {} and "absolute" in c.why
-    # A unit that only uses a rebound name: every line of it the full run ran must run.
+    # A unit that only uses a rebound name: the change is a value it uses, whose effect
+    # may show only at some workloads (measured: a changed config default escaped).
     uses = Reason(DecisionKind.USES_CHANGED_NAME, "uses N", unit=UNIT, path="pkg/m.py")
-    assert w.choose((uses,)).overrides == {"layers": 1}
+    c = w.choose((uses,))
+    assert c.overrides == {} and "changed at import time" in c.why
+
+
+def test_a_change_to_a_class_or_module_body_runs_full(tmp_path: Path) -> None:
+    # Import-time code runs once, identically at every rung: a changed default value in
+    # a class body is reached by every rung's lines, yet its effect depends on workload.
+    w = World(tmp_path)
+    full_ladder(w)
+    lines = M.splitlines(keepends=True)
+    w.repo.write({"pkg/m.py": "".join(lines) + "\n\nclass Cfg:\n    eps = 1e-5\n"})
+    base = w.repo.commit()
+    w.base = base
+    import hashlib as _h
+    text = (w.repo.root / "pkg/m.py").read_bytes()
+    for r in w.store.rungs("//t:a"):
+        w.store.put(Rung(**{**r.__dict__, "commit": base,
+                            "digests": {"pkg/m.py": _h.sha256(text).hexdigest()}}))
+    w.repo.write({"pkg/m.py": text.decode().replace("eps = 1e-5", "eps = 1e-6")})
+    cls = Reason(DecisionKind.CHANGED_UNIT, "executes Cfg", unit="pkg/m.py::Cfg", path="pkg/m.py")
+    c = w.choose((cls,))
+    assert c.overrides == {} and "pkg/m.py::Cfg changed at import time" in c.why
 
 
 def run(commit: str, overrides: dict[str, Any] | None, outcome: str) -> RunRecord:

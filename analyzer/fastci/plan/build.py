@@ -250,7 +250,9 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
             cost = {d.test: (choices[d.test].est_gpu_s if d.test in choices
                              and choices[d.test].reduced else d.est_gpu_s)
                     for d in selection.selected}
-            selection, _pruned = prune_selection(selection, store, decl or {}, cost, prune)
+            import_time = frozenset(uc.unit for uc in changes.unit_changes if uc.import_time)
+            selection, _pruned = prune_selection(selection, store, decl or {}, cost, prune,
+                                                 import_time)
         if not selection.widen:
             selection = _prioritized(selection, store, choices, config.priority)
     except Exception as exc:  # noqa: BLE001 - any failure must widen, never narrow

@@ -4,10 +4,11 @@ A selected test may run at a calibrated rung (:mod:`fastci.evidence.calibration`
 cheaper than its full workload only when the rung provably exercises the change
 the way the full run does. For every reason the test was selected:
 
-* it must be a code reason (``executes a changed unit`` or ``executes a unit that
-  uses a name rebound at import time``): a changed data file, a new test, a failure
-  last time, an environment change... name nothing a rung can be shown to reach,
-  so the test runs at full workload;
+* it must be a changed function or method the test executes (``executes a changed
+  unit``): a changed data file, a new test, a failure last time, an environment
+  change... name nothing a rung can be shown to reach, and neither does import-time
+  code (a module's or class's body, a rebound name: a *value* the run uses, whose
+  effect may show only at some workloads), so the test runs at full workload;
 * the calibration's version of the unit's file must be in the history (found by
   digest): the changed lines are the lines of that version that the change
   replaces or deletes, or that border an insertion, inside the unit (for a unit
@@ -47,7 +48,7 @@ from fastci.select.contexts import TOKEN, varying_numbers, without_data_values
 from fastci.select.decisions import Decision, DecisionKind, Reason
 from fastci.select.rules import DeclaredTest
 from fastci.types import RelPath, TestId, UnitId
-from fastci.units.index import FileUnits, index_source, split_unit_id
+from fastci.units.index import FileUnits, UnitKind, index_source, split_unit_id
 
 LOG = logging.getLogger(__name__)
 
@@ -333,12 +334,17 @@ def _need(reason: Reason, full: Rung, versions: Versions, base: str | None) -> _
     unit = index.by_qualname().get(qualname)
     if unit is None:
         return f"{reason.unit} is not in the version of {path} it was calibrated with"
+    if unit.kind is not UnitKind.FUNCTION or reason.kind is DecisionKind.USES_CHANGED_NAME:
+        # Import-time code (a module's or a class's body: defaults, constants) runs once,
+        # the same way at every workload; what changes is a value the rest of the run
+        # uses, and whether that shows depends on the workload (an eps that matters only
+        # at some sizes). Lines cannot show a rung reaches it. Measured: a changed
+        # config default escaped at the floors rung of a tp parity test.
+        return (f"{reason.unit} changed at import time (a value the run uses, not code "
+                "a rung can be shown to execute the same way)")
     span = {ln for ln in range(unit.body_start, unit.end + 1)
             if index.unit_for_line(ln).qualname == qualname}
-    if reason.kind is DecisionKind.USES_CHANGED_NAME:
-        changed = span
-    else:
-        changed = _changed_lines(old, versions.now(path)) & span
+    changed = _changed_lines(old, versions.now(path)) & span
     executed = full.lines.get(path, frozenset())
     if reason.unit not in full.units:
         return (f"its full-workload calibration did not run {reason.unit}, which its evidence "

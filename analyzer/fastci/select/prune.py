@@ -86,7 +86,8 @@ def _kind(decl: DeclaredTest | None, aggressive: bool) -> tuple[int | None, bool
 
 
 def prune(selection: Selection, store: EvidenceReader, declared: Mapping[TestId, DeclaredTest],
-          cost: Mapping[TestId, float | None], mode: str = "safe") -> tuple[Selection, list[Pruned]]:
+          cost: Mapping[TestId, float | None], mode: str = "safe",
+          import_time: frozenset[UnitId] = frozenset()) -> tuple[Selection, list[Pruned]]:
     """Prune ``selection`` (see the module docstring); returns it and what was pruned.
 
     Args:
@@ -95,6 +96,11 @@ def prune(selection: Selection, store: EvidenceReader, declared: Mapping[TestId,
         declared: declarations by test (a test missing here has an unknown check).
         cost: expected GPU-seconds per test at the workload the plan gives it.
         mode: ``off``, ``safe`` or ``aggressive``.
+        import_time: changed units whose change acts at import time (a class or module
+            body, a default, a constant): every importer runs them in the same context,
+            while the value's effect differs from test to test, so a test reaching one is
+            never pruned (measured: a changed config default failed only in tests that
+            such pairs had "covered").
     """
     if mode not in MODES:
         raise ValueError(f"prune mode {mode!r}: expected one of {', '.join(MODES)}")
@@ -117,7 +123,7 @@ def prune(selection: Selection, store: EvidenceReader, declared: Mapping[TestId,
         for unit, contexts in units.items():
             data.setdefault(unit, set()).update(varying_numbers(contexts))
     tests = [_facts(d, recorded.get(d.test, {}), data, declared.get(d.test),
-                    cost.get(d.test), aggressive) for d in selection.selected]
+                    cost.get(d.test), aggressive, import_time) for d in selection.selected]
     pruned = _cover(tests, aggressive)
     if not pruned:
         return selection, []
@@ -131,11 +137,13 @@ def prune(selection: Selection, store: EvidenceReader, declared: Mapping[TestId,
 
 def _facts(d: Decision, recorded: Mapping[UnitId, Sequence[str]],
            data: Mapping[UnitId, set[str]], decl: DeclaredTest | None, cost: float | None,
-           aggressive: bool) -> _Test:
+           aggressive: bool, import_time: frozenset[UnitId] = frozenset()) -> _Test:
     strength, relational = _kind(decl, aggressive)
     units = {r.unit for r in d.reasons if r.kind in UNIT_KINDS and r.unit}
     prunable = (strength is not None and bool(units)
-                and all(r.kind in UNIT_KINDS and r.unit for r in d.reasons))
+                and all(r.kind is DecisionKind.CHANGED_UNIT and r.unit for r in d.reasons)
+                and not units & import_time
+                and not any(u.endswith("::<module>") for u in units))
     pairs: set[Pair] = set()
     for unit in sorted(units):
         contexts = recorded.get(unit)
