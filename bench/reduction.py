@@ -48,9 +48,9 @@ from fastci.evidence.store import EvidenceStore
 from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo
 from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.integrations.bazel.testlogs import test_dir
-from fastci.plan.build import analyze, declared_test
+from fastci.plan.build import analyze, declared_test, prioritized
 from fastci.run.calibrate import CalibrationReport, calibrate_bazel, decode_run, scrub_traces
-from fastci.select.priority import STRATEGIES, RiskFacts, apfdc, order
+from fastci.select.priority import STRATEGIES, apfdc
 
 #: Flags of every arm: recorded in line mode (lines for retention), results never cached.
 ARM_FLAGS = ("--config=fastci", "--config=fastci_record", "--test_env=FASTCI_RECORD_LINES=1",
@@ -198,19 +198,11 @@ def calibrated(sc, decls, echo: Callable[[str], None]) -> tuple[Path, Calibratio
 
 
 def strategy_orders(analysis, store) -> dict[str, list[str]]:  # type: ignore[no-untyped-def]
-    """The selected tests in each prioritization strategy's order (fastci.select.priority),
-    scored from the plan's decisions, expected costs and the recorded outcomes."""
-    selected = list(analysis.selection.selected)
-    choices = analysis.choices
-
-    def facts(d):  # type: ignore[no-untyped-def]
-        c = choices.get(d.test)
-        cost = c.est_gpu_s if c is not None and c.reduced and c.est_gpu_s else d.est_gpu_s
-        recent = tuple(r.outcome for r in reversed(store.runs_of_test(d.test)))
-        return RiskFacts(d, cost, recent)
-
-    return {name: [d.test for d in order(selected, facts, strategy)]
-            for name, strategy in STRATEGIES.items()}
+    """The selected tests in each prioritization strategy's order, as ``fastci plan`` would
+    order them with ``priority:`` set to it (:func:`fastci.plan.build.prioritized`)."""
+    return {name: [d.test for d in prioritized(analysis.selection, store, analysis.choices,
+                                               name).selected]
+            for name in STRATEGIES}
 
 
 def bench_change(sc, patch: Path, cfg: Config, declared, gpus: Mapping[str, int]) -> Row:  # type: ignore[no-untyped-def]

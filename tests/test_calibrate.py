@@ -25,28 +25,11 @@ from fastci.plan.reduce import choose
 from fastci.run.calibrate import CalibrationError, CalibrationReport, calibrate
 from fastci.select import DecisionKind, DeclaredTest
 from fastci.select.decisions import Decision, Reason
+from calibrate_support import work_source
 from selection_support import Repo
 
-# Line numbers matter: prepare's body is lines 5-6, the branch taken only when
-# steps > 4 is lines 14-15.
-WORK = '''import time
-
-
-def prepare(seed):
-    base = seed * 3
-    return base + 1
-
-
-def train(steps):
-    total = prepare(7)
-    for i in range(steps):
-        total += i
-    if steps > 4:
-        total = total * 2
-        total = total - 1
-    time.sleep(0.03 * steps)
-    return total
-'''
+# Lines 5-6 run at every rung, lines 14-15 only when steps > 4 (calibrate_support).
+WORK = work_source(0.03)
 TEST = '''import json
 import os
 

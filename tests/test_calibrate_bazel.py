@@ -36,31 +36,15 @@ from fastci.integrations.git.tree import evidence_commit, plan_tree
 from fastci.plan.build import analyze, declared_test
 from fastci.plan.model import dump_plan
 from fastci.run.calibrate import CalibrationError, CalibrationReport, calibrate_bazel, scrub_traces
+from calibrate_support import work_source
 from bazel_support import remove_tree, require_bazel
 
 require_bazel()  # skips without bazel; fails under CI
 
 REPO = Path(__file__).resolve().parents[1]
 LABEL = "//cal:train_test"
-# prepare's body is lines 5-6; the branch taken only when steps > 4 is lines 14-15.
-WORK = '''import time
-
-
-def prepare(seed):
-    base = seed * 3
-    return base + 1
-
-
-def train(steps):
-    total = prepare(7)
-    for i in range(steps):
-        total += i
-    if steps > 4:
-        total = total * 2
-        total = total - 1
-    time.sleep(0.25 * steps)
-    return total
-'''
+# Lines 5-6 run at every rung, lines 14-15 only when steps > 4 (calibrate_support).
+WORK = work_source(0.25)
 MAIN = '''import json
 import os
 

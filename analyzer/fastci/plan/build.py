@@ -155,8 +155,8 @@ def to_plan(selection: Selection, *, base: str | None, head: str | None,
         c = choices.get(d.test)
         if c is None:
             return PlannedTest(d.test, {}, d.priority, d.why, d.est_gpu_s)
-        est = c.est_gpu_s if c.reduced and c.est_gpu_s is not None else d.est_gpu_s
-        return PlannedTest(d.test, dict(c.overrides), d.priority, f"{d.why}; {c.why}", est)
+        return PlannedTest(d.test, dict(c.overrides), d.priority, f"{d.why}; {c.why}",
+                           planned_cost(d, choices))
 
     tests = tuple(planned(d) for d in selection.selected)
     if selection.widen:
@@ -247,14 +247,12 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
         if prune != "off" and not selection.widen:
             from fastci.select.prune import prune as prune_selection
 
-            cost = {d.test: (choices[d.test].est_gpu_s if d.test in choices
-                             and choices[d.test].reduced else d.est_gpu_s)
-                    for d in selection.selected}
+            cost = {d.test: planned_cost(d, choices) for d in selection.selected}
             import_time = frozenset(uc.unit for uc in changes.unit_changes if uc.import_time)
             selection, _pruned = prune_selection(selection, store, decl or {}, cost, prune,
                                                  import_time)
         if not selection.widen:
-            selection = _prioritized(selection, store, choices, config.priority)
+            selection = prioritized(selection, store, choices, config.priority)
     except Exception as exc:  # noqa: BLE001 - any failure must widen, never narrow
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if not isinstance(exc, FastCIError):
@@ -317,8 +315,16 @@ def _reductions(root: Path, config: Config, git: Git, head: str, changes: Change
             calibration.close()
 
 
-def _prioritized(selection: Selection, store: EvidenceReader, choices: Mapping[TestId, Choice],
-                 strategy: str) -> Selection:
+def planned_cost(d: Decision, choices: Mapping[TestId, Choice]) -> float | None:
+    """A selected test's expected GPU-seconds at the workload the plan gives it: the chosen
+    rung's calibrated cost when reduced, else the selector's estimate (None: unknown)."""
+    c = choices.get(d.test)
+    return c.est_gpu_s if c is not None and c.reduced and c.est_gpu_s is not None \
+        else d.est_gpu_s
+
+
+def prioritized(selection: Selection, store: EvidenceReader, choices: Mapping[TestId, Choice],
+                strategy: str) -> Selection:
     """The selected tests in the order of the ``priority`` strategy (fastci.select.priority),
     scored with their expected cost at the planned workload and their recorded outcomes."""
     from fastci.select.priority import STRATEGIES, RiskFacts, reorder
@@ -327,10 +333,8 @@ def _prioritized(selection: Selection, store: EvidenceReader, choices: Mapping[T
     history = None if strategy == "reasons" else getattr(store, "runs_of_test", None)
 
     def facts(d: Decision) -> RiskFacts:
-        c = choices.get(d.test)
-        cost = c.est_gpu_s if c is not None and c.reduced and c.est_gpu_s else d.est_gpu_s
         recent = tuple(r.outcome for r in reversed(history(d.test))) if history else ()
-        return RiskFacts(d, cost, recent)
+        return RiskFacts(d, planned_cost(d, choices), recent)
 
     return reorder(selection, facts, STRATEGIES[strategy])
 

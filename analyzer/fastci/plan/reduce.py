@@ -283,12 +283,6 @@ def same_but_moved(full: str, rung: str, moved: frozenset[tuple[str, str]]) -> b
                for x, y in zip(a, b))
 
 
-#: Where an argument, a config field or a label starts and ends in a context signature
-#: (:mod:`fastci.evidence.contexts`): ``args(a=1;cfg=C(x=2,y=3))|caller=...|tp=2``.
-_TOKEN_START = "(;,{|"
-_TOKEN_END = "),;}|"
-
-
 def without_reduced_values(contexts: Iterable[str], values: Mapping[str, Any]) -> frozenset[str]:
     """``contexts`` with each ``dim=value`` token of ``values`` written ``dim=*``.
 
@@ -304,15 +298,12 @@ def without_reduced_values(contexts: Iterable[str], values: Mapping[str, Any]) -
 
     if not values:
         return frozenset(contexts)
-    patterns = [(re.compile(rf"(?<=[{re.escape(_TOKEN_START)}]){re.escape(dim)}="
-                            rf"{re.escape(abstract(value))}(?=[{re.escape(_TOKEN_END)}]|$)"),
-                 f"{dim}=*") for dim, value in values.items()]
-    out = set()
-    for sig in contexts:
-        for pattern, star in patterns:
-            sig = pattern.sub(star, sig)
-        out.add(sig)
-    return frozenset(out)
+    own = {dim: abstract(value) for dim, value in values.items()}
+
+    def star(m: re.Match[str]) -> str:
+        return f"{m.group(1)}=*" if own.get(m.group(1)) == m.group(2) else m.group(0)
+
+    return frozenset(TOKEN.sub(star, sig) for sig in contexts)
 
 
 def _need(reason: Reason, full: Rung, versions: Versions, base: str | None) -> _Need | str:

@@ -176,7 +176,8 @@ def calibrate_with(tests: Sequence[TestId], declarations: Mapping[TestId, Declar
     :func:`calibrate`; Bazel: one ``bazel test`` per round, :func:`calibrate_bazel`)."""
     started = time.perf_counter()
     report = CalibrationReport()
-    plans: list[tuple[TestId, ReductionDecl, list[tuple[str, dict[str, Any]]]]] = []
+    # (test, its ladder, its declaration as stored with each rung, that declaration's digest)
+    plans: list[tuple[TestId, list[tuple[str, dict[str, Any]]], dict[str, Any], str]] = []
     for test in tests:
         decl = declarations.get(test)
         why = _not_calibrated(decl)
@@ -185,15 +186,13 @@ def calibrate_with(tests: Sequence[TestId], declarations: Mapping[TestId, Declar
             echo(f"calibrate: {test}: skipped: {why}")
             continue
         assert decl is not None and not isinstance(decl, str)
-        plans.append((test, decl, ladder(decl)))
-    total = sum(len(rungs) for _, _, rungs in plans)
+        plans.append((test, ladder(decl), declaration_spec(decl), declaration_digest(decl)))
+    total = sum(len(rungs) for _, rungs, _, _ in plans)
     done = 0
     with CalibrationStore.open(store_path, create=True) as store:
         todo: list[Pending] = []
-        specs: dict[TestId, dict[str, Any]] = {}
-        for test, decl, rungs in plans:
-            digest = declaration_digest(decl)
-            specs[test] = declaration_spec(decl)
+        specs = {test: spec for test, _, spec, _ in plans}
+        for test, rungs, _spec, digest in plans:
             stored = {r.rung: r for r in store.rungs(test)} if resume else {}
             for name, overrides in rungs:
                 old = stored.get(name)
@@ -217,8 +216,7 @@ def calibrate_with(tests: Sequence[TestId], declarations: Mapping[TestId, Declar
                  f"{rung.duration_s:.2f} s, {sum(len(v) for v in rung.lines.values())} "
                  f"line(s) in {len(rung.lines)} file(s), {len(rung.units)} unit(s)"
                  + (f": {note}" if note else ""))
-        for test, decl, _rungs in plans:
-            digest = declaration_digest(decl)
+        for test, _rungs, _spec, digest in plans:
             current = [r for r in store.rungs(test)
                        if r.declaration == digest and r.commit == commit]
             if current:

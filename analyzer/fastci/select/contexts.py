@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-__all__ = ["TOKEN", "NUMERIC", "varying_numbers", "without_data_values", "normalized"]
+__all__ = ["TOKEN", "NUMERIC", "varying_numbers", "without_data_values"]
 
 #: A ``name=value`` token whose value is an atom: no nested ``name=`` inside (a number,
 #: a string, ``T(f32,2d,cpu,s)``, ``list(1,2,3)``).
@@ -59,9 +59,3 @@ def without_data_values(contexts: Iterable[str], names: frozenset[str]) -> froze
         return m.group(0)
 
     return frozenset(TOKEN.sub(blank, sig) for sig in contexts)
-
-
-def normalized(contexts: Iterable[str]) -> frozenset[str]:
-    """One run's contexts of one unit with its per-call data set aside."""
-    contexts = frozenset(contexts)
-    return without_data_values(contexts, varying_numbers(contexts))

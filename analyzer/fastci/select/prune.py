@@ -2,8 +2,9 @@
 what other selected tests run.
 
 Each selected test reaches the change through changed units; its evidence says in which
-contexts it ran each of them (:mod:`fastci.evidence.contexts`, per-call data set aside:
-:func:`fastci.select.contexts.normalized`). A test whose every (changed unit, context)
+contexts it ran each of them (:mod:`fastci.evidence.contexts`), with per-call data set
+aside: a number that varies within any selected test's run of a unit is data for that
+unit in every test (:func:`fastci.select.contexts.varying_numbers`). A test whose every (changed unit, context)
 pair is also run by other tests of the plan that can *stand in* for it is pruned: it
 is listed in the plan's ``skipped`` with the stand-ins and the shared pairs.
 
@@ -32,9 +33,9 @@ prunes undeclared tests; the other rules stay. ``off`` prunes nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
-from fastci.select.contexts import normalized, varying_numbers, without_data_values
+from fastci.select.contexts import varying_numbers, without_data_values
 from fastci.select.decisions import Decision, DecisionKind, Reason, Selection
 from fastci.select.rules import DeclaredTest, EvidenceReader
 from fastci.types import TestId, UnitId
@@ -210,13 +211,3 @@ def _pruned_decision(d: Decision, p: Pruned) -> Decision:
     reason = Reason(DecisionKind.PRUNED, sentence, unit=unit,
                     via="stand-ins: " + ", ".join(p.stand_ins))
     return Decision(d.test, (reason,) + tuple(d.reasons), d.est_gpu_s, 0.0)
-
-
-def pairs_of(tests: Iterable[Decision], store: EvidenceReader) -> dict[TestId, frozenset[Pair]]:
-    """Each decision's (changed unit, context) pairs (for reports and tests)."""
-    out = {}
-    for d in tests:
-        recorded = store.units_of_test(d.test)
-        out[d.test] = frozenset((r.unit, c) for r in d.reasons if r.kind in UNIT_KINDS and r.unit
-                                for c in normalized(recorded.get(r.unit, ())))
-    return out
