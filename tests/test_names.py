@@ -249,6 +249,29 @@ def test_imports_with_possible_side_effects_widen(tmp_path: Path) -> None:
                                             "from typing import List")) is None
 
 
+def test_only_files_that_can_import_the_module_are_read(tmp_path: Path) -> None:
+    """A file that names MAX_LEN but cannot import pkg.m is not read (here: it does not parse)."""
+    changed = M.replace("MAX_LEN = 128", "MAX_LEN = 256")
+    broken = {"lib/other.py": "MAX_LEN = 3\ndef (:\n"}
+    got = _reach(tmp_path, changed, broken)
+    assert got is not None and got.units == ("pkg/m.py::f", "pkg/n.py::g", "pkg/o.py::h")
+    # The same file importing the changed module must be read, and widens.
+    importing = {"lib/other.py": "from pkg import m\nMAX_LEN = 3\ndef (:\n"}
+    assert _reach(tmp_path / "b", changed, importing) is None
+
+
+def test_reexports_and_package_relative_imports_are_followed(tmp_path: Path) -> None:
+    """Users that never spell the changed module: via a re-exporter and via ``from . import``."""
+    changed = M.replace("MAX_LEN = 128", "MAX_LEN = 256")
+    extra = {"pkg/sub/__init__.py": "from pkg.m import MAX_LEN\n",
+             "pkg/sub/inner.py": "from . import MAX_LEN\n\n\ndef deep():\n    return MAX_LEN\n",
+             "app/__init__.py": "",
+             "app/use.py": "from pkg.sub import MAX_LEN as L\n\n\ndef use():\n    return L\n"}
+    got = _reach(tmp_path, changed, extra)
+    assert got is not None
+    assert {"pkg/sub/inner.py::deep", "app/use.py::use"} <= set(got.units), got.units
+
+
 def test_not_a_binding_change_is_not_narrowed(tmp_path: Path) -> None:
     body = UnitChange("pkg/m.py::f", "pkg/m.py", "f", (ChangeKind.BODY,))
     assert narrow(body, M, M, None) is None

@@ -26,6 +26,7 @@ read-only view of the head tree in, a value out.
 from __future__ import annotations
 
 import ast
+import posixpath
 import sys
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
@@ -276,8 +277,7 @@ class _Walk:
                     if not self._closed(mod):
                         return False
                     self._checked.add(mod)
-            words = tuple(sorted({n for v in self.changed.values() for n in v}))
-            files = sorted(set(self.tree.grep(words)) | set(self.changed))
+            files = sorted(self._candidates() | set(self.changed))
             if len(files) > MAX_FILES:
                 return False
             for path in files:
@@ -289,6 +289,29 @@ class _Walk:
             if sum(len(v) for v in self.changed.values()) == size:
                 return True
         return False
+
+    def _candidates(self) -> set[RelPath]:
+        """Files that name a changed name *and* can import a changed module.
+
+        A file loads a changed name through an import of its module (absolute or
+        relative: the text holds the module's last component), through a module that
+        re-exports it (which joins :attr:`changed` and its name is searched next round),
+        or, for a package's ``__init__``, through a relative import from inside the
+        package (``from . import NAME``), so every file below it counts. A file that
+        only mentions the name (another module's ``NAME``, a string) is not read.
+        """
+        words = tuple(sorted({n for v in self.changed.values() for n in v}))
+        naming = set(self.tree.grep(words))
+        if not naming:
+            return set()
+        modules = tuple(sorted({module_name(p).rsplit(".", 1)[-1] for p in self.changed}
+                               - {""}))
+        out = naming & set(self.tree.grep(modules)) if modules else set()
+        for path in self.changed:
+            if posixpath.basename(path) == "__init__.py" or not module_name(path):
+                folder = posixpath.dirname(path)
+                out |= {p for p in naming if not folder or p.startswith(f"{folder}/")}
+        return out
 
     def _parse(self, path: RelPath) -> ast.Module | None:
         return self.origin_tree if path == self.origin else self.tree.tree(path)
