@@ -90,8 +90,15 @@ class Row:
     pruned_failing: tuple[str, ...] = ()  # of them, failing at full workload
     # APFDc of the full arm in each prioritization strategy's order (buggy changes).
     apfdc: dict[str, float] = field(default_factory=dict)
+    # granularity: line (selection + line rule, no pruning): the tests it skips.
+    line_skipped: tuple[str, ...] = ()
+    # The ablation (issue 14 item 5): per stage, the tests it runs, in plan order.
+    stages: dict[str, tuple[str, ...]] = field(default_factory=dict)
     whys: list[str] = field(default_factory=list)
     note: str = ""
+
+    costs_full: dict[str, float] = field(default_factory=dict)  # measured, per test
+    costs_reduced: dict[str, float] = field(default_factory=dict)
 
     @property
     def retention(self) -> float:
@@ -223,9 +230,20 @@ def bench_change(sc, patch: Path, cfg: Config, declared, gpus: Mapping[str, int]
             row.plan_s = time.perf_counter() - t0
             with_pruning = analyze(sc.ws, cfg, base=sc.commit, declared=declared, store=store,
                                    prune="safe")
+            by_lines = analyze(sc.ws, cfg, base=sc.commit, declared=declared, store=store,
+                               prune="off", granularity="line")
+            lines_pruned = analyze(sc.ws, cfg, base=sc.commit, declared=declared, store=store,
+                                   prune="safe", granularity="line")
             orders = strategy_orders(analysis, store)
         plan = analysis.plan
         row.pruned = tuple(sorted(d.test for d in with_pruning.selection.decisions if d.pruned))
+        row.line_skipped = tuple(sorted(d.test for d in by_lines.selection.decisions
+                                        if d.set_aside))
+        unordered = sorted(t.id for t in analysis.plan.tests)
+        row.stages = {"select (unit)": tuple(unordered),
+                      "+ line granularity": tuple(sorted(t.id for t in by_lines.plan.tests)),
+                      "+ safe pruning": tuple(sorted(t.id for t in lines_pruned.plan.tests)),
+                      "+ prioritize": tuple(t.id for t in lines_pruned.plan.tests)}
         row.mode = plan.mode
         tests = {t.id: dict(t.overrides) for t in plan.tests}
         if plan.mode == "all":  # everything, at full workload
@@ -242,6 +260,8 @@ def bench_change(sc, patch: Path, cfg: Config, declared, gpus: Mapping[str, int]
     for label in tests:
         f = full[label]
         r = reduced.get(label, f)  # a test the plan does not reduce runs once, at full
+        row.costs_full[label] = f.gpu_s
+        row.costs_reduced[label] = r.gpu_s
         row.full_gpu_s += f.gpu_s
         row.reduced_gpu_s += r.gpu_s
         for path, want in changed.items():
@@ -313,6 +333,17 @@ def report(rows: Sequence[Row], *, all_gpu_s: float, calibration_gpu_s: float,
                  f"everything); failing tests it would skip: "
                  f"{sum(len(r.pruned_failing) for r in ran)}; buggy changes no kept test would "
                  f"catch: {len(lost)}{' (' + ', '.join(lost) + ')' if lost else ''}")
+    line_gpu = sum(r.full_gpu_s for r in ran) - sum(
+        full_cost(r, t) for r in ran for t in r.line_skipped)
+    line_lost = [r.name for r in ran if r.failing_full
+                 and not set(r.failing_full) - set(r.line_skipped)]
+    lines.append(f"  + line granularity (measured arms, not applied): skips "
+                 f"{sum(len(r.line_skipped) for r in ran)} tests; full-workload GPU-s "
+                 f"{line_gpu:.0f} of {full:.0f} ({line_gpu / full if full else 0:.2f}x); failing "
+                 f"tests it would skip: {sum(len(set(r.line_skipped) & set(r.failing_full)) for r in ran)}"
+                 f"; buggy changes no kept test would catch: {len(line_lost)}"
+                 f"{' (' + ', '.join(line_lost) + ')' if line_lost else ''}")
+    lines.extend(ablation(ran))
     for name in STRATEGIES:
         values = [r.apfdc[name] for r in ran if name in r.apfdc]
         if values:
@@ -325,6 +356,59 @@ def report(rows: Sequence[Row], *, all_gpu_s: float, calibration_gpu_s: float,
                  f"= {runs:.1f} full runs of them (target <= ~10); it pays for itself after "
                  f"{pays} (reduction saves {saved:.1f} GPU-s per change here)")
     return lines
+
+
+def full_cost(row: Row, test: str) -> float:
+    """``test``'s measured GPU-seconds in ``row``'s full arm (0 when it did not run)."""
+    return row.costs_full.get(test, 0.0)
+
+
+def ablation(rows: Sequence[Row]) -> list[str]:
+    """Issue 14 item 5: one line per stage over the changes, from the measured arms.
+
+    Each stage runs a subset of the unit plan's tests (all of which ran at full and at
+    the planned workload), so its cost, its misses (failing tests it drops; buggy
+    changes where no test it keeps fails) and its order's APFDc and time to first
+    failure (GPU-s run before the first failing test finishes, one slot) are measured,
+    not estimated. ``+ reduce`` is the last stage at the planned workloads.
+    """
+    out = ["  ablation (real runs; misses relative to the unit plan, which the selection "
+           "benchmark measures against running everything):",
+           f"    {'stage':<20} {'tests':>6} {'GPU-s':>8} {'failing dropped':>15} "
+           f"{'changes missed':>14} {'APFDc':>6} {'TTFF GPU-s':>10}"]
+    names = ["select (unit)", "+ line granularity", "+ safe pruning", "+ prioritize", "+ reduce"]
+    for name in names:
+        key = "+ prioritize" if name == "+ reduce" else name
+        cost = 0.0
+        tests = dropped = missed = 0
+        apf: list[float] = []
+        ttff: list[float] = []
+        for r in rows:
+            run = r.stages.get(key, ())
+            costs = r.costs_reduced if name == "+ reduce" else r.costs_full
+            cost += sum(costs.get(t, 0.0) for t in run)
+            tests += len(run)
+            failing = set(r.failing_full)
+            dropped += len(failing - set(run))
+            if failing and not failing & set(run):
+                missed += 1
+            if failing & set(run):
+                got = apfdc(list(run), {t: costs.get(t, 0.0) for t in run}, tuple(failing))
+                if got is not None:
+                    apf.append(got)
+                spent = 0.0
+                for t in run:
+                    spent += costs.get(t, 0.0)
+                    if t in failing:
+                        break
+                ttff.append(spent)
+        mean = f"{sum(apf) / len(apf):.3f}" if apf else "-"
+        first = f"{sum(ttff) / len(ttff):.1f}" if ttff else "-"
+        out.append(f"    {name:<20} {tests:>6} {cost:>8.0f} {dropped:>15} {missed:>14} "
+                   f"{mean:>6} {first:>10}")
+    out.append("    (APFDc and TTFF: means over the buggy changes a stage catches; the first "
+               "three stages run in test-id order)")
+    return out
 
 
 def run(*, only: Sequence[str] = (), fresh: bool = False,

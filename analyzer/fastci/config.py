@@ -107,6 +107,7 @@ class Config:
     runner_python: str = "auto"  # the test runner's interpreter, for its environment fingerprint
     runner: str = "auto"  # auto | bazel | pytest: who declares and runs the tests (RUNNERS)
     prune: str = "off"  # off | safe | aggressive: equivalent-context pruning (PRUNE_MODES)
+    granularity: str = "unit"  # unit | line: line evidence narrows body changes (GRANULARITIES)
     priority: str = "reasons"  # reasons | risk | risk_per_cost: run order (PRIORITY_STRATEGIES)
     pure_callables: tuple[str, ...] = DEFAULT_PURE_CALLABLES  # side-effect-free at import
     # Provenance, not keys (never compared), set by :func:`load`: the config file it
@@ -135,6 +136,7 @@ ENV_VARS: dict[str, str] = {
     "FASTCI_RUNNER_PYTHON": "runner_python",
     "FASTCI_RUNNER": "runner",
     "FASTCI_PRUNE": "prune",
+    "FASTCI_GRANULARITY": "granularity",
     "FASTCI_PRIORITY": "priority",
 }
 #: Names the config file location (not a key).
@@ -144,12 +146,15 @@ ENV_CONFIG_FILE = "FASTCI_CONFIG"
 #: (plus environment and command line), never from the change under analysis; every
 #: other key says where FastCI reads and writes or how it runs things.
 DECISION_KEYS: tuple[str, ...] = ("run_all", "ignore", "path_tests", "targets", "runner_python",
-                                  "runner", "pure_callables", "metadata_ignore", "prune")
+                                  "runner", "pure_callables", "metadata_ignore", "prune",
+                                  "granularity")
 #: Values of ``runner`` (``auto``: Bazel in a Bazel workspace with ``bazel`` found, else
 #: pytest; :func:`fastci.plan.build.choose_runner`).
 RUNNERS: tuple[str, ...] = ("auto", "bazel", "pytest")
 #: Values of ``prune`` (:mod:`fastci.select.prune`).
 PRUNE_MODES: tuple[str, ...] = ("off", "safe", "aggressive")
+#: Values of ``granularity`` (:mod:`fastci.select.lines`).
+GRANULARITIES: tuple[str, ...] = ("unit", "line")
 #: Values of ``priority`` (:data:`fastci.select.priority.STRATEGIES`).
 PRIORITY_STRATEGIES: tuple[str, ...] = ("reasons", "risk", "risk_per_cost")
 
@@ -187,6 +192,9 @@ def _coerce(key: str, value: Any, where: str) -> Any:
         return tuple(out)
     if key == "priority" and value not in PRIORITY_STRATEGIES:
         raise ConfigError(f"{where}: priority: expected one of {', '.join(PRIORITY_STRATEGIES)}, "
+                          f"got {value!r}")
+    if key == "granularity" and value not in GRANULARITIES:
+        raise ConfigError(f"{where}: granularity: expected one of {', '.join(GRANULARITIES)}, "
                           f"got {value!r}")
     if key == "prune" and value not in PRUNE_MODES:
         raise ConfigError(f"{where}: prune: expected one of {', '.join(PRUNE_MODES)}, got {value!r}")

@@ -23,7 +23,8 @@ def _run(args: argparse.Namespace) -> int:
     args.test = normalize_test_id(args.test)  # `@//p:t` and `//p` name `//p:t` and `//p:p`
     root = args.root.resolve()
     cfg, analysis = analyze_change(root, base=args.base, head=args.head, store=args.store,
-                                   runner=args.runner, prune=args.prune)
+                                   runner=args.runner, prune=args.prune,
+                                   granularity=args.granularity)
     store = None
     try:
         from fastci.evidence.store import EvidenceStore

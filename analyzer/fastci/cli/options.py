@@ -14,7 +14,7 @@ from pathlib import Path
 def add_change_arguments(p: argparse.ArgumentParser) -> None:
     """Declare the change and the inputs: ``--base``, ``--head``/``--worktree``, ``--store``,
     ``--root``, ``--bazel``/``--no-bazel`` (``args.runner``: ``bazel``, ``pytest`` or None),
-    ``--prune`` (``args.prune``: a mode or None)."""
+    ``--prune`` (``args.prune``: a mode or None), ``--granularity`` (``args.granularity``)."""
     p.add_argument("--base", help="base revision (default: config `base`, HEAD)")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--head", help="head revision (default: the working tree)")
@@ -33,3 +33,7 @@ def add_change_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prune", choices=("off", "safe", "aggressive"), default=None,
                    help="equivalent-context pruning of the selected tests (default: config "
                         "`prune`); docs/SELECTION.md, \"Pruning\"")
+    p.add_argument("--granularity", choices=("unit", "line"), default=None,
+                   help="line: a test that entered a changed function but ran none of its "
+                        "changed lines (line evidence from `fastci calibrate`) is not affected "
+                        "(default: config `granularity`); docs/SELECTION.md, \"Line granularity\"")

@@ -45,7 +45,8 @@ def _plan(args: argparse.Namespace, echo: Callable[[str], None]) -> int:
     # made while analysing makes the two differ, and such a plan describes no tree.
     tree_before = plan_tree(root, None if head == WORKTREE else head)
     cfg = change_config(root, base=args.base, store=args.store, plan=args.out,
-                        runner=args.runner, prune=args.prune)
+                        runner=args.runner, prune=args.prune,
+                        granularity=args.granularity)
     analysis = analyze(root, cfg, base=cfg.base, head=head)  # the runner's declared tests
     tree = plan_tree(root, None if head == WORKTREE else head)
     out = cfg.path(root, "plan")

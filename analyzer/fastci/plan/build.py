@@ -41,7 +41,7 @@ from fastci.select import (DeclaredTest, DecisionKind, Reason, Selection, select
                            widen_everything)
 from fastci.select.decisions import SKIP_KINDS, Decision
 from fastci.select.rules import EvidenceReader, own_output
-from fastci.types import RelPath, TestId
+from fastci.types import RelPath, TestId, UnitId
 
 if TYPE_CHECKING:
     from fastci.integrations.bazel.query import TestDecl
@@ -172,7 +172,7 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
             | Literal["runner"] = BY_RUNNER,
             env_fingerprint: str | None | Callable[[], str] = None,
             store: EvidenceReader | None = None, reduce: bool = True,
-            prune: str | None = None) -> Analysis:
+            prune: str | None = None, granularity: str | None = None) -> Analysis:
     """Analyze the change ``base`` -> ``head`` and return the selection and its plan.
 
     Args:
@@ -195,6 +195,10 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
             selective plan's tests (:mod:`fastci.select.prune`), after the workloads are
             chosen (a test's cost is its expected GPU-seconds at its planned workload);
             None: the decision rules' ``prune`` (the base revision's config).
+        granularity: ``unit``, or ``line``: a selected test whose every reason is a
+            function body it entered without running a changed line (line evidence
+            from the calibration, :mod:`fastci.select.lines`) is skipped; None: the
+            decision rules' ``granularity``.
     """
     started = time.perf_counter()
     base = base or config.base
@@ -240,9 +244,19 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
                                  env_fingerprint=fingerprint, environment=environment)
         if rules_changed is not None:
             selection = widen(selection, rules_changed)
-        if reduce and not selection.widen:
-            choices = _reductions(root, config, git, head, changes, selection, decl or {},
-                                  store)
+        granularity = granularity if granularity is not None else rules.granularity
+        if (reduce or granularity == "line") and not selection.widen:
+            calibration, calibration_error = _calibration(root, config, git, head, changes)
+            try:
+                declared_now = _with_calibrated(selection, decl or {}, calibration)
+                if granularity == "line":
+                    selection = _by_lines(selection, changes, calibration, declared_now, store)
+                if reduce:
+                    choices = _reductions(changes, selection, declared_now, store, calibration,
+                                          calibration_error)
+            finally:
+                if calibration is not None:
+                    calibration.close()
         prune = prune if prune is not None else rules.prune
         if prune != "off" and not selection.widen:
             from fastci.select.prune import prune as prune_selection
@@ -275,10 +289,9 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
                     runner=runner, runner_why=runner_why, timing=timing, choices=choices)
 
 
-def _reductions(root: Path, config: Config, git: Git, head: str, changes: ChangeSet,
-                selection: Selection, declared: Mapping[TestId, DeclaredTest],
-                store: EvidenceReader) -> dict[TestId, Choice]:
-    """Each selected test's workload from the calibration (full workload on any doubt)."""
+def _calibration(root: Path, config: Config, git: Git, head: str, changes: ChangeSet
+                 ) -> tuple[CalibrationStore | None, str | None]:
+    """The calibration store, or why there is none to trust (None, None: not calibrated)."""
     from fastci.evidence.calibration import CalibrationStore
 
     path = config.path(root, "calibration")
@@ -298,21 +311,48 @@ def _reductions(root: Path, config: Config, git: Git, head: str, changes: Change
             calibration = CalibrationStore.open(path)
         except FastCIError as exc:
             error = f"calibration unusable ({str(exc).splitlines()[0]})"
-    history = getattr(store, "runs_of_test", None)
-    declared = dict(declared)
-    if calibration is not None:  # a runner without declarations at plan time (pytest)
+    return calibration, error
+
+
+def _with_calibrated(selection: Selection, declared: Mapping[TestId, DeclaredTest],
+                     calibration: CalibrationStore | None) -> dict[TestId, DeclaredTest]:
+    """``declared`` plus, for a runner without declarations at plan time (pytest), the
+    declarations the calibration kept for the selected tests."""
+    out = dict(declared)
+    if calibration is not None:
         for d in selection.selected:
-            if d.test not in declared:
+            if d.test not in out:
                 got = calibrated_declaration(d.test, calibration)
                 if got is not None:
-                    declared[d.test] = got
-    try:
-        return choose([d for d in selection.selected if d.test in declared], declared,
-                      calibration, changes.versions, changes.base, history=history,
-                      calibration_error=error)
-    finally:
-        if calibration is not None:
-            calibration.close()
+                    out[d.test] = got
+    return out
+
+
+def _by_lines(selection: Selection, changes: ChangeSet, calibration: CalibrationStore | None,
+              declared: Mapping[TestId, DeclaredTest], store: EvidenceReader) -> Selection:
+    """``granularity: line`` (:func:`fastci.select.lines.narrow_by_lines`)."""
+    from fastci.select.lines import declaration_digests, narrow_by_lines
+
+    if calibration is None:
+        return selection
+    candidates = [d.test for d in selection.selected if d.test in declared]
+    recorded: dict[TestId, dict[UnitId, str]] = {}
+    for test, unit, checksum in store.recorded_units(tests=candidates):
+        recorded.setdefault(test, {})[unit] = checksum
+    digests = declaration_digests({t: declared[t] for t in candidates})
+    narrowed, _skipped = narrow_by_lines(selection, changes.versions, calibration, digests,
+                                         recorded, changes.base)
+    return narrowed
+
+
+def _reductions(changes: ChangeSet, selection: Selection, declared: Mapping[TestId, DeclaredTest],
+                store: EvidenceReader, calibration: CalibrationStore | None,
+                error: str | None) -> dict[TestId, Choice]:
+    """Each selected test's workload from the calibration (full workload on any doubt)."""
+    history = getattr(store, "runs_of_test", None)
+    return choose([d for d in selection.selected if d.test in declared], declared,
+                  calibration, changes.versions, changes.base, history=history,
+                  calibration_error=error)
 
 
 def planned_cost(d: Decision, choices: Mapping[TestId, Choice]) -> float | None:
@@ -553,7 +593,7 @@ def _cost_lines(sel: Selection, timing: Mapping[TestId, Timing]) -> list[str]:
 
 def change_config(root: Path, *, base: str | None = None, store: str | None = None,
                   plan: str | None = None, runner: str | None = None,
-                  prune: str | None = None) -> Config:
+                  prune: str | None = None, granularity: str | None = None) -> Config:
     """The effective config of a command that analyses a change (its options win, level 4).
 
     Args:
@@ -563,14 +603,17 @@ def change_config(root: Path, *, base: str | None = None, store: str | None = No
         plan: ``--out``, the plan file to write (None: the config's ``plan``).
         runner: ``--bazel`` / ``--no-bazel`` (``bazel`` / ``pytest``; None: the config's ``runner``).
         prune: ``--prune`` (None: the config's ``prune``).
+        granularity: ``--granularity`` (None: the config's ``granularity``).
     """
     return config_mod.load(root, overrides={"base": base, "store": store, "plan": plan,
-                                            "runner": runner, "prune": prune})
+                                            "runner": runner, "prune": prune,
+                                            "granularity": granularity})
 
 
 def analyze_change(root: Path, *, base: str | None = None, head: str | None = None,
                    store: str | None = None, plan: str | None = None,
-                   runner: str | None = None, prune: str | None = None) -> tuple[Config, Analysis]:
+                   runner: str | None = None, prune: str | None = None,
+                   granularity: str | None = None) -> tuple[Config, Analysis]:
     """Analyze a change described the way ``fastci plan`` and ``fastci explain`` take it.
 
     Args:
@@ -585,5 +628,6 @@ def analyze_change(root: Path, *, base: str | None = None, head: str | None = No
     Returns:
         The effective config and the analysis (:func:`analyze`).
     """
-    cfg = change_config(root, base=base, store=store, plan=plan, runner=runner, prune=prune)
+    cfg = change_config(root, base=base, store=store, plan=plan, runner=runner, prune=prune,
+                        granularity=granularity)
     return cfg, analyze(root, cfg, base=cfg.base, head=head or WORKTREE)

@@ -44,12 +44,16 @@ class DecisionKind(enum.Enum):
     NOT_AFFECTED = "not affected by the change"
     NOT_DECLARED = "no longer declared"
     PRUNED = "runs the changed code only in contexts other planned tests run"
+    LINES_NOT_RUN = "enters the changed functions but runs none of their changed lines"
 
 
-#: Kinds that skip a test; every other kind selects it (but a pruned test, which keeps
-#: the reasons it was affected after its PRUNED reason, is skipped).
-SKIP_KINDS = frozenset({DecisionKind.NOT_AFFECTED, DecisionKind.NOT_DECLARED,
-                        DecisionKind.PRUNED})
+#: Kinds that set an affected test aside: it keeps the reasons it was affected after
+#: this one, and is skipped.
+SET_ASIDE_KINDS = frozenset({DecisionKind.PRUNED, DecisionKind.LINES_NOT_RUN})
+
+#: Kinds that skip a test; every other kind selects it (but a test set aside, see
+#: :data:`SET_ASIDE_KINDS`, is skipped).
+SKIP_KINDS = frozenset({DecisionKind.NOT_AFFECTED, DecisionKind.NOT_DECLARED}) | SET_ASIDE_KINDS
 
 #: Kinds that widen the whole plan to every test.
 WIDEN_KINDS = frozenset({DecisionKind.RUN_ALL_PATH, DecisionKind.UNKNOWN_PATH,
@@ -101,15 +105,20 @@ class Decision:
         return any(r.kind is DecisionKind.PRUNED for r in self.reasons)
 
     @property
+    def set_aside(self) -> bool:
+        """Whether the test was affected but is skipped (pruned, or no changed line runs)."""
+        return any(r.kind in SET_ASIDE_KINDS for r in self.reasons)
+
+    @property
     def selected(self) -> bool:
         """Whether the test runs."""
-        return not self.pruned and not all(r.kind in SKIP_KINDS for r in self.reasons)
+        return not self.set_aside and not all(r.kind in SKIP_KINDS for r in self.reasons)
 
     @property
     def why(self) -> str:
         """The plan's one-line ``why``: the first reason, plus how many more."""
-        if self.pruned:
-            return next(r.sentence for r in self.reasons if r.kind is DecisionKind.PRUNED)
+        if self.set_aside:
+            return next(r.sentence for r in self.reasons if r.kind in SET_ASIDE_KINDS)
         primary = [r for r in self.reasons if r.kind not in SKIP_KINDS] or list(self.reasons)
         text = primary[0].sentence
         if len(primary) > 1:

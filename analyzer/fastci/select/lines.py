@@ -1,0 +1,353 @@
+"""Line granularity (``granularity: line``): a test that entered a changed function but
+ran none of its changed code is not affected by the change.
+
+Selection by units takes every test whose evidence executed a changed function. With
+line evidence (the executed lines of each file, recorded by ``fastci calibrate`` at the
+test's full workload, :mod:`fastci.evidence.calibration`) a body change can be narrowed
+further. A run of the old version behaves exactly like a run of the new one until
+control first reaches code that differs; :func:`reach_lines` gives, in the old version's
+line numbers, lines at least one of which every run reaching the changed code executes:
+
+* a replaced or deleted statement: its own lines (every statement that runs produces a
+  line event inside its range); a change inside a compound statement's header or
+  between its clauses (``elif``/``else``/``except``): every line of that statement;
+* an insertion (or a replaced statement that compiles to nothing, such as a string
+  constant): the code before it in its block, i.e. every line of the innermost
+  enclosing statement, or at a function's top level every line of the statement just
+  before it (control reaches the insertion only by finishing that statement); an
+  insertion before a function's first statement reaches every run of the function.
+
+Only a change of kind ``function body changed`` (for that test's own version of the
+file) is narrowed: signatures, defaults, decorators, class and module bodies act at
+definition or import time and stay unit- or module-wide. Anything this module cannot
+read (a merged unit, a change touching the ``def`` lines, an unparsable side) answers
+a reason instead of lines, and the test stays selected.
+
+:func:`narrow_by_lines` applies it to a selection: every reason of a selected test
+must be such a body change, its line evidence must come from a passing, complete
+full-workload calibration of the test's current declaration, the unit's checksum
+there must equal the one in the test's own evidence (the lines describe the code the
+test's evidence describes), and the calibrated version of the file must be in the
+history. A test none of whose changed functions' reach lines it executed is skipped,
+with the lines in its ``why``.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import logging
+import re
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+from fastci.changes.semantic_diff import ChangeKind
+from fastci.select.decisions import Decision, DecisionKind, Reason, Selection
+from fastci.types import RelPath, TestId, UnitId
+from fastci.units.index import split_unit_id
+
+if TYPE_CHECKING:
+    from fastci.changes.versions import Versions
+    from fastci.evidence.calibration import CalibrationStore, Rung
+
+LOG = logging.getLogger(__name__)
+
+_BLOCKS = ("body", "orelse", "finalbody")
+#: Clauses whose statements are visited, but which are no node of their own: a change
+#: to an ``except`` or ``case`` line counts for every run that enters the whole statement.
+_CLAUSES = ("handlers", "cases")
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+@dataclass(frozen=True)
+class _Node:
+    """A statement (or ``except``/``case`` clause) inside the unit, with its line range."""
+
+    start: int
+    end: int
+    depth: int
+    code: bool  # produces bytecode (a line event) when it runs
+
+
+def _start(node: ast.stmt) -> int:
+    decorators: list[ast.expr] = getattr(node, "decorator_list", None) or []
+    return min([node.lineno] + [d.lineno for d in decorators])
+
+
+def _end(node: ast.stmt) -> int:
+    return node.end_lineno or node.lineno
+
+
+def _has_code(node: ast.AST) -> bool:
+    """Whether running ``node`` produces a line event (a bare constant or ``global``
+    statement compiles to nothing)."""
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+        return False
+    return not isinstance(node, (ast.Global, ast.Nonlocal))
+
+
+def _nodes(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[list[_Node], list[_Node]]:
+    """Every statement-like node in ``fn``'s body (not inside nested scopes' bodies),
+    and its top-level statements."""
+    out: list[_Node] = []
+    top: list[_Node] = []
+
+    def visit(stmts: Iterable[ast.stmt], depth: int) -> None:
+        for s in stmts:
+            node = _Node(_start(s), _end(s), depth, _has_code(s))
+            out.append(node)
+            if depth == 0:
+                top.append(node)
+            if isinstance(s, _SCOPES):
+                continue  # a nested def or class is its own unit; its statement runs here
+            for block in _BLOCKS:
+                visit(getattr(s, block, None) or [], depth + 1)
+            for clause in _CLAUSES:
+                for c in getattr(s, clause, None) or []:
+                    visit(c.body, depth + 2)
+
+    visit(fn.body, 0)
+    return out, top
+
+
+def _function(tree: ast.Module, qualname: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The one def whose qualified name is ``qualname`` (None: none, or several: a property
+    and its setter, a def in both arms of an ``if``, which are one merged unit)."""
+    found: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
+
+    def visit(body: Iterable[ast.AST], prefix: str) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if f"{prefix}{node.name}" == qualname:
+                    found.append(node)
+                visit(node.body, f"{prefix}{node.name}.<locals>.")
+            elif isinstance(node, ast.ClassDef):
+                visit(node.body, f"{prefix}{node.name}.")
+            else:
+                visit(ast.iter_child_nodes(node), prefix)
+
+    visit(tree.body, "")
+    return found[0] if len(found) == 1 else None
+
+
+def reach_lines(old: bytes, new: bytes | None, path: RelPath, qualname: str) -> frozenset[int] | str:
+    """Lines of ``old`` (1-based) at least one of which every run that reaches the changed
+    code of function ``qualname`` executes, or why none can be given (a sentence).
+
+    Args:
+        old: the version the line evidence was recorded with.
+        new: the head side (None: the file is gone; never narrowed).
+        path: the file's repo-relative path (to index it).
+        qualname: the function's qualified name.
+    """
+    from fastci.units.index import FileUnits, UnitKind, index_source
+
+    if new is None:
+        return f"{path} is deleted"
+    index = index_source(path, old)
+    if not isinstance(index, FileUnits):
+        return f"{path} as recorded does not parse"
+    unit = index.by_qualname().get(qualname)
+    if unit is None or unit.kind is not UnitKind.FUNCTION:
+        return f"{qualname} is not a function of {path} as recorded"
+    try:
+        tree = ast.parse(old)
+    except (SyntaxError, ValueError):
+        return f"{path} as recorded does not parse"
+    fn = _function(tree, qualname)
+    if fn is None or (_start(fn), _end(fn)) != (unit.start, unit.end):
+        return f"{qualname} has several definitions in {path} (merged unit)"
+    nodes, top = _nodes(fn)
+    if not fn.body:
+        return f"{qualname} has no body"
+    first = _start(fn.body[0])
+    # Lines as the compiler counts them (str.splitlines also splits on \f, \x1c...).
+    a = _NEWLINE.split(old.decode("utf-8", "replace"))
+    b = _NEWLINE.split(new.decode("utf-8", "replace"))
+    out: set[int] = set()
+    touched = False
+    for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        lo, hi = i1 + 1, i2  # the old lines replaced or deleted (hi < lo: an insertion)
+        region = set(range(lo, hi + 1)) if hi >= lo else {i1, i1 + 1}
+        if not region & set(range(unit.start, unit.end + 1)):
+            continue  # another unit's hunk
+        touched = True
+        if hi >= lo and (lo < first or hi > unit.end):
+            return f"the change to {qualname} touches its def lines or the code around it"
+        if hi < lo and not (first <= i1 + 1 <= unit.end + 1):
+            return f"the change to {qualname} inserts before its body"
+        got = _region_reach(nodes, top, a, lo, hi, i1)
+        if isinstance(got, str):
+            return got
+        out |= got
+    if not touched or not out:
+        return f"no changed line of {qualname} could be placed"
+    return frozenset(out)
+
+
+def _blank(line: str) -> bool:
+    text = line.strip()
+    return not text or text.startswith("#")
+
+
+def _region_reach(nodes: Sequence[_Node], top: Sequence[_Node], lines: Sequence[str], lo: int,
+                  hi: int, i1: int) -> set[int] | str:
+    """Reach lines of one hunk: old lines ``lo..hi`` replaced (``hi < lo``: an insertion
+    after old line ``i1``)."""
+    code = [ln for ln in range(lo, hi + 1) if not _blank(lines[ln - 1])] if hi >= lo else []
+    out: set[int] = set()
+    # Where code is inserted: (first, last) old lines its block must hold, the last old
+    # line before it, and the statement it replaces (not a candidate block).
+    gaps: list[tuple[int, int, int, _Node | None]] = []
+    for ln in code:
+        node = _deepest(nodes, ln, ln)
+        if node is None:
+            return f"changed line {ln} is outside every statement of the function"
+        if node.code:
+            out.update(range(node.start, node.end + 1))
+        else:
+            gaps.append((node.start, node.end, node.start - 1, node))
+    if hi < lo:
+        gaps.append((i1, i1 + 1, i1, None))
+    elif not code:
+        gaps.append((lo - 1, hi + 1, lo - 1, None))  # only blank or comment lines replaced
+    for first, last, before, skip in gaps:
+        got = _gap_reach(nodes, top, first, last, before, skip)
+        if isinstance(got, str):
+            return got
+        out |= got
+    return out
+
+
+def _deepest(nodes: Sequence[_Node], lo: int, hi: int, skip: _Node | None = None) -> _Node | None:
+    holding = [n for n in nodes if n.start <= lo and hi <= n.end and n is not skip]
+    return max(holding, key=lambda n: (n.depth, -n.start)) if holding else None
+
+
+def _gap_reach(nodes: Sequence[_Node], top: Sequence[_Node], first: int, last: int, before: int,
+               skip: _Node | None) -> set[int] | str:
+    """Reach lines of code inserted where old lines ``first..last`` are (after old line
+    ``before``): every line of the innermost statement holding them, or at the
+    function's top level the statement before."""
+    inner = _deepest(nodes, first, last, skip)
+    if inner is not None:
+        return set(range(inner.start, inner.end + 1))
+    previous = [n for n in top if n.end <= before and n.code]
+    if not previous:
+        return "code is inserted before the function's first statement (every run reaches it)"
+    prior = max(previous, key=lambda n: n.end)
+    return set(range(prior.start, prior.end + 1))
+
+
+# --------------------------------------------------------------------------- selection
+
+
+@dataclass(frozen=True)
+class _Unreached:
+    unit: UnitId
+    lines: frozenset[int]
+
+
+def narrow_by_lines(selection: Selection, versions: Versions | None,
+                    calibration: CalibrationStore | None, digests: Mapping[TestId, str],
+                    recorded: Mapping[TestId, Mapping[UnitId, str]], base: str | None
+                    ) -> tuple[Selection, list[TestId]]:
+    """Skip the selected tests that ran none of their changed functions' reach lines.
+
+    Args:
+        selection: the unit-level selection.
+        versions: file versions of the change (history lookups and the head side).
+        calibration: where the line evidence is (None: nothing is narrowed).
+        digests: each test's current declaration digest (a test missing here: not narrowed).
+        recorded: per test, the checksum of each unit in its own evidence.
+        base: the change's base commit (where calibrated versions are looked up too).
+
+    Returns:
+        The selection with those tests skipped (kind ``LINES_NOT_RUN``), and their ids.
+    """
+    if calibration is None or versions is None:
+        return selection, []
+    skipped: dict[TestId, Decision] = {}
+    for d in selection.selected:
+        if not d.reasons or d.test not in digests or not all(
+                r.kind is DecisionKind.CHANGED_UNIT and r.unit and _body_only(r.change)
+                for r in d.reasons):
+            continue
+        try:
+            unreached = _unreached(d, calibration, versions, digests[d.test],
+                                   recorded.get(d.test, {}), base)
+        except Exception as exc:  # noqa: BLE001 - line precision is an optimisation: keep the test
+            LOG.warning("line granularity not applied to %s: %s: %s", d.test,
+                        type(exc).__name__, exc)
+            continue
+        if unreached is not None:
+            skipped[d.test] = _skip(d, unreached)
+    if not skipped:
+        return selection, []
+    decisions = tuple(skipped.get(d.test, d) for d in selection.decisions)
+    summary = (f"{selection.summary}; {len(skipped)} skipped by line granularity (they enter "
+               "the changed functions but ran none of the changed lines)"
+               if selection.summary else "")
+    return replace(selection, decisions=decisions, summary=summary), sorted(skipped)
+
+
+def _body_only(change: str | None) -> bool:
+    """Whether a reason's change (:meth:`UnitChange.describe`'s phrase: kinds joined by
+    ``; ``, then the parts in parentheses) is a function body change and nothing else."""
+    body = ChangeKind.BODY.value
+    return change is not None and (change == body or change.startswith(f"{body} ("))
+
+
+def _full_rung(calibration: CalibrationStore, test: TestId, digest: str) -> Rung | None:
+    return next((r for r in calibration.rungs(test) if r.declaration == digest
+                 and r.rung == "full" and not r.overrides and r.usable), None)
+
+
+def _unreached(d: Decision, calibration: CalibrationStore, versions: Versions, digest: str,
+               recorded: Mapping[UnitId, str], base: str | None) -> list[_Unreached] | None:
+    """Each reason's unit and reach lines when the full rung ran none of them; None when
+    any reason cannot be shown unreached."""
+    full = _full_rung(calibration, d.test, digest)
+    if full is None:
+        return None
+    revs = [c for c in (full.commit, base) if c and not c.startswith("dirty:")]
+    out: list[_Unreached] = []
+    for r in d.reasons:
+        assert r.unit is not None
+        path, qualname = split_unit_id(r.unit)
+        got = full.units.get(r.unit)
+        mine = recorded.get(r.unit)
+        if got is None or not mine or got[0] != mine:
+            return None  # the line evidence describes other code than the test's evidence
+        file_digest = full.digests.get(path)
+        old = versions.find(path, file_digest, revs) if file_digest else None
+        if old is None:
+            return None
+        lines = reach_lines(old, versions.now(path), path, qualname)
+        if isinstance(lines, str) or lines & full.lines.get(path, frozenset()):
+            return None
+        out.append(_Unreached(r.unit, lines))
+    return out
+
+
+def _skip(d: Decision, unreached: Sequence[_Unreached]) -> Decision:
+    from fastci.plan.reduce import _ranges
+
+    parts = [f"{u.unit} lines {_ranges(u.lines)}" for u in unreached]
+    sentence = ("not affected at line granularity: its full-workload calibration entered the "
+                "changed function" + ("s" if len(parts) > 1 else "") + " but ran none of "
+                + "; ".join(parts))
+    reason = Reason(DecisionKind.LINES_NOT_RUN, sentence, unit=unreached[0].unit,
+                    via="line evidence: the calibration's full rung (same unit checksum as the "
+                        "test's evidence)")
+    return Decision(d.test, (reason,) + tuple(d.reasons), d.est_gpu_s, 0.0)
+
+
+def declaration_digests(declared: Mapping[TestId, Any]) -> dict[TestId, str]:
+    """The declaration digest of each declared test (what its calibration is keyed by)."""
+    from fastci.evidence.calibration import declaration_digest
+
+    return {t: declaration_digest(decl) for t, decl in declared.items()}
