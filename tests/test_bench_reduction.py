@@ -84,12 +84,37 @@ def test_the_pruning_line_says_whether_kept_tests_still_catch_the_bug() -> None:
 
 def test_apfdc_per_strategy_is_averaged_over_buggy_changes() -> None:
     rows = [Row("01_bug", "bug", planned=2, full_gpu_s=10.0, reduced_gpu_s=5.0,
-                failing_full=("//t:a",), apfdc={"reasons": 0.5, "risk": 0.9}),
+                failing_full=("//t:a",), apfdc={"reasons": 0.4, "risk": 0.8},
+                apfdc_change={"reasons": 0.5, "risk": 0.9}),
             Row("02_bug", "bug", planned=2, full_gpu_s=10.0, reduced_gpu_s=5.0,
-                failing_full=("//t:b",), apfdc={"reasons": 0.7, "risk": 1.0}),
+                failing_full=("//t:b",), apfdc={"reasons": 0.6, "risk": 1.0},
+                apfdc_change={"reasons": 0.7, "risk": 1.0}),
             Row("03_ok", "refactor", planned=2, full_gpu_s=10.0, reduced_gpu_s=5.0)]
     text = "\n".join(report(rows, all_gpu_s=100.0, calibration_gpu_s=0.0,
                             calibration_full_gpu_s=0.0, calibrated_tests=0))
-    assert "APFDc of the full arm in the 'reasons' order: mean 0.600 over 2 buggy change(s) " \
-           "(min 0.500; target >= 0.9)" in text
+    assert "APFDc of the full arm in the 'reasons' order: mean 0.600 over 2 buggy change(s), " \
+           "the change one fault (min 0.500; target >= 0.9); each failing test a fault: 0.500" in text
     assert "in the 'risk' order: mean 0.950" in text
+
+
+def test_the_ablation_counts_what_each_stage_drops_from_measured_costs() -> None:
+    from bench.reduction import ablation
+
+    row = Row("01_bug", "bug", failing_full=("//t:b",))
+    row.costs_full = {"//t:a": 4.0, "//t:b": 2.0, "//t:c": 6.0}
+    row.costs_reduced = {"//t:a": 1.0, "//t:b": 1.0, "//t:c": 6.0}
+    row.stages = {"select (unit)": ("//t:a", "//t:b", "//t:c"),
+                  "+ line granularity": ("//t:a", "//t:b"),
+                  "+ safe pruning": ("//t:a",),  # drops the failing test: a miss
+                  "+ prioritize": ("//t:a",)}
+    text = "\n".join(ablation([row]))
+    lines = text.splitlines()
+    # Columns after the stage name: tests, GPU-s, failing dropped, changes missed, APFDc.
+    unit = next(x for x in lines if x.strip().startswith("select (unit)")).split()
+    assert unit[2:7] == ["3", "12", "0", "0", "0.583"]  # b found after a: (12 - 4 - 1) / 12
+    line = next(x for x in lines if x.strip().startswith("+ line granularity")).split()
+    assert line[3:7] == ["2", "6", "0", "0"]
+    pruned = next(x for x in lines if x.strip().startswith("+ safe pruning")).split()
+    assert pruned[3:7] == ["1", "4", "1", "1"]
+    reduced = next(x for x in lines if x.strip().startswith("+ reduce")).split()
+    assert reduced[2:4] == ["1", "1"]

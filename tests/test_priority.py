@@ -28,6 +28,32 @@ def test_apfdc_matches_the_textbook_values() -> None:
     assert apfdc(["a"], {"a": 0.0}, {"a"}) is None
 
 
+def test_apfdc_with_the_change_as_one_fault_counts_the_first_failure() -> None:
+    cost = {"a": 1.0, "b": 1.0, "c": 8.0}
+    # Two failing tests: per test, the later one drags the value down; as one fault,
+    # only the first red test counts.
+    assert apfdc(["a", "b", "c"], cost, {"a", "c"}, one_fault=True) == pytest.approx(0.95)
+    assert apfdc(["a", "b", "c"], cost, {"a", "c"}) == pytest.approx((0.95 + 0.4) / 2)
+    assert apfdc(["c", "a", "b"], cost, {"a", "c"}, one_fault=True) == pytest.approx(0.6)
+    assert apfdc(["a", "b"], cost, set(), one_fault=True) is None
+
+
+def test_line_evidence_sharpens_risk() -> None:
+    """A test that ran changed lines outranks one that only entered the function, which
+    falls behind everything else selected (it behaves as before the change)."""
+    ran = RiskFacts(unit("//t:a"), changed_lines_ran=3)
+    entered = RiskFacts(unit("//t:a"), changed_lines_ran=0)
+    unknown = RiskFacts(unit("//t:a"))
+    imported = RiskFacts(Decision("//t:a", (Reason(DecisionKind.IMPORTS_CHANGED_MODULE, "x"),)))
+    assert risk(ran) > risk(unknown) > risk(imported) > risk(entered) > 0
+    tests = [unit("//t:cheap_entered"), unit("//t:costly_ran")]
+    cost = {"//t:cheap_entered": 1.0, "//t:costly_ran": 50.0}
+    lines = {"//t:cheap_entered": 0, "//t:costly_ran": 5}
+    got = order(tests, lambda d: RiskFacts(d, cost[d.test], changed_lines_ran=lines[d.test]),
+                STRATEGIES["risk_per_cost"])
+    assert [d.test for d in got] == ["//t:costly_ran", "//t:cheap_entered"]
+
+
 @settings(max_examples=100, deadline=None, derandomize=True)
 @given(costs=st.lists(st.floats(0.1, 100.0), min_size=1, max_size=8),
        data=st.data())

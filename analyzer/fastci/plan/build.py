@@ -28,7 +28,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
 
 from fastci.changes.scan import ChangeSet, scan
 from fastci import config as config_mod
@@ -45,6 +45,7 @@ from fastci.types import RelPath, TestId, UnitId
 
 if TYPE_CHECKING:
     from fastci.integrations.bazel.query import TestDecl
+    from fastci.select.lines import Reach
     from fastci.evidence.calibration import CalibrationStore
     from fastci.evidence.store import EvidenceStore
 
@@ -84,6 +85,8 @@ class Analysis:
     timing: Mapping[TestId, Timing] = field(default_factory=dict)
     #: The workload chosen for each selected test that declares something reducible.
     choices: Mapping[TestId, Choice] = field(default_factory=dict)
+    #: Line evidence of the selected tests it speaks for (:func:`fastci.select.lines.line_facts`).
+    lines: Mapping[TestId, tuple[Reach, ...]] = field(default_factory=dict)
 
 
 def choose_runner(root: Path, config: Config) -> tuple[str, str]:
@@ -206,6 +209,7 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
     opened: EvidenceStore | None = None
     changes: ChangeSet | None = None
     choices: dict[TestId, Choice] = {}
+    lines: dict[TestId, tuple[Reach, ...]] = {}
     git = Git(root)
     rules, rules_changed, rules_error = config, None, None
     try:
@@ -249,8 +253,11 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
             calibration, calibration_error = _calibration(root, config, git, head, changes)
             try:
                 declared_now = _with_calibrated(selection, decl or {}, calibration)
+                lines = _line_facts(selection, changes, calibration, declared_now, store)
                 if granularity == "line":
-                    selection = _by_lines(selection, changes, calibration, declared_now, store)
+                    from fastci.select.lines import narrow_by_lines
+
+                    selection, _narrowed = narrow_by_lines(selection, lines)
                 if reduce:
                     choices = _reductions(changes, selection, declared_now, store, calibration,
                                           calibration_error)
@@ -266,7 +273,7 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
             selection, _pruned = prune_selection(selection, store, decl or {}, cost, prune,
                                                  import_time)
         if not selection.widen:
-            selection = prioritized(selection, store, choices, config.priority)
+            selection = prioritized(selection, store, choices, config.priority, lines)
     except Exception as exc:  # noqa: BLE001 - any failure must widen, never narrow
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if not isinstance(exc, FastCIError):
@@ -276,7 +283,7 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
         reason = Reason(DecisionKind.ERROR, f"change analysis failed ({message}): everything runs",
                         via="safety rule: any error widens the plan")
         selection = widen_everything(reason, store, decl)
-        choices = {}
+        choices, lines = {}, {}
     try:
         timing = _timing(store, decl) if store is not None else {}
     finally:
@@ -286,7 +293,8 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
     plan = to_plan(selection, base=changes.base if changes else base, head=(
         changes.head if changes and changes.head != WORKTREE else head_name), choices=choices)
     return Analysis(selection, plan, changes, time.perf_counter() - started,
-                    runner=runner, runner_why=runner_why, timing=timing, choices=choices)
+                    runner=runner, runner_why=runner_why, timing=timing, choices=choices,
+                    lines=lines)
 
 
 def _calibration(root: Path, config: Config, git: Git, head: str, changes: ChangeSet
@@ -328,21 +336,20 @@ def _with_calibrated(selection: Selection, declared: Mapping[TestId, DeclaredTes
     return out
 
 
-def _by_lines(selection: Selection, changes: ChangeSet, calibration: CalibrationStore | None,
-              declared: Mapping[TestId, DeclaredTest], store: EvidenceReader) -> Selection:
-    """``granularity: line`` (:func:`fastci.select.lines.narrow_by_lines`)."""
-    from fastci.select.lines import declaration_digests, narrow_by_lines
+def _line_facts(selection: Selection, changes: ChangeSet, calibration: CalibrationStore | None,
+                declared: Mapping[TestId, DeclaredTest], store: EvidenceReader
+                ) -> dict[TestId, tuple[Reach, ...]]:
+    """:func:`fastci.select.lines.line_facts` of the selected, declared tests."""
+    from fastci.select.lines import declaration_digests, line_facts
 
     if calibration is None:
-        return selection
+        return {}
     candidates = [d.test for d in selection.selected if d.test in declared]
     recorded: dict[TestId, dict[UnitId, str]] = {}
     for test, unit, checksum in store.recorded_units(tests=candidates):
         recorded.setdefault(test, {})[unit] = checksum
     digests = declaration_digests({t: declared[t] for t in candidates})
-    narrowed, _skipped = narrow_by_lines(selection, changes.versions, calibration, digests,
-                                         recorded, changes.base)
-    return narrowed
+    return line_facts(selection, changes.versions, calibration, digests, recorded, changes.base)
 
 
 def _reductions(changes: ChangeSet, selection: Selection, declared: Mapping[TestId, DeclaredTest],
@@ -364,9 +371,10 @@ def planned_cost(d: Decision, choices: Mapping[TestId, Choice]) -> float | None:
 
 
 def prioritized(selection: Selection, store: EvidenceReader, choices: Mapping[TestId, Choice],
-                strategy: str) -> Selection:
+                strategy: str, lines: Mapping[TestId, Sequence[Reach]] | None = None) -> Selection:
     """The selected tests in the order of the ``priority`` strategy (fastci.select.priority),
-    scored with their expected cost at the planned workload and their recorded outcomes."""
+    scored with their expected cost at the planned workload, their recorded outcomes and,
+    where line evidence speaks for them, how many changed lines they ran."""
     from fastci.select.priority import STRATEGIES, RiskFacts, reorder
 
     # Only the history-aware strategies pay for reading each test's runs.
@@ -374,7 +382,9 @@ def prioritized(selection: Selection, store: EvidenceReader, choices: Mapping[Te
 
     def facts(d: Decision) -> RiskFacts:
         recent = tuple(r.outcome for r in reversed(history(d.test))) if history else ()
-        return RiskFacts(d, planned_cost(d, choices), recent)
+        reach = (lines or {}).get(d.test)
+        ran = sum(r.ran for r in reach) if reach else None
+        return RiskFacts(d, planned_cost(d, choices), recent, ran)
 
     return reorder(selection, facts, STRATEGIES[strategy])
 

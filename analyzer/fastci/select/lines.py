@@ -23,7 +23,8 @@ definition or import time and stay unit- or module-wide. Anything this module ca
 read (a merged unit, a change touching the ``def`` lines, an unparsable side) answers
 a reason instead of lines, and the test stays selected.
 
-:func:`narrow_by_lines` applies it to a selection: every reason of a selected test
+:func:`line_facts` reads it for a selection (also for prioritization: a test that ran
+changed lines is likelier to fail) and :func:`narrow_by_lines` applies it: every reason of a selected test
 must be such a body change, its line evidence must come from a passing, complete
 full-workload calibration of the test's current declaration, the unit's checksum
 there must equal the one in the test's own evidence (the lines describe the code the
@@ -246,45 +247,67 @@ def _gap_reach(nodes: Sequence[_Node], top: Sequence[_Node], first: int, last: i
 
 
 @dataclass(frozen=True)
-class _Unreached:
+class Reach:
+    """One changed function of a test, at line granularity.
+
+    Attributes:
+        unit: the changed function.
+        lines: its reach lines (:func:`reach_lines`), old version's numbers.
+        ran: how many of them the test's full-workload calibration executed.
+    """
+
     unit: UnitId
     lines: frozenset[int]
+    ran: int
 
 
-def narrow_by_lines(selection: Selection, versions: Versions | None,
-                    calibration: CalibrationStore | None, digests: Mapping[TestId, str],
-                    recorded: Mapping[TestId, Mapping[UnitId, str]], base: str | None
-                    ) -> tuple[Selection, list[TestId]]:
-    """Skip the selected tests that ran none of their changed functions' reach lines.
+def line_facts(selection: Selection, versions: Versions | None,
+               calibration: CalibrationStore | None, digests: Mapping[TestId, str],
+               recorded: Mapping[TestId, Mapping[UnitId, str]], base: str | None
+               ) -> dict[TestId, tuple[Reach, ...]]:
+    """Per selected test whose every reason is a body change the line evidence can speak
+    for, each changed function's reach lines and how many of them it ran.
 
     Args:
         selection: the unit-level selection.
         versions: file versions of the change (history lookups and the head side).
-        calibration: where the line evidence is (None: nothing is narrowed).
-        digests: each test's current declaration digest (a test missing here: not narrowed).
+        calibration: where the line evidence is (None: no facts).
+        digests: each test's current declaration digest (a test missing here: no facts).
         recorded: per test, the checksum of each unit in its own evidence.
         base: the change's base commit (where calibrated versions are looked up too).
-
-    Returns:
-        The selection with those tests skipped (kind ``LINES_NOT_RUN``), and their ids.
     """
     if calibration is None or versions is None:
-        return selection, []
-    skipped: dict[TestId, Decision] = {}
+        return {}
+    out: dict[TestId, tuple[Reach, ...]] = {}
     for d in selection.selected:
         if not d.reasons or d.test not in digests or not all(
                 r.kind is DecisionKind.CHANGED_UNIT and r.unit and _body_only(r.change)
                 for r in d.reasons):
             continue
         try:
-            unreached = _unreached(d, calibration, versions, digests[d.test],
-                                   recorded.get(d.test, {}), base)
-        except Exception as exc:  # noqa: BLE001 - line precision is an optimisation: keep the test
-            LOG.warning("line granularity not applied to %s: %s: %s", d.test,
-                        type(exc).__name__, exc)
+            got = _reaches(d, calibration, versions, digests[d.test], recorded.get(d.test, {}),
+                           base)
+        except Exception as exc:  # noqa: BLE001 - line precision is an optimisation: no facts
+            LOG.warning("line evidence not used for %s: %s: %s", d.test, type(exc).__name__, exc)
             continue
-        if unreached is not None:
-            skipped[d.test] = _skip(d, unreached)
+        if got is not None:
+            out[d.test] = got
+    return out
+
+
+def narrow_by_lines(selection: Selection, facts: Mapping[TestId, Sequence[Reach]]
+                    ) -> tuple[Selection, list[TestId]]:
+    """Skip the selected tests that ran none of their changed functions' reach lines.
+
+    Args:
+        selection: the unit-level selection.
+        facts: :func:`line_facts` of it.
+
+    Returns:
+        The selection with those tests skipped (kind ``LINES_NOT_RUN``), and their ids.
+    """
+    skipped = {d.test: _skip(d, facts[d.test]) for d in selection.selected
+               if facts.get(d.test) and not any(r.ran for r in facts[d.test])}
     if not skipped:
         return selection, []
     decisions = tuple(skipped.get(d.test, d) for d in selection.decisions)
@@ -306,15 +329,15 @@ def _full_rung(calibration: CalibrationStore, test: TestId, digest: str) -> Rung
                  and r.rung == "full" and not r.overrides and r.usable), None)
 
 
-def _unreached(d: Decision, calibration: CalibrationStore, versions: Versions, digest: str,
-               recorded: Mapping[UnitId, str], base: str | None) -> list[_Unreached] | None:
-    """Each reason's unit and reach lines when the full rung ran none of them; None when
-    any reason cannot be shown unreached."""
+def _reaches(d: Decision, calibration: CalibrationStore, versions: Versions, digest: str,
+             recorded: Mapping[UnitId, str], base: str | None) -> tuple[Reach, ...] | None:
+    """Each reason's unit, reach lines and how many of them the full rung ran; None when
+    the line evidence cannot speak for every reason."""
     full = _full_rung(calibration, d.test, digest)
     if full is None:
         return None
     revs = [c for c in (full.commit, base) if c and not c.startswith("dirty:")]
-    out: list[_Unreached] = []
+    out: list[Reach] = []
     for r in d.reasons:
         assert r.unit is not None
         path, qualname = split_unit_id(r.unit)
@@ -327,13 +350,13 @@ def _unreached(d: Decision, calibration: CalibrationStore, versions: Versions, d
         if old is None:
             return None
         lines = reach_lines(old, versions.now(path), path, qualname)
-        if isinstance(lines, str) or lines & full.lines.get(path, frozenset()):
+        if isinstance(lines, str):
             return None
-        out.append(_Unreached(r.unit, lines))
-    return out
+        out.append(Reach(r.unit, lines, len(lines & full.lines.get(path, frozenset()))))
+    return tuple(out)
 
 
-def _skip(d: Decision, unreached: Sequence[_Unreached]) -> Decision:
+def _skip(d: Decision, unreached: Sequence[Reach]) -> Decision:
     from fastci.plan.reduce import _ranges
 
     parts = [f"{u.unit} lines {_ranges(u.lines)}" for u in unreached]

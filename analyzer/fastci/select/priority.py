@@ -45,6 +45,8 @@ DIRECTNESS = {
     DecisionKind.UNPARSABLE_FILE: 0.2,
 }
 _OTHER = 0.1
+#: Directness of a changed function whose changed lines the test's line evidence ran.
+RAN_CHANGED_LINES = 0.8
 #: The order of ``reasons`` (kinds not listed come after, cheapest first).
 _KIND_ORDER = [DecisionKind.FAILED_LAST, DecisionKind.MODIFIED_TEST, DecisionKind.NEW_TEST,
                DecisionKind.CHANGED_UNIT, DecisionKind.UNPARSABLE_FILE]
@@ -58,11 +60,15 @@ class RiskFacts:
         decision: the selection decision (its reasons).
         cost: expected GPU-seconds at the planned workload (None: unknown).
         recent: outcomes of its recorded runs, newest first (``passed``, ``failed``...).
+        changed_lines_ran: how many lines that every run reaching the changed code
+            executes its full-workload calibration ran (:mod:`fastci.select.lines`);
+            None: no line evidence speaks for every reason of the test.
     """
 
     decision: Decision
     cost: float | None = None
     recent: tuple[str, ...] = ()
+    changed_lines_ran: int | None = None
 
 
 class Strategy(Protocol):
@@ -84,12 +90,21 @@ def risk(facts: RiskFacts) -> float:
     The reasons combine as independent evidence (1 - prod(1 - directness)), so a test
     that executes several changed units ranks above one that executes one; recent
     failures (of the last 10 runs) add up to 0.5; a flaky history (its outcomes flip
-    back and forth) takes some of that back, since its failures say less.
+    back and forth) takes some of that back, since its failures say less. Line
+    evidence sharpens a body change: a test that ran changed lines counts each such
+    reason as :data:`RAN_CHANGED_LINES`; one that ran none of them behaves as before the
+    change (:mod:`fastci.select.lines`), so it goes last: its score is cut to a hundredth.
     """
+    ran = facts.changed_lines_ran
     miss = 1.0
     for r in facts.decision.reasons:
-        miss *= 1.0 - DIRECTNESS.get(r.kind, _OTHER)
+        direct = DIRECTNESS.get(r.kind, _OTHER)
+        if ran and r.kind is DecisionKind.CHANGED_UNIT:
+            direct = RAN_CHANGED_LINES
+        miss *= 1.0 - direct
     score = 1.0 - miss
+    if ran == 0:
+        score *= 0.01
     recent = facts.recent[:10]
     if recent:
         fails = sum(_failed(o) for o in recent) / len(recent)
@@ -148,14 +163,16 @@ def order(decisions: Sequence[Decision], facts: Callable[[Decision], RiskFacts],
 
 
 def apfdc(tests: Sequence[TestId], cost: Mapping[TestId, float],
-          failing: Iterable[TestId]) -> float | None:
-    """APFDc of running ``tests`` in this order (each failing test a fault, severity 1).
+          failing: Iterable[TestId], *, one_fault: bool = False) -> float | None:
+    """APFDc of running ``tests`` in this order (faults of severity 1).
 
     ``(sum over faults of (cost from the detecting test to the end - half its own
-    cost)) / (total cost x faults)``. None when no test fails (nothing to detect) or
+    cost)) / (total cost x faults)``. Each failing test is a fault; with ``one_fault``
+    the change is the one fault, detected by its first failing test (what a developer
+    waits for: the first red test). None when no test fails (nothing to detect) or
     nothing costs anything.
     """
-    bad = [t for t in tests if t in set(failing)]
+    bad = [t for t in tests if t in set(failing)][:1 if one_fault else None]
     total = sum(max(cost.get(t, 0.0), 0.0) for t in tests)
     if not bad or total <= 0:
         return None
