@@ -365,6 +365,16 @@ def test_the_plan_skips_a_test_that_ran_no_changed_line(tmp_path: Path) -> None:
 
     got = plan(4, "        y = y * 3")
     assert got["//t:big"] == "run"
+    # `fastci explain` shows it: skipped, the line rule first, then why it was affected.
+    from fastci.select.explain import explain
+
+    a = analyze(repo.root, Config(), base=base, declared=decls, env_fingerprint=env_now(),
+                store=store, reduce=False, granularity="line")
+    shown = explain(a.selection, "//t:small", store)
+    assert shown[0] == "//t:small: SKIPPED"
+    assert shown[1].startswith("  1. enters the changed functions but runs none of their "
+                               "changed lines: not affected at line granularity")
+    assert any(line.startswith("  2. executes a changed unit") for line in shown), shown
     assert got["//t:small"].startswith("not affected at line granularity")
     assert "pkg/m.py::f lines 4" in got["//t:small"], got
     assert plan(4, "        y = y * 3", granularity="unit")["//t:small"] == "run"
