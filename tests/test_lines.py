@@ -15,6 +15,7 @@ import hashlib
 import re
 import sys
 import textwrap
+import time
 from pathlib import Path
 from types import FrameType
 from typing import Any, Callable
@@ -101,6 +102,24 @@ def test_a_statement_without_code_is_reached_like_an_insertion() -> None:
     old = _edit(F, 4, "        'a note'", insert=True)
     new = old.replace("        'a note'", "        y = -y")
     assert _reach(new, old) == {3, 4, 5}
+
+
+def test_an_edit_that_changes_the_function_s_scope_is_unit_wide() -> None:
+    """Compiling decides some things for every line: a new binding makes a global name
+    local (UnboundLocalError where the branch is not taken), ``global`` the reverse, and
+    a ``yield`` makes every call return a generator."""
+    old = "LIMIT = 3\n\n\ndef f(x):\n    if x > 100:\n        pass\n    return x + LIMIT\n"
+    for body in ("        LIMIT = 1", "        import os as LIMIT", "        del LIMIT",
+                 "        yield x"):
+        new = old.replace("        pass", body)
+        got = reach_lines(old.encode(), new.encode(), "m.py", "f")
+        assert isinstance(got, str), (body, got)
+    local = "def f(x):\n    if x > 100:\n        pass\n    y = 1\n    return x + y\n"
+    made_global = local.replace("        pass", "        global y")
+    assert isinstance(reach_lines(local.encode(), made_global.encode(), "m.py", "f"), str)
+    # A new local under another name stays at line granularity.
+    new = old.replace("        pass", "        tmp = 1")
+    assert reach_lines(old.encode(), new.encode(), "m.py", "f") == {6}
 
 
 def test_a_nested_function_s_statement_is_one_statement() -> None:
@@ -237,6 +256,10 @@ def _mutations(name: str) -> list[tuple[str, int, str | None]]:
             out.append(("replace", ln, f"{m.group(1)}{m.group(2)} ({HIT.format(k=k)} or ({m.group(3)})):"))
         for width in range(4, len(indent) + 9, 4):  # any block level the line may end
             out.append(("insert", ln, f"{' ' * width}{HIT.format(k=1000 + k)}"))
+            # Shadow a global the function reads: it becomes local on every line.
+            for name in ("len", "max", "min", "range", "list", "ValueError"):
+                if f"{name}(" in (ast.get_source_segment(CORPUS, fn) or ""):
+                    out.append(("insert", ln, f"{' ' * width}{name} = None; {HIT.format(k=k)}"))
     return out
 
 
@@ -330,7 +353,8 @@ def test_the_plan_skips_a_test_that_ran_no_changed_line(tmp_path: Path) -> None:
     from fastci.evidence.store import EvidenceStore
     from fastci.plan.build import analyze
     from fastci.select import DeclaredTest
-    from selection_support import Repo, env_now, ingest, units_of
+    from fastci.evidence.store import RunEvidence
+    from selection_support import Repo, env_now, units_of
 
     repo = Repo(tmp_path / "repo")
     repo.write({".gitignore": ".fastci/\n", "pkg/m.py": M})
@@ -350,8 +374,16 @@ def test_the_plan_skips_a_test_that_ran_no_changed_line(tmp_path: Path) -> None:
                      digests={"pkg/m.py": digest}))
     cal.close()
     store = EvidenceStore.open(repo.root / ".fastci/evidence.db", create=True)
+
+    def record(test: str, unit_checksum: str, sources: dict[str, str]) -> None:
+        store.ingest(RunEvidence(
+            test=test, run_key=f"{test}:{time.time_ns()}", outcome="passed", complete=True,
+            duration_s=5.0, gpus=1, workload=dict(decls[test].workload), recorded_at=time.time(),
+            env_fingerprint=env_now(), commit=base,
+            units={uid: (unit_checksum, frozenset({"ctx"}))}, sources=sources))
+
     for t in decls:
-        ingest(store, t, {uid: checksum}, commit=base, workload=decls[t].workload)
+        record(t, checksum, {"pkg/m.py": digest})
 
     def plan(edit_line: int, text: str, granularity: str = "line",
              declared: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -382,7 +414,13 @@ def test_the_plan_skips_a_test_that_ran_no_changed_line(tmp_path: Path) -> None:
     # A declaration changed since calibration: the line evidence is of another test.
     stale = {**decls, "//t:small": DeclaredTest("//t:small", 1, {"steps": 3}, floors={"steps": 1})}
     assert plan(4, "        y = y * 3", declared=stale)["//t:small"] == "run"
+    # A file its run executed names a compiler: its frames may produce no line events.
+    repo.write({"pkg/train.py": "import torch\nstep = torch.compile(lambda x: x)\n"})
+    record("//t:small", checksum, {"pkg/m.py": digest, "pkg/train.py": "x"})
+    assert plan(4, "        y = y * 3")["//t:small"] == "run"
+    record("//t:small", checksum, {"pkg/m.py": digest})
+    assert plan(4, "        y = y * 3")["//t:small"] != "run"
     # The test's own evidence holds another checksum: the lines describe other code.
-    ingest(store, "//t:small", {uid: "0" * 16}, commit=base, workload=decls["//t:small"].workload)
+    record("//t:small", "0" * 16, {"pkg/m.py": digest})
     assert plan(4, "        y = y * 3")["//t:small"] == "run"
     store.close()

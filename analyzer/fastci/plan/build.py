@@ -340,11 +340,23 @@ def _line_facts(selection: Selection, changes: ChangeSet, calibration: Calibrati
                 declared: Mapping[TestId, DeclaredTest], store: EvidenceReader
                 ) -> dict[TestId, tuple[Reach, ...]]:
     """:func:`fastci.select.lines.line_facts` of the selected, declared tests."""
-    from fastci.select.lines import declaration_digests, line_facts
+    from fastci.select.lines import COMPILER_MARKERS, declaration_digests, line_facts
 
-    if calibration is None:
+    if calibration is None or changes.versions is None:
         return {}
-    candidates = [d.test for d in selection.selected if d.test in declared]
+    # A test whose run executed a file that names a compiler or tracer may have run code
+    # that produced no line events: no line facts for it.
+    sources: dict[TestId, set[RelPath]] = {}
+    for test, path, _digest in store.source_digests(
+            tests=[d.test for d in selection.selected if d.test in declared]):
+        sources.setdefault(test, set()).add(path)
+    compiling = {p for p in set().union(*sources.values())
+                 if any(m.encode() in (changes.versions.now(p) or b"") for m in COMPILER_MARKERS)}
+    if compiling:
+        LOG.info("no line evidence for tests that ran %s: it may compile or trace Python code, "
+                 "whose frames produce no line events", sorted(compiling)[0])
+    candidates = [d.test for d in selection.selected if d.test in declared
+                  and d.test in sources and not sources[d.test] & compiling]
     recorded: dict[TestId, dict[UnitId, str]] = {}
     for test, unit, checksum in store.recorded_units(tests=candidates):
         recorded.setdefault(test, {})[unit] = checksum

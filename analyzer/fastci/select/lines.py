@@ -21,11 +21,15 @@ Only a change of kind ``function body changed`` (for that test's own version of 
 file) is narrowed: signatures, defaults, decorators, class and module bodies act at
 definition or import time and stay unit- or module-wide. Anything this module cannot
 read (a merged unit, a change touching the ``def`` lines, an unparsable side) answers
-a reason instead of lines, and the test stays selected.
+a reason instead of lines, and the test stays selected. So does an edit that acts
+beyond its lines when compiled (:func:`_scope_change`: a new binding of a name the
+function read as a global, ``global``/``nonlocal``, a ``yield``). A repository whose
+Python text names a compiler or tracer (:data:`COMPILER_MARKERS`) gets no line
+facts at all: compiled frames produce no line events.
 
 :func:`line_facts` reads it for a selection (also for prioritization: a test that ran
-changed lines is likelier to fail) and :func:`narrow_by_lines` applies it: every reason of a selected test
-must be such a body change, its line evidence must come from a passing, complete
+changed lines is likelier to fail) and :func:`narrow_by_lines` applies it: every
+reason of a selected test must be such a body change, its line evidence must come from a passing, complete
 full-workload calibration of the test's current declaration, the unit's checksum
 there must equal the one in the test's own evidence (the lines describe the code the
 test's evidence describes), and the calibrated version of the file must be in the
@@ -37,9 +41,11 @@ from __future__ import annotations
 
 import ast
 import difflib
+import inspect
 import logging
 import re
 from dataclasses import dataclass, replace
+from types import CodeType
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from fastci.changes.semantic_diff import ChangeKind
@@ -186,7 +192,56 @@ def reach_lines(old: bytes, new: bytes | None, path: RelPath, qualname: str) -> 
         out |= got
     if not touched or not out:
         return f"no changed line of {qualname} could be placed"
+    scope = _scope_change(old, new, path, qualname)
+    if scope is not None:
+        return scope
     return frozenset(out)
+
+
+#: Code flags that change how every call of a function runs (generator, coroutine...).
+_CALL_FLAGS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+               | inspect.CO_ITERABLE_COROUTINE | inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+
+
+def _code(source: bytes, path: RelPath, qualname: str) -> CodeType | None:
+    try:
+        top = compile(source, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return None
+    found: list[CodeType] = []
+    todo = [top]
+    while todo:
+        code = todo.pop()
+        if code.co_qualname == qualname:
+            found.append(code)
+        todo.extend(c for c in code.co_consts if isinstance(c, CodeType))
+    return found[0] if len(found) == 1 else None
+
+
+def _scope_change(old: bytes, new: bytes, path: RelPath, qualname: str) -> str | None:
+    """Why a body edit acts beyond its own lines, or None.
+
+    Compiling decides some things for the whole function: binding a name anywhere
+    (an assignment, an import, a ``del``) makes it local everywhere, so a line that
+    read a global or an enclosing variable raises ``UnboundLocalError`` in runs that
+    never reach the new binding; ``global``/``nonlocal`` move a name the other way;
+    a ``yield`` or ``await`` changes what every call returns.
+    """
+    a, b = _code(old, path, qualname), _code(new, path, qualname)
+    if a is None or b is None:
+        return f"{qualname} cannot be compiled on both sides"
+    if (a.co_flags & _CALL_FLAGS) != (b.co_flags & _CALL_FLAGS):
+        return f"the change makes {qualname} a generator or coroutine, or the other way round"
+    old_local = set(a.co_varnames) | set(a.co_cellvars)
+    new_local = set(b.co_varnames) | set(b.co_cellvars)
+    old_outer = set(a.co_names) | set(a.co_freevars)
+    new_outer = set(b.co_names) | set(b.co_freevars)
+    moved = (new_local & old_outer) | (old_local & new_outer) | (set(b.co_freevars) & set(a.co_names)) \
+        | (set(a.co_freevars) & set(b.co_names))
+    if moved:
+        return (f"the change rebinds {', '.join(sorted(moved)[:3])} in {qualname}'s scope "
+                "(local vs global or enclosing), which every line using it sees")
+    return None
 
 
 def _blank(line: str) -> bool:
@@ -259,6 +314,14 @@ class Reach:
     unit: UnitId
     lines: frozenset[int]
     ran: int
+
+
+#: Text that says a repository may compile or trace Python code (torch.compile,
+#: TorchScript, dynamo, triton, numba, jax, cupy): code run that way produces few or no
+#: line events, so executed lines cannot show which code a test ran.
+COMPILER_MARKERS = ("torch.compile", "_dynamo", "torch.jit", "jit.script", "jit.trace",
+                    "torch.export", "aot_function", "aot_module", "make_fx", "triton",
+                    "numba", "jax", "cupy")
 
 
 def line_facts(selection: Selection, versions: Versions | None,
