@@ -1,5 +1,6 @@
 """``fastci run``: run a plan through Bazel and pytest (node ids; the only runner without a
-Bazel workspace) and record the results."""
+Bazel workspace) in priority order and record the results; ``--fail-fast`` stops at the
+first failure (docs/RUNNING.md)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", help="evidence store to record results in (default: config `store`)")
     p.add_argument("--root", type=Path, default=Path("."), help="workspace root (default: .)")
     p.add_argument("--no-record", action="store_true", help="do not record results in the store")
+    p.add_argument("--fail-fast", action="store_true",
+                   help="stop at the first failing test (bazel --notest_keep_going, pytest -x); "
+                        "the tests that did not run are counted as not run")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -41,7 +45,7 @@ def _run(args: argparse.Namespace) -> int:
             # and leave the store as it is for a person to look at.
             print(f"fastci run: {exc}: running the plan without recording results")
     try:
-        report = execute(root, plan, cfg, store=store)
+        report = execute(root, plan, cfg, store=store, fail_fast=args.fail_fast)
     finally:
         if store is not None:
             store.close()

@@ -27,7 +27,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterator, Mapping, Sequence
+from typing import IO, Callable, Iterator, Mapping, Sequence
 
 from fastci.errors import FastCIError
 
@@ -188,6 +188,16 @@ def try_acquire(count: int, devices: Sequence[str], directory: Path) -> Lease | 
     return None
 
 
+def free_count(devices: Sequence[str], directory: Path) -> int:
+    """How many of ``devices`` no process holds now (a snapshot: it may change at once)."""
+    return sum(1 for device in devices if not _try_probe(directory / _lock_name(device)))
+
+
+#: ``turn(free)``: whether a test may try to take its GPUs now, ``free`` of them
+#: being unheld (:meth:`fastci.run.schedule.Ticket.turn`, list scheduling).
+Turn = Callable[[int], bool]
+
+
 def acquire(
     count: int,
     devices: Sequence[str],
@@ -195,8 +205,12 @@ def acquire(
     *,
     wait_s: float = DEFAULT_WAIT_S,
     poll_s: float = 0.2,
+    turn: Turn | None = None,
 ) -> Lease:
-    """Wait until ``count`` devices are free and lock them.
+    """Wait until ``count`` devices are free (and, with ``turn``, it is this test's turn); lock them.
+
+    ``turn`` only decides when to *try*: the locks stay what keeps two tests off
+    one device, and the wait for a turn counts against ``wait_s``.
 
     Raises:
         GpuPoolError: the host has fewer devices than ``count``, or they stayed
@@ -209,9 +223,10 @@ def acquire(
     deadline = time.monotonic() + wait_s
     waited = False
     while True:
-        lease = try_acquire(count, devices, directory)
-        if lease is not None:
-            return lease
+        if turn is None or turn(free_count(devices, directory)):
+            lease = try_acquire(count, devices, directory)
+            if lease is not None:
+                return lease
         if time.monotonic() >= deadline:
             held = _holders(devices, directory)
             raise GpuPoolError(f"{count} of GPUs {', '.join(devices)} stayed busy for {wait_s:.0f}s "
@@ -247,8 +262,12 @@ def allow_cpu(environ: Mapping[str, str]) -> bool:
 
 
 @contextlib.contextmanager
-def gpus_for(count: int, environ: Mapping[str, str]) -> Iterator[tuple[str, ...]]:
+def gpus_for(count: int, environ: Mapping[str, str], *,
+             turn: Turn | None = None) -> Iterator[tuple[str, ...]]:
     """Yield the device ids to use for a test needing ``count`` GPUs.
+
+    ``turn`` (see :func:`acquire`) makes it wait its turn in a scheduled run
+    before it takes devices from the pool; it is not asked without devices.
 
     On a host without GPUs, a test needing some runs on CPU (yields ``()``)
     only when :func:`allow_cpu`; otherwise it fails.
@@ -271,7 +290,7 @@ def gpus_for(count: int, environ: Mapping[str, str]) -> Iterator[tuple[str, ...]
         yield ()
         return
     wait_s = wait_seconds(environ)
-    lease = acquire(count, found.devices, lock_dir(environ), wait_s=wait_s)
+    lease = acquire(count, found.devices, lock_dir(environ), wait_s=wait_s, turn=turn)
     try:
         LOG.info("using GPU(s) %s of %s (%s)", ",".join(lease.devices), ",".join(found.devices), found.source)
         yield lease.devices

@@ -3,7 +3,8 @@
 It reads what the macro put into the environment (``FASTCI_WORKLOAD``,
 ``FASTCI_MODE``, ``FASTCI_TEST_ID``, ``FASTCI_GPUS``, ``FASTCI_TEST_MAIN``,
 ``FASTCI_PLAN_STATUS``), takes GPUs from the lock-file pool
-(:mod:`fastci.run.gpus`), writes ``$TEST_UNDECLARED_OUTPUTS_DIR/fastci_workload.json``,
+(:mod:`fastci.run.gpus`) — in a ``fastci run`` that published a schedule, only
+when it is this test's turn in priority order (:mod:`fastci.run.schedule`) —, writes ``$TEST_UNDECLARED_OUTPUTS_DIR/fastci_workload.json``,
 optionally wraps the run in the evidence recorder (``FASTCI_RECORD=1``), and
 runs the test's own main in this process with the workload flags in
 ``sys.argv``. See docs/CONTRACTS.md, "A running gpu_test".
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any, Mapping, MutableMapping, Sequence
 
 from fastci.run import gpus as gpu_pool
+from fastci.run import schedule
 from fastci.errors import FastCIError
 from fastci.types import normalize_test_id
 
@@ -197,38 +199,60 @@ def launch(argv: Sequence[str], environ: MutableMapping[str, str]) -> int:
     cwd = Path.cwd()
     main = resolve_main(cfg.main, environ, cwd)
     outputs = environ.get("TEST_UNDECLARED_OUTPUTS_DIR")
-    with gpu_pool.gpus_for(cfg.gpus, environ) as devices:
-        environ["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
-        record = workload_record(cfg, devices)
-        if cfg.gpus and not devices:
-            print(
-                f"fastci: WARNING: {cfg.test_id} needs {cfg.gpus} GPU(s) and runs on CPU "
-                f"({gpu_pool.ALLOW_CPU_ENV}=1): a pass here says nothing about the GPU path",
-                file=sys.stderr,
-            )
+    # Found from where the main lives, never from the environment: no cache key changes.
+    ticket = schedule.ticket_for(cfg.test_id, cfg.gpus, main, cfg.main, say=_say)
+    try:
+        with gpu_pool.gpus_for(cfg.gpus, environ,
+                               turn=ticket.turn if ticket is not None else None) as devices:
+            if ticket is not None:
+                ticket.close()
+            rc = _run(cfg, main, argv, environ, devices, outputs, cwd)
+            if rc != 0 and ticket is not None:
+                ticket.failed()  # before the devices go back: nothing starts after a failure
+            return rc
+    finally:
+        if ticket is not None:
+            ticket.close()
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def _run(cfg: LaunchConfig, main: Path, argv: Sequence[str], environ: MutableMapping[str, str],
+         devices: tuple[str, ...], outputs: str | None, cwd: Path) -> int:
+    """Run the test's main on ``devices`` (held by the caller)."""
+    environ["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
+    record = workload_record(cfg, devices)
+    if cfg.gpus and not devices:
         print(
-            f"fastci: {cfg.test_id} mode={cfg.mode} gpus={cfg.gpus} devices=[{','.join(devices)}] "
-            f"workload={json.dumps(record['workload'], sort_keys=True)}"
-            + (f" plan={cfg.plan_status}" if cfg.plan_status else ""),
+            f"fastci: WARNING: {cfg.test_id} needs {cfg.gpus} GPU(s) and runs on CPU "
+            f"({gpu_pool.ALLOW_CPU_ENV}=1): a pass here says nothing about the GPU path",
             file=sys.stderr,
         )
-        if outputs:
-            out = Path(outputs)
-            out.mkdir(parents=True, exist_ok=True)
-            (out / WORKLOAD_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-        if not cfg.record:
-            return run_main(main, argv)
-        if not outputs:
-            raise LaunchError("FASTCI_RECORD=1 needs TEST_UNDECLARED_OUTPUTS_DIR (run under bazel test)")
-        repo_root = Path(environ.get("FASTCI_REPO_ROOT") or cwd)
-        recorder = _recorder(cfg, Path(outputs) / TRACES_DIR, repo_root)
-        recorder.start()
-        rc = 1
-        try:
-            rc = run_main(main, argv)
-        finally:
-            recorder.stop("passed" if rc == 0 else "failed")
-        return rc
+    print(
+        f"fastci: {cfg.test_id} mode={cfg.mode} gpus={cfg.gpus} devices=[{','.join(devices)}] "
+        f"workload={json.dumps(record['workload'], sort_keys=True)}"
+        + (f" plan={cfg.plan_status}" if cfg.plan_status else ""),
+        file=sys.stderr,
+    )
+    if outputs:
+        out = Path(outputs)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / WORKLOAD_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    if not cfg.record:
+        return run_main(main, argv)
+    if not outputs:
+        raise LaunchError("FASTCI_RECORD=1 needs TEST_UNDECLARED_OUTPUTS_DIR (run under bazel test)")
+    repo_root = Path(environ.get("FASTCI_REPO_ROOT") or cwd)
+    recorder = _recorder(cfg, Path(outputs) / TRACES_DIR, repo_root)
+    recorder.start()
+    rc = 1
+    try:
+        rc = run_main(main, argv)
+    finally:
+        recorder.stop("passed" if rc == 0 else "failed")
+    return rc
 
 
 def main(argv: Sequence[str] | None = None) -> int:

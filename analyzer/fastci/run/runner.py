@@ -25,6 +25,15 @@ failure too (``NOT RUN``).
 A plan made for another tree than the one on disk (its ``tree``,
 :func:`fastci.plan.model.for_tree`) is not obeyed: everything runs, with a warning.
 
+A selective plan runs in priority order on the host's GPUs
+(:mod:`fastci.run.schedule`: the launchers wait their turn; Bazel is told to
+start every scheduled test at once). With ``fail_fast`` Bazel stops at the
+first failing test (``--notest_keep_going``: it kills the tests still running
+and starts no more) and pytest runs with ``-x``; the tests that did not run
+are counted as ``N not run`` after ``N passed, N failed``, never as passed, and
+nothing is recorded for them. When a test failed the summary says how long
+after the start of the run the first failure came (see docs/RUNNING.md).
+
 A plan in mode ``shadow`` runs everything at full workload (safety invariant 7)
 and ends with a *miss report*: the failures among the tests the plan would have
 skipped, each with the reason the plan gave, also written as JSON to
@@ -36,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -50,6 +60,8 @@ from fastci.errors import BazelError
 from fastci.config import Config
 from fastci.integrations.git.repository import Git
 from fastci.plan.model import Plan, for_tree
+from fastci.run import gpus as gpu_pool
+from fastci.run import schedule
 from fastci.integrations.git.tree import current_tree
 from fastci.select.rules import RunLike
 from fastci.types import TestId, as_label, is_label, normalize_test_id
@@ -119,6 +131,7 @@ class PytestRun:
     returncode: int
     results: tuple[PytestResult, ...] = ()
     error: str | None = None  # why the run itself failed (counted as one failure)
+    started: float = 0.0  # when pytest started (epoch seconds)
 
 
 @dataclass(frozen=True)
@@ -134,6 +147,8 @@ class RunReport:
     warning: str | None = None  # why the plan was not obeyed as written (stale, tied to no tree)
     mode: str = ""  # the mode that ran (``all`` for a stale plan)
     pytest: PytestRun | None = None  # the pytest half, when it ran
+    stopped: tuple[str, ...] = ()  # fail-fast: tests that did not run after the first failure
+    first_failure: tuple[str, float] | None = None  # (test, seconds after the run started)
 
     @property
     def passed(self) -> int:
@@ -150,8 +165,9 @@ class RunReport:
         return (self.report.failed if self.report else 0) + len(self.not_run) + py
 
     def summary_line(self) -> str:
-        """``N passed, N failed``."""
-        return f"{self.passed} passed, {self.failed} failed"
+        """``N passed, N failed`` (fail-fast: ``, N not run`` after it when some did not run)."""
+        stopped = f", {len(self.stopped)} not run" if self.stopped else ""
+        return f"{self.passed} passed, {self.failed} failed{stopped}"
 
 
 def planned_targets(plan: Plan, config: Config) -> tuple[list[str], list[str]]:
@@ -256,22 +272,29 @@ def _workload(label: str, testlogs: Path | None, last: RunLike | None = None,
 def execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | None = None,
             bazel: Bazel | None = None, flags: tuple[str, ...] = (),
             echo: Callable[[str], None] = print, python: str | None = None,
-            pytest_args: tuple[str, ...] = ()) -> RunReport:
+            pytest_args: tuple[str, ...] = (), fail_fast: bool = False) -> RunReport:
     """Run ``plan`` under Bazel and pytest in ``root``; record results in ``store``.
+
+    ``fail_fast``: stop at the first failing test (Bazel ``--notest_keep_going``,
+    pytest ``-x``); the tests that did not run are reported as not run.
 
     A plan made for another tree than the one in ``root`` is not obeyed: every
     test runs at full workload and the report carries the warning. Without a
     Bazel workspace in ``root`` only pytest runs (``python``: its interpreter,
     default the config's ``runner_python``; ``pytest_args``: more pytest arguments).
     """
+    t0 = time.time()
     tree = current_tree(root)
     plan, warning = for_tree(plan, tree)
     if warning is not None:
         loud = "WARNING" if plan.mode == "all" else "warning"
         echo(f"fastci run: {loud}: {warning}")
+    if fail_fast:
+        pytest_args = ("-x", *pytest_args)
     if not is_bazel_workspace(root):
         return _execute_pytest_only(root, plan, config, tree, store=store, echo=echo,
-                                    python=python, pytest_args=pytest_args, warning=warning)
+                                    python=python, pytest_args=pytest_args, warning=warning,
+                                    fail_fast=fail_fast, t0=t0)
     targets, others = planned_targets(plan, config)
     planned = tuple(dict.fromkeys(normalize_test_id(t.id) for t in plan.tests
                                   if is_label(t.id))) if plan.mode == "selective" else ()
@@ -285,8 +308,14 @@ def execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | No
     echo(f"fastci run: bazel test {' '.join(targets)} --config={config.bazel_config}"
          + (f" (plan mode {plan.mode}: {plan.reason})" if plan.mode != "selective" else
             f" ({len(planned)} planned, {len(plan.skipped)} skipped by the plan)"))
+    if fail_fast:
+        flags = ("--notest_keep_going", *flags)
     try:
-        res = bazel.test(targets, flags=(f"--config={config.bazel_config}", *flags), bep_path=bep)
+        with schedule.publish(root, plan, fail_fast=fail_fast) as published:
+            if published is not None and len(published.tests) > 1:
+                flags = (*_concurrency(len(published.tests), flags, echo), *flags)
+            res = bazel.test(targets, flags=(f"--config={config.bazel_config}", *flags),
+                             bep_path=bep)
         no_tests = res.no_tests
     except BazelError as exc:
         if not _all_skipped(plan, bep, exc):
@@ -297,6 +326,12 @@ def execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | No
     report = parse_bep(bep)
     seen = set(report.outcomes)
     not_run = tuple(t for t in planned if t not in seen)
+    first = first_failure(bep, t0)
+    stopped: tuple[str, ...] = ()
+    if fail_fast and report.failed:
+        # Bazel stopped at a failure: what it did not finish did not run (not a failure).
+        stopped = tuple(dict.fromkeys([*not_run, *(t for t in aborted(bep) if t not in seen)]))
+        not_run = ()
     if no_tests and not_run:
         # Bazel found nothing to test: every planned test was filtered (e.g. by the
         # user's --test_tag_filters); say so instead of dropping them silently.
@@ -307,12 +342,16 @@ def execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | No
     recorded = _record(root, report, store, bazel, plan) if store is not None else 0
     misses = miss_report(plan, report) if plan.mode == "shadow" else ()
     py_run = None
-    if others:
+    if others and fail_fast and report.failed:
+        stopped = (*stopped, *others)  # stopped before the pytest half
+    elif others:
         py_run = _pytest_in_workspace(root, plan, config, tree, others, store=store, echo=echo,
                                       python=python, pytest_args=pytest_args)
         recorded += _record_pytest(root, py_run, store) if store is not None else 0
+    if first is None and py_run is not None:
+        first = _pytest_first_failure(py_run, t0)
     rr = RunReport(tuple(targets), report, not_run, tuple(others), recorded, misses,
-                   warning, plan.mode, py_run)
+                   warning, plan.mode, py_run, stopped, first)
     listed = {normalize_test_id(t.id) for t in plan.tests} | \
         {normalize_test_id(s.id) for s in plan.skipped}
     for label, outcome in sorted(report.outcomes.items()):
@@ -322,14 +361,129 @@ def execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | No
         echo(f"  {outcome.status:<10} {label} {outcome.duration_s:.1f}s{cached}{unplanned}")
     for label in not_run:
         echo(f"  NOT RUN    {label} (planned, but Bazel reported no result)")
+    for label in stopped:
+        echo(f"  NOT RUN    {label} (--fail-fast stopped the run)")
     if plan.mode == "selective" and report.skipped:
         echo(f"fastci run: {len(report.skipped)} test(s) skipped as the plan says")
     if py_run is not None:
         _echo_pytest(py_run, (), echo)
     if plan.mode == "shadow":
         _echo_misses(plan, misses, bep.with_name(bep.name.replace("bep-", "miss-report-")), echo)
+    _echo_first_failure(first, echo)
     echo(rr.summary_line())
     return rr
+
+
+#: The most tests ``fastci run`` lets Bazel start at once for the launchers to order
+#: (each waits as a Python process): at least this many, or 8 per GPU.
+MAX_STARTED = 64
+
+
+def _concurrency(scheduled: int, flags: tuple[str, ...],
+                 echo: Callable[[str], None]) -> tuple[str, ...]:
+    """Flags that let Bazel start the scheduled tests at once, so the launchers order them.
+
+    Only on a host with GPUs (without, the pool does not hold tests back and
+    starting everything at once would only crowd the CPUs), and never over the
+    user's own ``--jobs``/``--local_test_jobs``. Neither flag is in a cache key
+    nor discards Bazel's analysis cache (measured, docs/RUNNING.md).
+    """
+    if any(f.startswith(("--jobs", "--local_test_jobs", "-j")) for f in flags):
+        return ()
+    devices = gpu_pool.discover_devices(os.environ).devices
+    if not devices:
+        return ()
+    n = min(scheduled, max(MAX_STARTED, 8 * len(devices)))
+    echo(f"fastci run: {scheduled} planned test(s) in priority order on {len(devices)} GPU(s)")
+    return (f"--local_test_jobs={n}", f"--jobs={max(n, os.cpu_count() or 1)}")
+
+
+def _bep_events(bep: Path) -> list[dict[str, Any]]:
+    """The build events of ``bep`` that parse (a killed Bazel leaves a truncated line)."""
+    out = []
+    try:
+        lines = bep.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            out.append(event)
+    return out
+
+
+def _bazel_seconds(bep: Path) -> float | None:
+    """When the ``bazel test`` command started (epoch seconds), from its ``started`` event."""
+    for event in _bep_events(bep):
+        started = event.get("started")
+        if isinstance(started, dict) and "startTimeMillis" in started:
+            try:
+                return int(started["startTimeMillis"]) / 1000.0
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def first_failure(bep: Path, start: float | None = None) -> tuple[str, float] | None:
+    """(the first test to fail, seconds from ``start`` until it ended), or None.
+
+    ``start``: epoch seconds, default when ``bazel test`` started.
+
+    From the ``testResult`` events: each carries ``testAttemptStartMillisEpoch``
+    and ``testAttemptDurationMillis``; a cached result is not counted (it did not
+    fail in this run).
+    """
+    start = start if start is not None else _bazel_seconds(bep)
+    best: tuple[str, float] | None = None
+    for event in _bep_events(bep):
+        ident, result = event.get("id", {}).get("testResult"), event.get("testResult")
+        if not isinstance(ident, dict) or not isinstance(result, dict):
+            continue
+        if result.get("status", "") in ("PASSED", "FLAKY") or result.get("cachedLocally"):
+            continue
+        try:
+            end = (int(result["testAttemptStartMillisEpoch"])
+                   + int(result.get("testAttemptDurationMillis", 0))) / 1000.0
+        except (KeyError, TypeError, ValueError):
+            continue
+        label = normalize_test_id(str(ident.get("label", "?")))
+        if start is not None and (best is None or end - start < best[1]):
+            best = (label, max(end - start, 0.0))
+    return best
+
+
+def aborted(bep: Path) -> tuple[str, ...]:
+    """Tests whose run Bazel aborted (``--notest_keep_going`` after a failure: NO STATUS)."""
+    out = []
+    for event in _bep_events(bep):
+        ident = event.get("id", {})
+        if "aborted" in event and isinstance(ident, dict):
+            for kind in ("testResult", "testSummary"):
+                if isinstance(ident.get(kind), dict) and "label" in ident[kind]:
+                    out.append(normalize_test_id(str(ident[kind]["label"])))
+    return tuple(dict.fromkeys(out))
+
+
+def _pytest_first_failure(run: PytestRun, start: float) -> tuple[str, float] | None:
+    """pytest's first failure: when pytest started, plus the durations of the tests up to it.
+
+    The result lines carry durations, not times: collection and the time between
+    tests are not counted, so this is a little early.
+    """
+    total = max(run.started - start, 0.0) if run.started else 0.0
+    for r in run.results:
+        total += r.duration_s
+        if r.failed:
+            return r.id, total
+    return None
+
+
+def _echo_first_failure(first: tuple[str, float] | None, echo: Callable[[str], None]) -> None:
+    if first is not None:
+        echo(f"fastci run: time to first failure: {first[1]:.1f}s ({first[0]})")
 
 
 def _pytest_in_workspace(root: Path, plan: Plan, config: Config, tree: str | None, others: list[str],
@@ -351,7 +505,7 @@ def _pytest_in_workspace(root: Path, plan: Plan, config: Config, tree: str | Non
 def _execute_pytest_only(root: Path, plan: Plan, config: Config, tree: str | None, *,
                          store: ResultHistory | None, echo: Callable[[str], None],
                          python: str | None, pytest_args: tuple[str, ...],
-                         warning: str | None) -> RunReport:
+                         warning: str | None, fail_fast: bool = False, t0: float = 0.0) -> RunReport:
     """A repository without a Bazel workspace: the whole suite through pytest, under the plan."""
     ids = [t.id for t in plan.tests] if plan.mode == "selective" else []
     echo("fastci run: no Bazel workspace here: running the suite with pytest"
@@ -361,17 +515,25 @@ def _execute_pytest_only(root: Path, plan: Plan, config: Config, tree: str | Non
     not_run: tuple[str, ...] = ()
     if py_run.error is None:
         not_run = _not_reported(ids, py_run.results)
+    stopped: tuple[str, ...] = ()
+    if fail_fast and any(r.failed for r in py_run.results):
+        stopped, not_run = not_run, ()  # -x stopped pytest: the rest did not run
     recorded = _record_pytest(root, py_run, store) if store is not None else 0
     misses: tuple[tuple[str, str], ...] = ()
     if plan.mode == "shadow":
         misses = _pytest_misses(plan, py_run.results)
-    rr = RunReport((), None, not_run, tuple(ids), recorded, misses, warning, plan.mode, py_run)
+    first = _pytest_first_failure(py_run, t0)
+    rr = RunReport((), None, not_run, tuple(ids), recorded, misses, warning, plan.mode, py_run,
+                   stopped, first)
     _echo_pytest(py_run, not_run, echo)
+    for test in stopped:
+        echo(f"  NOT RUN    {test} (--fail-fast stopped the run)")
     if plan.mode == "shadow":
         stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6}"
         path = root / RUNS_DIR / f"miss-report-{stamp}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         _echo_misses(plan, misses, path, echo)
+    _echo_first_failure(first, echo)
     echo(rr.summary_line())
     return rr
 
@@ -422,12 +584,15 @@ def run_pytest(root: Path, plan: Plan, config: Config, tree: str | None, *, args
     plan_file = runs / f"pytest-plan-{stamp}.json"
     results_file = runs / f"pytest-results-{stamp}.jsonl"
     # Stamped with the tree it was checked against (unknown: left as it was).
-    plan_file.write_text((dataclasses.replace(plan, tree=tree) if tree else plan).to_json())
+    # In priority order: the plugin runs planned tests in the plan's order.
+    ordered = dataclasses.replace(plan, tests=tuple(schedule.order(plan.tests)))
+    plan_file.write_text((dataclasses.replace(ordered, tree=tree) if tree else ordered).to_json())
     if python is None:
         python = _python(root, config, echo)
     cmd = (python, "-m", "pytest", "-p", "fastci.pytest_plugin", "--fastci-plan", str(plan_file),
            "--fastci-results", str(results_file), *args)
     echo(f"fastci run: {' '.join(cmd)}")
+    started = time.time()
     try:
         proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, errors="replace")
@@ -443,7 +608,7 @@ def run_pytest(root: Path, plan: Plan, config: Config, tree: str | None, *, args
         what = {2: "interrupted or collection errors", 3: "internal error", 4: "usage error",
                 5: "no tests collected"}.get(rc, "unexpected exit status")
         error = f"pytest exited {rc} ({what})"
-    return PytestRun(cmd, rc, results, error)
+    return PytestRun(cmd, rc, results, error, started)
 
 
 def _python(root: Path, config: Config, echo: Callable[[str], None]) -> str:
