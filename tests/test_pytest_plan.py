@@ -64,6 +64,17 @@ def test_deselects_skipped_with_reasons_and_orders_by_plan(tmp_path: Path) -> No
     assert "test_suite.py::test_b: not affected by the change" not in out
 
 
+def test_a_plan_given_to_pytest_runs_by_priority(tmp_path: Path) -> None:
+    """A plan listing its tests out of priority order still runs highest priority first
+    (issue 14 item 4): the plugin sorts as `fastci run` does."""
+    plan = Plan(mode="selective", tests=(
+        PlannedTest("test_suite.py::test_a", priority=0.2),
+        PlannedTest("test_suite.py::test_b"),
+        PlannedTest("test_suite.py::test_c", priority=0.9)))
+    ran = re.findall(r"RAN (\w+)", run_with(tmp_path, plan))
+    assert ran == ["c", "a", "b", "unplanned"]
+
+
 def test_mode_all_deselects_nothing(tmp_path: Path) -> None:
     plan = Plan(mode="all", reason="environment changed",
                 skipped=(SkippedTest("test_suite.py::test_b", "x"),))

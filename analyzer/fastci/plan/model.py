@@ -35,7 +35,7 @@ import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from fastci.errors import PlanError
 from fastci.integrations.git.tree import UNKNOWN_TREE
@@ -433,3 +433,17 @@ def dump_plan(plan: Plan, path: Path | str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def by_priority(tests: Sequence[PlannedTest]) -> list[PlannedTest]:
+    """``tests`` in run order: highest ``priority`` first (1.0 first); tests without a
+    priority after those, in plan order. ``fastci run`` and the pytest plugin both run
+    a plan in this order."""
+    def key(item: tuple[int, PlannedTest]) -> tuple[int, float, int]:
+        index, test = item
+        p = test.priority
+        if p is None or not math.isfinite(p):
+            return (1, 0.0, index)
+        return (0, -p, index)
+
+    return [t for _, t in sorted(enumerate(tests), key=key)]

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import IO, Callable, Iterator, Mapping, Sequence
 
 from fastci.errors import FastCIError
-from fastci.plan.model import Plan, PlannedTest
+from fastci.plan.model import Plan, PlannedTest, by_priority
 from fastci.types import TestId, is_label, normalize_test_id
 
 LOG = logging.getLogger(__name__)
@@ -60,16 +60,8 @@ class ScheduleError(FastCIError):
 
 # --- The order ---------------------------------------------------------------------------
 
-def order(tests: Sequence[PlannedTest]) -> list[PlannedTest]:
-    """``tests`` highest priority first (1.0 first); without a priority after those, in plan order."""
-    def key(item: tuple[int, PlannedTest]) -> tuple[int, float, int]:
-        index, test = item
-        p = test.priority
-        if p is None or not math.isfinite(p):
-            return (1, 0.0, index)
-        return (0, -p, index)
-
-    return [t for _, t in sorted(enumerate(tests), key=key)]
+#: The plan's run order, highest priority first (:func:`fastci.plan.model.by_priority`).
+order = by_priority
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ import pytest
 
 from fastci.integrations.bazel.mains import labels_by_main
 from fastci.integrations.pytest.ids import test_id_for
-from fastci.plan.model import Plan
+from fastci.plan.model import Plan, by_priority
 from fastci.types import is_label
 
 LOG = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ class PlanPlugin:
         # Evidence (and so plans) name tests relative to the repo root; pytest's
         # node ids are relative to its rootdir. Match either.
         self.root = root
-        self.order = {t.id: i for i, t in enumerate(plan.tests)}
+        self.order = {t.id: i for i, t in enumerate(by_priority(plan.tests))}
         self.skip_why = {s.id: s.why for s in plan.skipped} if plan.mode == "selective" else {}
         self.overrides = {t.id: dict(t.overrides) for t in plan.tests if t.overrides}
         # Main file -> label, for a plan written in Bazel labels (one gpu_test per main file).
