@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
-from fastci.integrations.bazel.bep import BuildReport, parse_bep
+from fastci.integrations.bazel.bep import BuildReport, aborted, first_failure, parse_bep
 from fastci.integrations.bazel.mains import conventional_main, labels_by_main, node_path
 from fastci.integrations.bazel.runner import Bazel
 from fastci.errors import BazelError
@@ -396,75 +396,6 @@ def _concurrency(scheduled: int, flags: tuple[str, ...],
     n = min(scheduled, max(MAX_STARTED, 8 * len(devices)))
     echo(f"fastci run: {scheduled} planned test(s) in priority order on {len(devices)} GPU(s)")
     return (f"--local_test_jobs={n}", f"--jobs={max(n, os.cpu_count() or 1)}")
-
-
-def _bep_events(bep: Path) -> list[dict[str, Any]]:
-    """The build events of ``bep`` that parse (a killed Bazel leaves a truncated line)."""
-    out = []
-    try:
-        lines = bep.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return []
-    for line in lines:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict):
-            out.append(event)
-    return out
-
-
-def _bazel_seconds(bep: Path) -> float | None:
-    """When the ``bazel test`` command started (epoch seconds), from its ``started`` event."""
-    for event in _bep_events(bep):
-        started = event.get("started")
-        if isinstance(started, dict) and "startTimeMillis" in started:
-            try:
-                return int(started["startTimeMillis"]) / 1000.0
-            except (TypeError, ValueError):
-                return None
-    return None
-
-
-def first_failure(bep: Path, start: float | None = None) -> tuple[str, float] | None:
-    """(the first test to fail, seconds from ``start`` until it ended), or None.
-
-    ``start``: epoch seconds, default when ``bazel test`` started.
-
-    From the ``testResult`` events: each carries ``testAttemptStartMillisEpoch``
-    and ``testAttemptDurationMillis``; a cached result is not counted (it did not
-    fail in this run).
-    """
-    start = start if start is not None else _bazel_seconds(bep)
-    best: tuple[str, float] | None = None
-    for event in _bep_events(bep):
-        ident, result = event.get("id", {}).get("testResult"), event.get("testResult")
-        if not isinstance(ident, dict) or not isinstance(result, dict):
-            continue
-        if result.get("status", "") in ("PASSED", "FLAKY") or result.get("cachedLocally"):
-            continue
-        try:
-            end = (int(result["testAttemptStartMillisEpoch"])
-                   + int(result.get("testAttemptDurationMillis", 0))) / 1000.0
-        except (KeyError, TypeError, ValueError):
-            continue
-        label = normalize_test_id(str(ident.get("label", "?")))
-        if start is not None and (best is None or end - start < best[1]):
-            best = (label, max(end - start, 0.0))
-    return best
-
-
-def aborted(bep: Path) -> tuple[str, ...]:
-    """Tests whose run Bazel aborted (``--notest_keep_going`` after a failure: NO STATUS)."""
-    out = []
-    for event in _bep_events(bep):
-        ident = event.get("id", {})
-        if "aborted" in event and isinstance(ident, dict):
-            for kind in ("testResult", "testSummary"):
-                if isinstance(ident.get(kind), dict) and "label" in ident[kind]:
-                    out.append(normalize_test_id(str(ident[kind]["label"])))
-    return tuple(dict.fromkeys(out))
 
 
 def _pytest_first_failure(run: PytestRun, start: float) -> tuple[str, float] | None:

@@ -14,6 +14,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fastci.errors import BazelError
 from fastci.types import normalize_test_id
@@ -155,3 +156,72 @@ def parse_bep(path: Path | str) -> BuildReport:
     except OSError as exc:
         raise BazelError(f"{path}: cannot read build events: {exc}") from exc
     return parse_bep_lines(text.splitlines(), source=str(path))
+
+
+def _bep_events(bep: Path) -> list[dict[str, Any]]:
+    """The build events of ``bep`` that parse (a killed Bazel leaves a truncated line)."""
+    out = []
+    try:
+        lines = bep.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            out.append(event)
+    return out
+
+
+def _bazel_seconds(bep: Path) -> float | None:
+    """When the ``bazel test`` command started (epoch seconds), from its ``started`` event."""
+    for event in _bep_events(bep):
+        started = event.get("started")
+        if isinstance(started, dict) and "startTimeMillis" in started:
+            try:
+                return int(started["startTimeMillis"]) / 1000.0
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def first_failure(bep: Path, start: float | None = None) -> tuple[str, float] | None:
+    """(the first test to fail, seconds from ``start`` until it ended), or None.
+
+    ``start``: epoch seconds, default when ``bazel test`` started.
+
+    From the ``testResult`` events: each carries ``testAttemptStartMillisEpoch``
+    and ``testAttemptDurationMillis``; a cached result is not counted (it did not
+    fail in this run).
+    """
+    start = start if start is not None else _bazel_seconds(bep)
+    best: tuple[str, float] | None = None
+    for event in _bep_events(bep):
+        ident, result = event.get("id", {}).get("testResult"), event.get("testResult")
+        if not isinstance(ident, dict) or not isinstance(result, dict):
+            continue
+        if result.get("status", "") in ("PASSED", "FLAKY") or result.get("cachedLocally"):
+            continue
+        try:
+            end = (int(result["testAttemptStartMillisEpoch"])
+                   + int(result.get("testAttemptDurationMillis", 0))) / 1000.0
+        except (KeyError, TypeError, ValueError):
+            continue
+        label = normalize_test_id(str(ident.get("label", "?")))
+        if start is not None and (best is None or end - start < best[1]):
+            best = (label, max(end - start, 0.0))
+    return best
+
+
+def aborted(bep: Path) -> tuple[str, ...]:
+    """Tests whose run Bazel aborted (``--notest_keep_going`` after a failure: NO STATUS)."""
+    out = []
+    for event in _bep_events(bep):
+        ident = event.get("id", {})
+        if "aborted" in event and isinstance(ident, dict):
+            for kind in ("testResult", "testSummary"):
+                if isinstance(ident.get(kind), dict) and "label" in ident[kind]:
+                    out.append(normalize_test_id(str(ident[kind]["label"])))
+    return tuple(dict.fromkeys(out))
