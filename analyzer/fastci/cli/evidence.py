@@ -1,4 +1,5 @@
-"""``fastci evidence show TEST``: what a test depends on, as recorded."""
+"""``fastci evidence show TEST``: what a test depends on, as recorded; ``fastci evidence
+export`` / ``import``: the store as one file to publish between CI jobs."""
 
 from __future__ import annotations
 
@@ -24,11 +25,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     show.add_argument("--json", action="store_true", help="print JSON")
     show.add_argument("--max-contexts", type=int, default=3,
                       help="contexts shown per unit (default: 3; 0 = all)")
+    export = sub.add_parser("export", help="write the store as one compact file to publish "
+                                           "between CI jobs (docs/EVIDENCE.md, \"Sharing\")")
+    export.add_argument("--out", type=Path, required=True, help="file to write (.jsonl.gz)")
+    export.add_argument("--commit", help="the commit the evidence describes (default: the "
+                                         "newest evidence's)")
+    export.add_argument("--store", type=Path, help="evidence store (default: .fastci/evidence.db)")
+    imp = sub.add_parser("import", help="merge exported files into the store (any order, "
+                                        "idempotent)")
+    imp.add_argument("files", type=Path, nargs="+", help="files written by `evidence export`")
+    imp.add_argument("--store", type=Path, help="evidence store (default: .fastci/evidence.db)")
+
+
+def _exchange(args: argparse.Namespace, path: Path) -> int:
+    from fastci.evidence.exchange import export_store, import_store, read_manifest
+
+    if args.action == "export":
+        with EvidenceStore.open(path) as store:
+            m = export_store(store, args.out, commit=args.commit)
+        size = args.out.stat().st_size
+        print(f"fastci evidence: wrote {args.out}: {m.runs} runs of {m.tests} tests, commit "
+              f"{(m.commit or '?')[:12]}, {size / 1e6:.2f} MB, {m.digest}")
+        return 0
+    for f in args.files:
+        read_manifest(f)  # every file checked before the store is touched
+    with EvidenceStore.open(path, create=True) as store:
+        for f in args.files:
+            m, new = import_store(store, f)
+            print(f"fastci evidence: imported {f}: {new} new of {m.runs} runs "
+                  f"(commit {(m.commit or '?')[:12]})")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the evidence of one test."""
+    """Print the evidence of one test, or export / import the store."""
     root = repo_root(Path.cwd())
+    if args.action in ("export", "import"):
+        return _exchange(args, args.store or config.load(root).path(root, "store"))
     store = EvidenceStore.open(args.store or config.load(root).path(root, "store"))
     args.test = normalize_test_id(args.test)
     try:
@@ -69,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
 
 COMMAND = Command(
     name="evidence",
-    help="show what a test depends on (units with contexts, files, last run)",
+    help="show what a test depends on (units with contexts, files, last run); export or "
+         "import the store between CI jobs",
     add_arguments=add_arguments,
     run=run,
 )

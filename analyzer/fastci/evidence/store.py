@@ -112,6 +112,8 @@ class RunEvidence:
     sources: Mapping[RelPath, str] = field(default_factory=dict)
     # Third-party distributions the run imported: name -> version.
     distributions: Mapping[str, str] = field(default_factory=dict)
+    # A run imported from an export without its evidence (history; :meth:`add_run`).
+    has_evidence: bool = True
 
 
 class StoreLockedError(StoreError):
@@ -224,6 +226,7 @@ class EvidenceStore:
         # latest_runs() is read by several stages of one plan; a write through this
         # object drops it (another process's write is seen by the next open()).
         self._latest: dict[TestId, RunRecord] | None = None
+        self._depth = 0  # nesting of _Tx
 
     # ------------------------------------------------------------------ opening
 
@@ -322,21 +325,34 @@ class EvidenceStore:
         self.close()
 
     class _Tx:
+        """One write transaction; nested ones join the outermost (all or nothing)."""
+
         def __init__(self, store: EvidenceStore) -> None:
             self.store = store
 
         def __enter__(self) -> None:
+            self.store._depth += 1
+            if self.store._depth > 1:
+                return
             try:  # waits up to the connection's timeout for another writer
                 self.store.conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
+                self.store._depth -= 1
                 raise self.store._error(exc) from exc
 
         def __exit__(self, exc_type: object, *rest: object) -> None:
-            self.store.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+            self.store._depth -= 1
+            if self.store._depth == 0:
+                self.store.conn.execute("ROLLBACK" if exc_type else "COMMIT")
 
     def _tx(self) -> "EvidenceStore._Tx":
         self._latest = None
         return EvidenceStore._Tx(self)
+
+    def transaction(self) -> "EvidenceStore._Tx":
+        """A write transaction around several writes (``ingest``, ``add_run``...): all of
+        them land, or none (an exception rolls every one back)."""
+        return self._tx()
 
     # ------------------------------------------------------------------ read side
 
@@ -345,7 +361,7 @@ class EvidenceStore:
         return [r[0] for r in self.conn.execute("SELECT name FROM test ORDER BY name")]
 
     def latest_runs(self) -> dict[TestId, RunRecord]:
-        """The newest run per test (ties: the later ingested), with its ``last_full`` run."""
+        """The newest run per test (ties: the greater run key), with its ``last_full`` run."""
         if self._latest is None:
             self._latest = self._latest_runs()
         return dict(self._latest)
@@ -502,7 +518,7 @@ class EvidenceStore:
             "SELECT t.name, r.commit_sha, r.env_fingerprint, r.workload, r.overrides, r.duration_s,"
             " r.gpus, r.outcome, r.complete, r.recorded_at, r.environment, l.packages_list"
             " FROM run r JOIN test t ON t.id = r.test_id LEFT JOIN env_listing l"
-            f" ON l.fingerprint = r.env_fingerprint{where} ORDER BY r.recorded_at, r.id", args)
+            f" ON l.fingerprint = r.env_fingerprint{where} ORDER BY r.recorded_at, r.run_key", args)
         for name, commit, env, wl, ov, dur, gpus, outcome, complete, at, ej, listing in rows:
             yield RunRecord(name, commit, env, json.loads(wl), dur, gpus, outcome, bool(complete),
                             at, None if ov is None else json.loads(ov), environment_json=ej,
@@ -573,8 +589,12 @@ class EvidenceStore:
                                    environment, run.workload, run.overrides, run.duration_s,
                                    run.gpus, run.outcome, run.complete, run.recorded_at,
                                    run.source, True)
-            held = self.conn.execute("SELECT evidence_at FROM test WHERE id = ?", (tid,)).fetchone()
-            if held[0] > run.recorded_at:
+            held = self.conn.execute(
+                "SELECT t.evidence_at, r.run_key FROM test t LEFT JOIN run r"
+                " ON r.id = t.evidence_run WHERE t.id = ?", (tid,)).fetchone()
+            # The newest recording wins whatever the order of ingestion (ties: the
+            # greater run key), so shards merge into the same store in any order.
+            if held[1] is not None and (held[0], held[1]) > (run.recorded_at, run.run_key):
                 LOG.info("%s: run %s is older than the evidence held; kept as history",
                          run.test, run.run_key)
                 return True
@@ -605,6 +625,21 @@ class EvidenceStore:
                                   [(tid, n, v) for n, v in sorted(run.distributions.items())])
             self.conn.execute("UPDATE test SET evidence_run = ?, evidence_at = ? WHERE id = ?",
                               (rid, run.recorded_at, tid))
+        return True
+
+    def add_run(self, run: RunEvidence) -> bool:
+        """Add ``run`` as history only, as it was recorded elsewhere (an export's run whose
+        evidence another recording superseded, or a plain result); its evidence, if any,
+        is not held. Returns ``False`` (and changes nothing) if its key is known."""
+        with self._tx():
+            if self.has_run(run.run_key):
+                return False
+            tid = self._id("test", "name", run.test)
+            environment = dict(run.environment)
+            environment.pop("packages_list", None)
+            self._insert_run(tid, run.run_key, run.commit, run.env_fingerprint, environment,
+                             run.workload, run.overrides, run.duration_s, run.gpus, run.outcome,
+                             run.complete, run.recorded_at, run.source, run.has_evidence)
         return True
 
     def record_result(self, test: TestId, *, outcome: str, duration_s: float,

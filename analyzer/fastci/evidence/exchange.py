@@ -1,0 +1,235 @@
+"""Publishing an evidence store between CI jobs: one canonical, compact file.
+
+GPU CI records on many runners. Each runner ingests its own traces into its own
+store; a main-branch job merges the runners' exports into one store and publishes it
+as an artifact; a PR job imports the newest one and plans. :func:`export_store` writes
+``fastci-evidence`` files, :func:`import_store` merges one into a store.
+
+The file is gzip-compressed JSON lines:
+
+1. a header: ``{"format": "fastci-evidence", "version": 1, "commit": ..., "runs": N,
+   "tests": M, "digest": "sha256:..."}``. ``commit`` is the commit the evidence
+   describes (given by the exporter, else the newest evidence's commit) and
+   ``digest`` the sha256 of every line after the header;
+2. one line per run, sorted by (test, recorded_at, run_key): its metadata, and for
+   the run whose evidence the store holds for that test, the evidence itself (units
+   with their checksums and context signatures, files read, Python sources,
+   distributions). Internal row ids never appear, so two stores with the same runs
+   export byte-identical files.
+
+Import verifies the header and the digest before it writes anything (a truncated or
+edited file is one error line and changes nothing), then ingests in the file's order;
+ingesting is idempotent (run keys) and order-independent (the newest recording per
+test wins, ties broken by run key), so shards imported in any order give the same
+store, as compared by their exports. Nothing in the file is executed: it is data
+(JSON), read with ``json.loads``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import tempfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from fastci.errors import StoreError
+from fastci.evidence.store import EvidenceStore, RunEvidence, unpack_ids
+
+FORMAT = "fastci-evidence"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The header of an evidence file."""
+
+    commit: str | None
+    runs: int
+    tests: int
+    digest: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "version": VERSION, "commit": self.commit, "runs": self.runs,
+                "tests": self.tests, "digest": self.digest}
+
+
+def _lines(store: EvidenceStore) -> Iterator[str]:
+    """The canonical run lines of ``store``, sorted."""
+    conn = store.conn
+    current = dict(conn.execute("SELECT t.name, r.run_key FROM test t JOIN run r"
+                                " ON r.id = t.evidence_run"))
+    listings = dict(conn.execute("SELECT fingerprint, packages_list FROM env_listing"))
+    rows = conn.execute(
+        "SELECT t.name, r.run_key, r.commit_sha, r.env_fingerprint, r.environment, r.workload,"
+        " r.overrides, r.duration_s, r.gpus, r.outcome, r.complete, r.recorded_at, r.source,"
+        " r.has_evidence FROM run r JOIN test t ON t.id = r.test_id"
+        " ORDER BY t.name, r.recorded_at, r.run_key")
+    for (test, key, commit, env_fp, environment, workload, overrides, duration, gpus, outcome,
+         complete, at, source, has_evidence) in rows:
+        env = json.loads(environment)
+        if has_evidence and env_fp in listings:
+            env["packages_list"] = listings[env_fp]
+        line: dict[str, Any] = {
+            "test": test, "run_key": key, "commit": commit, "env_fingerprint": env_fp,
+            "environment": env, "workload": json.loads(workload),
+            "overrides": None if overrides is None else json.loads(overrides),
+            "duration_s": duration, "gpus": gpus, "outcome": outcome, "complete": bool(complete),
+            "recorded_at": at, "source": source, "has_evidence": bool(has_evidence)}
+        if current.get(test) == key:
+            line["evidence"] = _evidence(store, test)
+        yield json.dumps(line, sort_keys=True, separators=(",", ":"))
+
+
+def _evidence(store: EvidenceStore, test: str) -> dict[str, Any]:
+    conn = store.conn
+    rows = conn.execute(
+        "SELECT u.uid, e.checksum, e.contexts FROM evidence e JOIN unit u ON u.id = e.unit_id"
+        " JOIN test t ON t.id = e.test_id WHERE t.name = ?", (test,)).fetchall()
+    ids = {i for _, _, blob in rows for i in unpack_ids(blob)}
+    sigs = store._sigs(ids)  # noqa: SLF001 - the store's own interning table
+    units = {uid: [checksum, sorted(sigs[i] for i in unpack_ids(blob))]
+             for uid, checksum, blob in sorted(rows)}
+
+    def pairs(table: str, key: str, value: str) -> dict[str, str]:
+        return dict(sorted(conn.execute(
+            f"SELECT x.{key}, x.{value} FROM {table} x JOIN test t ON t.id = x.test_id"
+            " WHERE t.name = ?", (test,))))
+
+    return {"units": units, "files": pairs("file_read", "path", "digest"),
+            "sources": pairs("source", "path", "digest"),
+            "distributions": pairs("dist_import", "name", "version")}
+
+
+def export_store(store: EvidenceStore, out: Path, *, commit: str | None = None) -> Manifest:
+    """Write ``store`` to ``out`` (atomically) and return its manifest.
+
+    ``commit``: the commit the evidence describes (default: the newest evidence's).
+    """
+    digest = hashlib.sha256()
+    runs = 0
+    tests: set[str] = set()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile() as body:
+        for line in _lines(store):
+            data = (line + "\n").encode()
+            digest.update(data)
+            body.write(data)
+            runs += 1
+            tests.add(json.loads(line)["test"])
+        if commit is None:
+            row = store.conn.execute(
+                "SELECT r.commit_sha FROM test t JOIN run r ON r.id = t.evidence_run"
+                " ORDER BY r.recorded_at DESC, r.run_key DESC LIMIT 1").fetchone()
+            commit = row[0] if row else None
+        manifest = Manifest(commit, runs, len(tests), f"sha256:{digest.hexdigest()}")
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+        try:
+            with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb",
+                                                           mtime=0) as gz:
+                gz.write((json.dumps(manifest.to_json(), sort_keys=True) + "\n").encode())
+                body.seek(0)
+                while chunk := body.read(1 << 20):
+                    gz.write(chunk)
+            os.replace(tmp, out)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    return manifest
+
+
+def read_manifest(path: Path) -> Manifest:
+    """The header of an evidence file, after checking the digest of everything after it.
+
+    Raises:
+        StoreError: not an evidence file, another version, truncated or edited.
+    """
+    try:
+        with _open(path) as f:
+            manifest = _header(path, f.readline())
+            digest = hashlib.sha256()
+            for raw in f:
+                digest.update(raw)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise StoreError(f"cannot read the evidence file {path} ({exc})") from exc
+    if f"sha256:{digest.hexdigest()}" != manifest.digest:
+        raise StoreError(f"{path}: its content does not match its digest (truncated or edited); "
+                         "nothing imported")
+    return manifest
+
+
+def _open(path: Path) -> gzip.GzipFile:
+    try:
+        return gzip.GzipFile(path, "rb")
+    except OSError as exc:
+        raise StoreError(f"cannot read the evidence file {path} ({exc})") from exc
+
+
+def _header(path: Path, raw: bytes) -> Manifest:
+    try:
+        head = json.loads(raw)
+    except (ValueError, OSError, EOFError, zlib.error) as exc:
+        raise StoreError(f"{path} is not a FastCI evidence file ({exc})") from exc
+    if not isinstance(head, dict) or head.get("format") != FORMAT:
+        raise StoreError(f"{path} is not a FastCI evidence file (no {FORMAT} header)")
+    if head.get("version") != VERSION:
+        raise StoreError(f"{path} is a {FORMAT} file of version {head.get('version')!r}; this "
+                         f"FastCI reads version {VERSION}")
+    try:
+        return Manifest(head.get("commit"), int(head["runs"]), int(head["tests"]),
+                        str(head["digest"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StoreError(f"{path}: a malformed {FORMAT} header ({exc})") from exc
+
+
+def import_store(store: EvidenceStore, path: Path) -> tuple[Manifest, int]:
+    """Merge the evidence file ``path`` into ``store``; returns its manifest and how many
+    runs were new. Checks the whole file first: on any error nothing is written.
+
+    Raises:
+        StoreError: the file is not a valid evidence file (see :func:`read_manifest`).
+    """
+    try:
+        manifest = read_manifest(path)
+        lines = []
+        with _open(path) as f:
+            f.readline()
+            for raw in f:
+                lines.append(_run(json.loads(raw)))
+    except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError) as exc:
+        raise StoreError(f"{path}: unreadable evidence file ({exc}); nothing imported") from exc
+    if len(lines) != manifest.runs:
+        raise StoreError(f"{path}: {len(lines)} runs, its header says {manifest.runs}; "
+                         "nothing imported")
+    new = 0
+    with store.transaction():
+        for run, has_evidence in lines:
+            new += store.ingest(run) if has_evidence else store.add_run(run)
+    return manifest, new
+
+
+def _run(line: dict[str, Any]) -> tuple[RunEvidence, bool]:
+    """A run line as :class:`RunEvidence` (units empty without evidence), and whether it
+    carries the evidence its test is planned from."""
+    evidence = line.get("evidence")
+    units = {}
+    extra: dict[str, Any] = {"files": {}, "sources": {}, "distributions": {}}
+    if evidence is not None:
+        units = {uid: (str(c), frozenset(str(s) for s in sigs))
+                 for uid, (c, sigs) in evidence["units"].items()}
+        extra = {k: {str(a): str(b) for a, b in evidence[k].items()}
+                 for k in ("files", "sources", "distributions")}
+    run = RunEvidence(
+        test=str(line["test"]), run_key=str(line["run_key"]), outcome=str(line["outcome"]),
+        complete=bool(line["complete"]), duration_s=float(line["duration_s"]),
+        gpus=int(line["gpus"]), workload=dict(line["workload"]),
+        recorded_at=float(line["recorded_at"]), env_fingerprint=str(line["env_fingerprint"]),
+        overrides=None if line["overrides"] is None else dict(line["overrides"]),
+        environment=dict(line["environment"]), commit=line["commit"], source=str(line["source"]),
+        units=units, has_evidence=bool(line["has_evidence"]), **extra)
+    return run, evidence is not None
