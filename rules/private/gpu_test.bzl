@@ -1,6 +1,7 @@
 """Implementation of `gpu_test` (public doorway: //rules:defs.bzl)."""
 
 load("@fastci_plan//:plan.bzl", "PLAN")
+load(":exec_props.bzl", "gpu_exec_properties")
 load(":meta.bzl", "fastci_meta")
 load(":plan_model.bzl", "decide_test")
 load(":validate.bzl", "check_gpu_test_args", "resolve_reduction")
@@ -44,6 +45,8 @@ def gpu_test(
         deps = [],
         data = [],
         gpus = 1,
+        gpu_kind = None,
+        pool = None,
         workload = {},
         floors = {},
         scope = [],
@@ -80,8 +83,11 @@ def gpu_test(
       constraint `//rules:skipped_by_plan` when the plan skips the test: Bazel
       reports it SKIPPED. (Not a tag: tags are part of the cache key, so a
       plan toggling them would re-run tests in plain `bazel test` too.)
-    - `exec_properties` defaults to `{"gpus": "<n>"}` when n > 0, so a remote
-      executor can route the test to a GPU pool (ignored locally).
+    - `exec_properties` gains `gpus` (`"<n>"`, when n > 0), `gpu-kind` (from
+      `gpu_kind`) and `Pool` (from `pool`), merged with the caller's own
+      `exec_properties` (which may not contradict them): a remote executor
+      schedules the test on a matching worker (docs/REMOTE.md). Ignored locally;
+      part of the action's key with a remote cache.
     - `legacy_create_init` defaults to False (an implicit `__init__.py` at the
       runfiles root would shadow the `fastci` package).
     It also declares `{name}__fastci_meta` (`fastci_meta`, tagged manual), the
@@ -95,6 +101,9 @@ def gpu_test(
       deps: py_library dependencies.
       data: runtime data files.
       gpus: GPUs the test needs; 0 runs on CPU.
+      gpu_kind: optional GPU model a remote worker must have (e.g. "h100-80gb");
+        exec property `gpu-kind`; needs gpus > 0.
+      pool: optional remote-execution pool (exec property `Pool`).
       workload: dimension -> full value (int, float, string or bool).
       floors: dimension -> lowest value a plan may reduce it to (numeric dims only).
       scope: what the test validates, free-text topics (e.g. "parallel_parity");
@@ -113,12 +122,18 @@ def gpu_test(
       args: extra command-line arguments (must not set workload dimensions).
       env: extra environment (must not set FASTCI_* variables owned by gpu_test).
       tags: extra tags.
-      **kwargs: passed to py_test (size, timeout, flaky, shard_count, exec_properties...).
+      **kwargs: passed to py_test (size, timeout, flaky, shard_count...); a given
+        `exec_properties` (a dict) is merged with the derived properties.
     """
     problems = check_gpu_test_args(name, srcs, main, gpus, workload, floors, scope, constraints, args, env, tags, frozen, check, reference)
     if problems:
         p = problems[0]
         fail("gpu_test %s: attribute %s: %s" % (_own_label(name if type(name) == "string" else "?"), p.attr, p.msg))
+
+    execution = gpu_exec_properties(gpus, gpu_kind, pool, kwargs.get("exec_properties"))
+    if execution.problems:
+        p = execution.problems[0]
+        fail("gpu_test %s: attribute %s: %s" % (_own_label(name), p.attr, p.msg))
 
     label = _own_label(name)
     reduction = resolve_reduction(workload, floors, frozen, check, reference)
@@ -134,8 +149,9 @@ def gpu_test(
 
     py_kwargs = dict(kwargs)
     py_kwargs.setdefault("legacy_create_init", False)
-    if gpus > 0:
-        py_kwargs.setdefault("exec_properties", {"gpus": str(gpus)})
+    py_kwargs.pop("exec_properties", None)
+    if execution.props:
+        py_kwargs["exec_properties"] = execution.props
     py_kwargs["target_compatible_with"] = py_kwargs.get("target_compatible_with", []) + select({
         _ENABLED: [_SKIPPED] if decision.skip else [],
         "//conditions:default": [],
