@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.fastci-setup
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench clean remote-cache-setup remote-cache-start remote-cache-stop remote-cache-status
 
 setup: $(STAMP)
 
@@ -23,14 +23,40 @@ PYTEST_RC_FILE ?=
 
 # FastCI's tests, microllm's unit tests, and microllm's GPU suite at its floors
 # (the full-workload suite is `bazel test //examples/...`, not part of `make test`).
-test: setup
+test: setup remote-cache-setup
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q tests examples/microllm/unit_tests \
 		examples/microllm/tests --at-floors $(PYTEST_ARGS); \
 	rc=$$?; if [ -n "$(PYTEST_RC_FILE)" ]; then echo $$rc > "$(PYTEST_RC_FILE)"; fi; exit $$rc
+
+# The loopback remote cache (docs/REMOTE.md): BuildGrid in its own virtualenv
+# (never in .venv, so the tests' dependency set stays as it is), serving
+# grpc://127.0.0.1:$(REMOTE_CACHE_PORT) from $(REMOTE_CACHE_DIR) (blobs in cas/,
+# server.pid, server.log). Use it with `bazel test //... --config=remote_cache`.
+BG_VENV := .venv-buildgrid
+BG_STAMP := $(BG_VENV)/.fastci-requirements
+REMOTE_CACHE_PORT ?= 8980
+REMOTE_CACHE_DIR ?= build/remote_cache
+RC := python3 tools/remote_cache/server.py
+
+remote-cache-setup: $(BG_STAMP)
+
+# `make test` lists it after `setup`, which installs python3-venv on Debian when missing.
+$(BG_STAMP): tools/remote_cache/requirements.txt
+	$(RC) setup --venv $(BG_VENV)
+
+remote-cache-start: remote-cache-setup
+	$(RC) start --venv $(BG_VENV) --port $(REMOTE_CACHE_PORT) --dir $(REMOTE_CACHE_DIR)
+
+remote-cache-stop:
+	$(RC) stop --dir $(REMOTE_CACHE_DIR)
+
+remote-cache-status:
+	$(RC) status --dir $(REMOTE_CACHE_DIR)
 
 bench: setup
 	$(PY) -m bench
 
 clean:
 	-bazel shutdown
-	rm -rf $(VENV) bazel-*
+	-$(RC) stop --dir $(REMOTE_CACHE_DIR)
+	rm -rf $(VENV) $(BG_VENV) bazel-*
