@@ -144,3 +144,15 @@ def test_runner_adds_plan_and_venv_digests(tmp_path: Path) -> None:
     assert test[4] == "--repo_env=FASTCI_TREE_DIGEST=unknown"  # tmp_path is no git repository
     assert test[5].startswith("--test_env=FASTCI_VENV_DIGEST=") and test[5] != "--test_env=FASTCI_VENV_DIGEST=unknown"
     assert bazel.argv("shutdown", []) == ["bazel", "--output_base=/x", "shutdown"]
+
+
+def test_a_remote_cache_hit_counts_as_cached() -> None:
+    """Bazel 4.2.3 marks a result served by a remote cache (issue 16) in executionInfo."""
+    remote = json.dumps({
+        "id": {"testResult": {"label": "//p:r", "run": 1, "shard": 1, "attempt": 1}},
+        "testResult": {"status": "PASSED", "testAttemptDurationMillis": "700",
+                       "executionInfo": {"cachedRemotely": True, "strategy": "remote"}}})
+    fresh = _result("//p:f", "PASSED", 700)
+    report = parse_bep_lines([remote, _summary("//p:r", "PASSED", 700), fresh,
+                              _summary("//p:f", "PASSED", 700)])
+    assert report.outcomes["//p:r"].cached and not report.outcomes["//p:f"].cached

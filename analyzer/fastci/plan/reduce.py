@@ -49,6 +49,7 @@ from fastci.select.decisions import Decision, DecisionKind, Reason
 from fastci.select.rules import DeclaredTest
 from fastci.types import RelPath, TestId, UnitId
 from fastci.units.index import FileUnits, UnitKind, index_source, split_unit_id
+from fastci.units.lines import line_ranges
 
 LOG = logging.getLogger(__name__)
 
@@ -240,7 +241,7 @@ class _Need:
             return f"calibrated another version of {self.path}"
         lines = self.lines - rung.lines.get(self.path, frozenset())
         if lines:
-            return f"does not execute {self.unit} lines {_ranges(lines)}"
+            return f"does not execute {self.unit} lines {line_ranges(lines)}"
         arcs = self.arcs - rung.arcs.get(self.path, frozenset())
         if arcs:
             a, b = min(arcs)
@@ -366,7 +367,7 @@ def _why(rung: Rung, full: Rung, workload: Mapping[str, Any], needs: Sequence[_N
          learned: Mapping[str, tuple[Any, str]]) -> str:
     dims = ", ".join(f"{k} {workload[k]}\u2192{v}" for k, v in sorted(rung.overrides.items()))
     reach = "; ".join(
-        f"{n.unit}" + (f" lines {_ranges(n.lines)}" if n.lines else " (no changed line runs "
+        f"{n.unit}" + (f" lines {line_ranges(n.lines)}" if n.lines else " (no changed line runs "
                                                                       "at full workload)")
         + f" in contexts {_contexts(n.contexts)}" for n in needs)
     text = (f"reduced: {dims}: rung {rung.rung} ({rung.gpu_s:.1f} of {full.gpu_s:.1f} "
@@ -374,17 +375,6 @@ def _why(rung: Rung, full: Rung, workload: Mapping[str, Any], needs: Sequence[_N
     if learned:
         text += "; learned floors " + ", ".join(f"{k} > {v}" for k, (v, _) in sorted(learned.items()))
     return text
-
-
-def _ranges(lines: Iterable[int]) -> str:
-    """``1, 2, 3, 7`` -> ``1–3, 7``."""
-    parts: list[list[int]] = []
-    for x in sorted(lines):
-        if parts and x == parts[-1][1] + 1:
-            parts[-1][1] = x
-        else:
-            parts.append([x, x])
-    return ", ".join(f"{a}" if a == b else f"{a}\u2013{b}" for a, b in parts) or "none"
 
 
 def _contexts(ctx: Iterable[str]) -> str:

@@ -52,6 +52,7 @@ from fastci.changes.semantic_diff import ChangeKind
 from fastci.select.decisions import Decision, DecisionKind, Reason, Selection
 from fastci.types import RelPath, TestId, UnitId
 from fastci.units.index import split_unit_id
+from fastci.units.lines import line_ranges
 
 if TYPE_CHECKING:
     from fastci.changes.versions import Versions
@@ -420,9 +421,7 @@ def _reaches(d: Decision, calibration: CalibrationStore, versions: Versions, dig
 
 
 def _skip(d: Decision, unreached: Sequence[Reach]) -> Decision:
-    from fastci.plan.reduce import _ranges
-
-    parts = [f"{u.unit} lines {_ranges(u.lines)}" for u in unreached]
+    parts = [f"{u.unit} lines {line_ranges(u.lines)}" for u in unreached]
     sentence = ("not affected at line granularity: its full-workload calibration entered the "
                 "changed function" + ("s" if len(parts) > 1 else "") + " but ran none of "
                 + "; ".join(parts))

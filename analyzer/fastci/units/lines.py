@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import enum
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Iterable, Union
 
 from fastci.types import RelPath
 
@@ -125,3 +125,14 @@ def line_index(path: RelPath, source: str | bytes) -> LineIndex | ParseFailure:
             if line <= n_lines:
                 owner[line - 1] = len(quals) - 1
     return LineIndex(path, tuple(quals), tuple(owner))
+
+
+def line_ranges(lines: Iterable[int]) -> str:
+    """``1, 2, 3, 7`` -> ``1–3, 7`` (``none`` when empty): line numbers as people read them."""
+    parts: list[list[int]] = []
+    for x in sorted(lines):
+        if parts and x == parts[-1][1] + 1:
+            parts[-1][1] = x
+        else:
+            parts.append([x, x])
+    return ", ".join(f"{a}" if a == b else f"{a}\u2013{b}" for a, b in parts) or "none"

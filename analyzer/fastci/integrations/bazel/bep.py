@@ -1,8 +1,9 @@
 """Read a Build Event Protocol JSON file (``--build_event_json_file``).
 
 Bazel 4.2.3 writes one JSON object per line. ``testResult`` events (one per
-run/shard/attempt) carry ``status``, ``testAttemptDurationMillis`` and
-``cachedLocally``; ``testSummary`` events carry ``overallStatus``; ``finished``
+run/shard/attempt) carry ``status``, ``testAttemptDurationMillis``,
+``cachedLocally`` and, for a result served by a remote cache,
+``executionInfo.cachedRemotely`` (both count as cached); ``testSummary`` events carry ``overallStatus``; ``finished``
 carries the exit code. A test the plan skips (incompatible under
 ``--config=fastci``) has a ``targetCompleted`` event aborted with reason
 ``SKIPPED`` and no test events; one filtered out by tags has no events at all.
@@ -78,6 +79,13 @@ class BuildReport:
         return f"{self.passed} passed, {self.failed} failed"
 
 
+def _cached(result: dict[str, Any]) -> bool:
+    """Whether a ``testResult`` was served from a cache (local, or remote: issue 16)."""
+    info = result.get("executionInfo")
+    remote = isinstance(info, dict) and bool(info.get("cachedRemotely", False))
+    return bool(result.get("cachedLocally", False)) or remote
+
+
 def _ms(value: object) -> float:
     try:
         return int(str(value)) / 1000.0
@@ -111,7 +119,7 @@ def parse_bep_lines(lines: list[str], *, source: str = "BEP") -> BuildReport:
                     label=normalize_test_id(ident["label"]),
                     status=payload.get("status", "NO_STATUS"),
                     duration_s=_ms(payload.get("testAttemptDurationMillis", 0)),
-                    cached=bool(payload.get("cachedLocally", False)),
+                    cached=_cached(payload),
                     attempt=int(ident.get("attempt", 1)),
                     run=int(ident.get("run", 1)),
                     shard=int(ident.get("shard", 1)),
@@ -202,7 +210,7 @@ def first_failure(bep: Path, start: float | None = None) -> tuple[str, float] | 
         ident, result = event.get("id", {}).get("testResult"), event.get("testResult")
         if not isinstance(ident, dict) or not isinstance(result, dict):
             continue
-        if result.get("status", "") in ("PASSED", "FLAKY") or result.get("cachedLocally"):
+        if result.get("status", "") in ("PASSED", "FLAKY") or _cached(result):
             continue
         try:
             end = (int(result["testAttemptStartMillisEpoch"])
