@@ -215,8 +215,10 @@ def test_tests_come_back_from_the_cache_in_a_fresh_output_base(ws: Workspace, sh
     res, second = ws.test("base2", "--config=remote_cache")
     assert res.returncode == 0, res.stderr[-3000:]
     assert second == {label: {"status": "PASSED", "remote": True, "local": False} for label in TESTS}, second
-    # Each test is two spawns (the test, its test.xml), all served; nothing ran here.
-    assert re.search(r"INFO: \d+ processes: 6 remote cache hit, \d+ internal\.", res.stderr), res.stderr[-2000:]
+    # Every test spawn is served (its test.xml spawn usually too, but whether that one
+    # was uploaded in time varies: seen 6 and 3 hits); no test ran here.
+    hits = re.search(r"INFO: \d+ processes: (\d+) remote cache hit", res.stderr)
+    assert hits and int(hits.group(1)) >= len(TESTS), res.stderr[-2000:]
     assert "Executed 0 out of 3 tests" in res.stdout + res.stderr
 
 
