@@ -117,6 +117,12 @@ def test_an_edit_that_changes_the_function_s_scope_is_unit_wide() -> None:
     local = "def f(x):\n    if x > 100:\n        pass\n    y = 1\n    return x + y\n"
     made_global = local.replace("        pass", "        global y")
     assert isinstance(reach_lines(local.encode(), made_global.encode(), "m.py", "f"), str)
+    # A local that shares its name with an attribute (``x = self.x``) is no scope change.
+    attr = ("def f(self, a):\n    qkv = self.qkv(a)\n    if a:\n        pass\n"
+            "    return qkv\n")
+    got = reach_lines(attr.encode(), attr.replace("        pass", "        qkv = qkv * 2").encode(),
+                      "m.py", "f")
+    assert got == {4}, got
     # A new local under another name stays at line granularity.
     new = old.replace("        pass", "        tmp = 1")
     assert reach_lines(old.encode(), new.encode(), "m.py", "f") == {6}

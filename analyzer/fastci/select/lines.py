@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import dis
 import inspect
 import logging
 import re
@@ -219,6 +220,12 @@ def _code(source: bytes, path: RelPath, qualname: str) -> CodeType | None:
     return found[0] if len(found) == 1 else None
 
 
+def _globals(code: CodeType) -> set[str]:
+    """Names ``code`` reads, writes or deletes as globals (or builtins)."""
+    return {str(i.argval) for i in dis.get_instructions(code)
+            if i.opname in ("LOAD_GLOBAL", "STORE_GLOBAL", "DELETE_GLOBAL", "LOAD_NAME")}
+
+
 def _scope_change(old: bytes, new: bytes, path: RelPath, qualname: str) -> str | None:
     """Why a body edit acts beyond its own lines, or None.
 
@@ -235,10 +242,11 @@ def _scope_change(old: bytes, new: bytes, path: RelPath, qualname: str) -> str |
         return f"the change makes {qualname} a generator or coroutine, or the other way round"
     old_local = set(a.co_varnames) | set(a.co_cellvars)
     new_local = set(b.co_varnames) | set(b.co_cellvars)
-    old_outer = set(a.co_names) | set(a.co_freevars)
-    new_outer = set(b.co_names) | set(b.co_freevars)
-    moved = (new_local & old_outer) | (old_local & new_outer) | (set(b.co_freevars) & set(a.co_names)) \
-        | (set(a.co_freevars) & set(b.co_names))
+    old_outer = _globals(a) | set(a.co_freevars)
+    new_outer = _globals(b) | set(b.co_freevars)
+    # Names whose binding kind changed (an attribute such as ``self.qkv`` is not a name).
+    moved = ((new_local - old_local) & old_outer) | ((old_local - new_local) & new_outer) \
+        | (set(b.co_freevars) & _globals(a)) | (set(a.co_freevars) & _globals(b))
     if moved:
         return (f"the change rebinds {', '.join(sorted(moved)[:3])} in {qualname}'s scope "
                 "(local vs global or enclosing), which every line using it sees")
