@@ -36,3 +36,18 @@ def remove_tree(base: Path) -> None:
     """Delete a test's Bazel scratch tree (its output base holds read-only files)."""
     subprocess.run(["chmod", "-R", "u+w", str(base)], check=False)
     shutil.rmtree(base, ignore_errors=True)
+
+
+def fixture_workspace(root: Path) -> Path:
+    """A copy of ``tests/bazel_fixture`` at ``root`` that loads this checkout's rules and
+    settings: its ``WORKSPACE`` points at the repository and its ``.bazelrc`` imports the
+    repository's, with this interpreter as the venv toolchain. Returns ``root``."""
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    shutil.copytree(repo / "tests" / "bazel_fixture", root)
+    ws = root / "WORKSPACE"
+    ws.write_text(ws.read_text().replace('path = "../.."', f'path = "{repo}"'))
+    (root / ".bazelrc").write_text(f"import {repo}/.bazelrc\n"
+                                   f"build --repo_env=FASTCI_PYTHON={sys.executable}\n")
+    return root

@@ -17,7 +17,6 @@ overrides, and a refused string override whose text lands in the status.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
 from typing import Any, Iterator
@@ -27,7 +26,7 @@ import pytest
 from fastci.integrations.bazel import testlogs
 from fastci.integrations.bazel.bep import BuildReport, parse_bep
 from fastci.integrations.bazel.runner import Bazel, BazelResult
-from bazel_support import remove_tree, require_bazel
+from bazel_support import fixture_workspace, remove_tree, require_bazel
 
 require_bazel()  # skips without bazel; fails under CI
 
@@ -115,9 +114,7 @@ class Ws:
 def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ws]:
     base = tmp_path_factory.mktemp("bazel_workload")
     root = base / "ws"
-    shutil.copytree(REPO / "tests" / "bazel_fixture", root)
-    (root / "WORKSPACE").write_text((root / "WORKSPACE").read_text().replace('path = "../.."', f'path = "{REPO}"'))
-    (root / ".bazelrc").write_text(f"import {REPO}/.bazelrc\nbuild --repo_env=FASTCI_PYTHON={sys.executable}\n")
+    fixture_workspace(root)
     (root / "wl").mkdir()
     (root / "wl" / "BUILD.bazel").write_text(_build_file())
     for name in (*CASES, "g_test"):

@@ -13,7 +13,6 @@ No remote executor runs here: the tests run locally, where the properties are ig
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
 from typing import Any, Iterator
@@ -22,7 +21,7 @@ import pytest
 
 from fastci.integrations.bazel.bep import parse_bep
 from fastci.integrations.bazel.runner import Bazel
-from bazel_support import remove_tree, require_bazel
+from bazel_support import fixture_workspace, remove_tree, require_bazel
 
 require_bazel()  # skips without bazel; fails under CI
 
@@ -74,9 +73,7 @@ H100 = {"gpus": "2", "gpu-kind": "h100-80gb", "Pool": "gpu-h100", "container-ima
 def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Bazel]]:
     base = tmp_path_factory.mktemp("exec_properties")
     root = base / "ws"
-    shutil.copytree(REPO / "tests" / "bazel_fixture", root)
-    (root / "WORKSPACE").write_text((root / "WORKSPACE").read_text().replace('path = "../.."', f'path = "{REPO}"'))
-    (root / ".bazelrc").write_text(f"import {REPO}/.bazelrc\nbuild --repo_env=FASTCI_PYTHON={sys.executable}\n")
+    fixture_workspace(root)
     (root / "remote").mkdir()
     (root / "remote" / "BUILD.bazel").write_text(BUILD)
     for name in ("h100_test.py", "cpu_test.py"):

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -35,7 +34,7 @@ import pytest
 from fastci.integrations.bazel import testlogs
 from fastci.integrations.bazel.bep import parse_bep
 from fastci.integrations.bazel.runner import Bazel, BazelResult
-from bazel_support import remove_tree, require_bazel
+from bazel_support import fixture_workspace, remove_tree, require_bazel
 
 require_bazel()  # skips without bazel; fails under CI
 
@@ -170,9 +169,7 @@ def buildgrid() -> None:
 def ws(tmp_path_factory: pytest.TempPathFactory, buildgrid: None) -> Iterator[Workspace]:
     base = tmp_path_factory.mktemp("remote_cache")
     root = base / "ws"
-    shutil.copytree(REPO / "tests" / "bazel_fixture", root)
-    (root / "WORKSPACE").write_text((root / "WORKSPACE").read_text().replace('path = "../.."', f'path = "{REPO}"'))
-    (root / ".bazelrc").write_text(f"import {REPO}/.bazelrc\nbuild --repo_env=FASTCI_PYTHON={sys.executable}\n")
+    fixture_workspace(root)
     workspace = Workspace(root, {}, base / "locks")
     try:
         yield workspace
