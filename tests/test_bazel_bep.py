@@ -156,3 +156,24 @@ def test_a_remote_cache_hit_counts_as_cached() -> None:
     report = parse_bep_lines([remote, _summary("//p:r", "PASSED", 700), fresh,
                               _summary("//p:f", "PASSED", 700)])
     assert report.outcomes["//p:r"].cached and not report.outcomes["//p:f"].cached
+
+
+def test_the_report_carries_aborted_tests_and_the_first_failure() -> None:
+    """One parse gives what --fail-fast reports: aborted tests, and when the first
+    uncached failure ended relative to the command's start."""
+    def timed(label: str, status: str, start_ms: int, ms: int, cached: bool = False) -> str:
+        return json.dumps({
+            "id": {"testResult": {"label": label, "run": 1, "shard": 1, "attempt": 1}},
+            "testResult": {"status": status, "testAttemptDurationMillis": str(ms),
+                           "testAttemptStartMillisEpoch": str(start_ms), "cachedLocally": cached}})
+    lines = [json.dumps({"id": {"started": {}}, "started": {"startTimeMillis": "100000"}}),
+             timed("//p:old", "FAILED", 100000, 500, cached=True),
+             timed("//p:late", "FAILED", 101000, 9000),
+             timed("//p:bad", "FAILED", 102000, 1000),
+             json.dumps({"id": {"testResult": {"label": "//p:cut", "run": 1, "shard": 1,
+                                               "attempt": 1}}, "aborted": {}}),
+             json.dumps({"id": {"testSummary": {"label": "//p:cut"}}, "aborted": {}})]
+    report = parse_bep_lines(lines)
+    assert report.aborted == ("//p:cut",)
+    assert report.first_failure() == ("//p:bad", 3.0)
+    assert report.first_failure(start=101.0) == ("//p:bad", 2.0)

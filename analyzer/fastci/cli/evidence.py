@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _exchange(args: argparse.Namespace, path: Path) -> int:
-    from fastci.evidence.exchange import export_store, import_store, read_manifest
+    from fastci.evidence.exchange import export_store, import_runs, load_export
 
     if args.action == "export":
         with EvidenceStore.open(path) as store:
@@ -47,11 +47,10 @@ def _exchange(args: argparse.Namespace, path: Path) -> int:
         print(f"fastci evidence: wrote {args.out}: {m.runs} runs of {m.tests} tests, commit "
               f"{(m.commit or '?')[:12]}, {size / 1e6:.2f} MB, {m.digest}")
         return 0
-    for f in args.files:
-        read_manifest(f)  # every file checked before the store is touched
+    loaded = [(f, *load_export(f)) for f in args.files]  # all checked before the store is touched
     with EvidenceStore.open(path, create=True) as store:
-        for f in args.files:
-            m, new = import_store(store, f)
+        for f, m, runs in loaded:
+            new = import_runs(store, runs)
             print(f"fastci evidence: imported {f}: {new} new of {m.runs} runs "
                   f"(commit {(m.commit or '?')[:12]})")
     return 0

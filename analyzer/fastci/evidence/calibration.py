@@ -201,10 +201,14 @@ class CalibrationStore:
         return {r[0]: r[1] for r in self._query(
             "SELECT rung, declaration FROM rung WHERE test = ?", (test,))}
 
-    def rungs(self, test: TestId) -> list[Rung]:
-        """``test``'s rungs, cheapest first (a rung whose row is corrupt is left out)."""
+    def rungs(self, test: TestId, name: str | None = None) -> list[Rung]:
+        """``test``'s rungs (only the one called ``name`` when given), cheapest first; a
+        rung whose row is corrupt is left out. Each rung's coverage is decompressed, so
+        ask for one rung by name when one is all that is needed."""
         out = []
-        for row in self._query("SELECT * FROM rung WHERE test = ?", (test,)):
+        rows = self._query("SELECT * FROM rung WHERE test = ?", (test,)) if name is None else \
+            self._query("SELECT * FROM rung WHERE test = ? AND rung = ?", (test, name))
+        for row in rows:
             try:
                 out.append(_rung(row))
             except (ValueError, TypeError, KeyError, zlib.error) as exc:

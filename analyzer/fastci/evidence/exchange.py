@@ -58,8 +58,8 @@ class Manifest:
                 "tests": self.tests, "digest": self.digest}
 
 
-def _lines(store: EvidenceStore) -> Iterator[str]:
-    """The canonical run lines of ``store``, sorted."""
+def _lines(store: EvidenceStore) -> Iterator[tuple[str, str]]:
+    """The canonical run lines of ``store``, sorted, each with its test."""
     conn = store.conn
     current = dict(conn.execute("SELECT t.name, r.run_key FROM test t JOIN run r"
                                 " ON r.id = t.evidence_run"))
@@ -82,7 +82,7 @@ def _lines(store: EvidenceStore) -> Iterator[str]:
             "recorded_at": at, "source": source, "has_evidence": bool(has_evidence)}
         if current.get(test) == key:
             line["evidence"] = _evidence(store, test)
-        yield json.dumps(line, sort_keys=True, separators=(",", ":"))
+        yield test, json.dumps(line, sort_keys=True, separators=(",", ":"))
 
 
 def _evidence(store: EvidenceStore, test: str) -> dict[str, Any]:
@@ -116,12 +116,12 @@ def export_store(store: EvidenceStore, out: Path, *, commit: str | None = None) 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryFile() as body:
-        for line in _lines(store):
+        for test, line in _lines(store):
             data = (line + "\n").encode()
             digest.update(data)
             body.write(data)
             runs += 1
-            tests.add(json.loads(line)["test"])
+            tests.add(test)
         if commit is None:
             row = store.conn.execute(
                 "SELECT r.commit_sha FROM test t JOIN run r ON r.id = t.evidence_run"
@@ -144,23 +144,12 @@ def export_store(store: EvidenceStore, out: Path, *, commit: str | None = None) 
 
 
 def read_manifest(path: Path) -> Manifest:
-    """The header of an evidence file, after checking the digest of everything after it.
+    """The header of an evidence file, once the whole file checked out (:func:`load_export`).
 
     Raises:
         StoreError: not an evidence file, another version, truncated or edited.
     """
-    try:
-        with _open(path) as f:
-            manifest = _header(path, f.readline())
-            digest = hashlib.sha256()
-            for raw in f:
-                digest.update(raw)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise StoreError(f"cannot read the evidence file {path} ({exc})") from exc
-    if f"sha256:{digest.hexdigest()}" != manifest.digest:
-        raise StoreError(f"{path}: its content does not match its digest (truncated or edited); "
-                         "nothing imported")
-    return manifest
+    return load_export(path)[0]
 
 
 def _open(path: Path) -> gzip.GzipFile:
@@ -187,30 +176,56 @@ def _header(path: Path, raw: bytes) -> Manifest:
         raise StoreError(f"{path}: a malformed {FORMAT} header ({exc})") from exc
 
 
-def import_store(store: EvidenceStore, path: Path) -> tuple[Manifest, int]:
-    """Merge the evidence file ``path`` into ``store``; returns its manifest and how many
-    runs were new. Checks the whole file first: on any error nothing is written.
+#: A run read from an evidence file, and whether it carries its test's evidence.
+LoadedRun = tuple[RunEvidence, bool]
+
+
+def load_export(path: Path) -> tuple[Manifest, list[LoadedRun]]:
+    """Read and check a whole evidence file in one pass: its header, its digest, every run.
 
     Raises:
-        StoreError: the file is not a valid evidence file (see :func:`read_manifest`).
+        StoreError: not a valid evidence file (nothing is imported from it).
     """
     try:
-        manifest = read_manifest(path)
-        lines = []
         with _open(path) as f:
-            f.readline()
+            manifest = _header(path, f.readline())
+            digest = hashlib.sha256()
+            runs = []
             for raw in f:
-                lines.append(_run(json.loads(raw)))
+                digest.update(raw)
+                runs.append(_run(json.loads(raw)))
+    except StoreError:
+        raise
     except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError) as exc:
         raise StoreError(f"{path}: unreadable evidence file ({exc}); nothing imported") from exc
-    if len(lines) != manifest.runs:
-        raise StoreError(f"{path}: {len(lines)} runs, its header says {manifest.runs}; "
+    if f"sha256:{digest.hexdigest()}" != manifest.digest:
+        raise StoreError(f"{path}: its content does not match its digest (truncated or edited); "
                          "nothing imported")
+    if len(runs) != manifest.runs:
+        raise StoreError(f"{path}: {len(runs)} runs, its header says {manifest.runs}; "
+                         "nothing imported")
+    return manifest, runs
+
+
+def import_runs(store: EvidenceStore, runs: list[LoadedRun]) -> int:
+    """Merge runs read by :func:`load_export` into ``store`` in one transaction; returns
+    how many were new."""
     new = 0
     with store.transaction():
-        for run, has_evidence in lines:
+        for run, has_evidence in runs:
             new += store.ingest(run) if has_evidence else store.add_run(run)
-    return manifest, new
+    return new
+
+
+def import_store(store: EvidenceStore, path: Path) -> tuple[Manifest, int]:
+    """Merge the evidence file ``path`` into ``store``; returns its manifest and how many
+    runs were new. The whole file is checked first: on any error nothing is written.
+
+    Raises:
+        StoreError: the file is not a valid evidence file (see :func:`load_export`).
+    """
+    manifest, runs = load_export(path)
+    return manifest, import_runs(store, runs)
 
 
 def _run(line: dict[str, Any]) -> tuple[RunEvidence, bool]:

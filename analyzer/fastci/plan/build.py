@@ -40,6 +40,7 @@ from fastci.plan.reduce import Choice, choose
 from fastci.select import (DeclaredTest, DecisionKind, Reason, Selection, select_tests,
                            widen_everything)
 from fastci.select.decisions import SKIP_KINDS, Decision
+from fastci.select.priority import RISK_BASED
 from fastci.select.rules import EvidenceReader, own_output
 from fastci.types import RelPath, TestId, UnitId
 
@@ -253,7 +254,8 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
             calibration, calibration_error = _calibration(root, config, git, head, changes)
             try:
                 declared_now = _with_calibrated(selection, decl or {}, calibration)
-                lines = _line_facts(selection, changes, calibration, declared_now, store)
+                if granularity == "line" or config.priority in RISK_BASED:
+                    lines = _line_facts(selection, changes, calibration, declared_now, store)
                 if granularity == "line":
                     from fastci.select.lines import narrow_by_lines
 
@@ -390,7 +392,7 @@ def prioritized(selection: Selection, store: EvidenceReader, choices: Mapping[Te
     from fastci.select.priority import STRATEGIES, RiskFacts, reorder
 
     # Only the history-aware strategies pay for reading each test's runs.
-    history = None if strategy == "reasons" else getattr(store, "runs_of_test", None)
+    history = getattr(store, "runs_of_test", None) if strategy in RISK_BASED else None
 
     def facts(d: Decision) -> RiskFacts:
         recent = tuple(r.outcome for r in reversed(history(d.test))) if history else ()

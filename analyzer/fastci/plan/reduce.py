@@ -35,7 +35,6 @@ workload. Anything unknown means full workload, and the reason says why.
 
 from __future__ import annotations
 
-import difflib
 import logging
 import re
 from dataclasses import dataclass
@@ -49,7 +48,7 @@ from fastci.select.decisions import Decision, DecisionKind, Reason
 from fastci.select.rules import DeclaredTest
 from fastci.types import RelPath, TestId, UnitId
 from fastci.units.index import FileUnits, UnitKind, index_source, split_unit_id
-from fastci.units.lines import line_ranges
+from fastci.units.lines import changed_hunks, line_ranges, source_lines
 
 LOG = logging.getLogger(__name__)
 
@@ -350,12 +349,10 @@ def _need(reason: Reason, full: Rung, versions: Versions, base: str | None) -> _
 def _changed_lines(old: bytes, new: bytes | None) -> set[int]:
     """Lines (1-based) of ``old`` that ``new`` replaces or deletes, and both neighbours of
     each insertion."""
-    a = old.decode("utf-8", "replace").splitlines()
     if new is None:
-        return set(range(1, len(a) + 1))
-    b = new.decode("utf-8", "replace").splitlines()
+        return set(range(1, len(source_lines(old)) + 1))
     out: set[int] = set()
-    for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+    for tag, i1, i2 in changed_hunks(old, new):
         if tag in ("replace", "delete"):
             out.update(range(i1 + 1, i2 + 1))
         elif tag == "insert":

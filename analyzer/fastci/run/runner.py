@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
-from fastci.integrations.bazel.bep import BuildReport, aborted, first_failure, parse_bep
+from fastci.integrations.bazel.bep import BuildReport, parse_bep
 from fastci.integrations.bazel.mains import conventional_main, labels_by_main, node_path
 from fastci.integrations.bazel.runner import Bazel
 from fastci.errors import BazelError
@@ -326,11 +326,11 @@ def execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | No
     report = parse_bep(bep)
     seen = set(report.outcomes)
     not_run = tuple(t for t in planned if t not in seen)
-    first = first_failure(bep, t0)
+    first = report.first_failure(t0)
     stopped: tuple[str, ...] = ()
     if fail_fast and report.failed:
         # Bazel stopped at a failure: what it did not finish did not run (not a failure).
-        stopped = tuple(dict.fromkeys([*not_run, *(t for t in aborted(bep) if t not in seen)]))
+        stopped = tuple(dict.fromkeys([*not_run, *(t for t in report.aborted if t not in seen)]))
         not_run = ()
     if no_tests and not_run:
         # Bazel found nothing to test: every planned test was filtered (e.g. by the

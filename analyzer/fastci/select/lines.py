@@ -40,11 +40,9 @@ with the lines in its ``why``.
 from __future__ import annotations
 
 import ast
-import difflib
 import dis
 import inspect
 import logging
-import re
 from dataclasses import dataclass, replace
 from types import CodeType
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
@@ -53,7 +51,7 @@ from fastci.changes.semantic_diff import ChangeKind
 from fastci.select.decisions import Decision, DecisionKind, Reason, Selection
 from fastci.types import RelPath, TestId, UnitId
 from fastci.units.index import split_unit_id
-from fastci.units.lines import line_ranges
+from fastci.units.lines import changed_hunks, line_ranges, source_lines
 
 if TYPE_CHECKING:
     from fastci.changes.versions import Versions
@@ -65,13 +63,13 @@ _BLOCKS = ("body", "orelse", "finalbody")
 #: Clauses whose statements are visited, but which are no node of their own: a change
 #: to an ``except`` or ``case`` line counts for every run that enters the whole statement.
 _CLAUSES = ("handlers", "cases")
-_NEWLINE = re.compile(r"\r\n|\r|\n")
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 
 
 @dataclass(frozen=True)
 class _Node:
-    """A statement (or ``except``/``case`` clause) inside the unit, with its line range."""
+    """A statement inside the unit (``except``/``case`` clauses are not nodes: their
+    statements are, one level deeper), with its line range."""
 
     start: int
     end: int
@@ -171,14 +169,10 @@ def reach_lines(old: bytes, new: bytes | None, path: RelPath, qualname: str) -> 
     if not fn.body:
         return f"{qualname} has no body"
     first = _start(fn.body[0])
-    # Lines as the compiler counts them (str.splitlines also splits on \f, \x1c...).
-    a = _NEWLINE.split(old.decode("utf-8", "replace"))
-    b = _NEWLINE.split(new.decode("utf-8", "replace"))
+    a = source_lines(old)
     out: set[int] = set()
     touched = False
-    for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if tag == "equal":
-            continue
+    for _tag, i1, i2 in changed_hunks(old, new):
         lo, hi = i1 + 1, i2  # the old lines replaced or deleted (hi < lo: an insertion)
         region = set(range(lo, hi + 1)) if hi >= lo else {i1, i1 + 1}
         if not region & set(range(unit.start, unit.end + 1)):
@@ -351,6 +345,7 @@ def line_facts(selection: Selection, versions: Versions | None,
     if calibration is None or versions is None:
         return {}
     out: dict[TestId, tuple[Reach, ...]] = {}
+    cache: _ReachCache = {}
     for d in selection.selected:
         if not d.reasons or d.test not in digests or not all(
                 r.kind is DecisionKind.CHANGED_UNIT and r.unit and _body_only(r.change)
@@ -358,7 +353,7 @@ def line_facts(selection: Selection, versions: Versions | None,
             continue
         try:
             got = _reaches(d, calibration, versions, digests[d.test], recorded.get(d.test, {}),
-                           base)
+                           base, cache)
         except Exception as exc:  # noqa: BLE001 - line precision is an optimisation: no facts
             LOG.warning("line evidence not used for %s: %s: %s", d.test, type(exc).__name__, exc)
             continue
@@ -397,12 +392,18 @@ def _body_only(change: str | None) -> bool:
 
 
 def _full_rung(calibration: CalibrationStore, test: TestId, digest: str) -> Rung | None:
-    return next((r for r in calibration.rungs(test) if r.declaration == digest
-                 and r.rung == "full" and not r.overrides and r.usable), None)
+    return next((r for r in calibration.rungs(test, "full") if r.declaration == digest
+                 and not r.overrides and r.usable), None)
+
+
+#: :func:`reach_lines` by (path, digest of the calibrated version, qualname): tests
+#: selected for one changed function share its reach lines (one diff, one compile).
+_ReachCache = dict[tuple[RelPath, str, str], "frozenset[int] | str"]
 
 
 def _reaches(d: Decision, calibration: CalibrationStore, versions: Versions, digest: str,
-             recorded: Mapping[UnitId, str], base: str | None) -> tuple[Reach, ...] | None:
+             recorded: Mapping[UnitId, str], base: str | None,
+             cache: _ReachCache) -> tuple[Reach, ...] | None:
     """Each reason's unit, reach lines and how many of them the full rung ran; None when
     the line evidence cannot speak for every reason."""
     full = _full_rung(calibration, d.test, digest)
@@ -418,10 +419,15 @@ def _reaches(d: Decision, calibration: CalibrationStore, versions: Versions, dig
         if got is None or not mine or got[0] != mine:
             return None  # the line evidence describes other code than the test's evidence
         file_digest = full.digests.get(path)
-        old = versions.find(path, file_digest, revs) if file_digest else None
-        if old is None:
+        if not file_digest:
             return None
-        lines = reach_lines(old, versions.now(path), path, qualname)
+        key = (path, file_digest, qualname)
+        if key not in cache:
+            old = versions.find(path, file_digest, revs)
+            if old is None:
+                return None  # another test's revisions may hold it: not cached
+            cache[key] = reach_lines(old, versions.now(path), path, qualname)
+        lines = cache[key]
         if isinstance(lines, str):
             return None
         out.append(Reach(r.unit, lines, len(lines & full.lines.get(path, frozenset()))))

@@ -143,6 +143,9 @@ class _RiskPerCost:
 
 
 STRATEGIES: dict[str, Strategy] = {s.name: s for s in (_Reasons(), _Risk(), _RiskPerCost())}
+#: The strategies that read :func:`risk`: recent outcomes and line facts (``reasons``
+#: reads neither, so planning does not compute them for it).
+RISK_BASED = frozenset({"risk", "risk_per_cost"})
 #: The default until the benchmark says otherwise (docs/SELECTION.md, "Order").
 DEFAULT = "reasons"
 

@@ -11,7 +11,9 @@ they agree); checksums are computed later, at ingest. Re-exported by
 from __future__ import annotations
 
 import ast
+import difflib
 import enum
+import re
 from dataclasses import dataclass, field
 from typing import Iterable, Union
 
@@ -136,3 +138,22 @@ def line_ranges(lines: Iterable[int]) -> str:
         else:
             parts.append([x, x])
     return ", ".join(f"{a}" if a == b else f"{a}\u2013{b}" for a, b in parts) or "none"
+
+
+#: Line breaks as the compiler counts them (``str.splitlines`` also splits on ``\f``,
+#: ``\x1c``, ``\u2028``..., which would shift every later line number).
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+
+
+def source_lines(data: bytes) -> list[str]:
+    """``data``'s lines, numbered as ``ast`` and coverage.py number them (line ``n`` at
+    index ``n - 1``)."""
+    return _NEWLINE.split(data.decode("utf-8", "replace"))
+
+
+def changed_hunks(old: bytes, new: bytes) -> list[tuple[str, int, int]]:
+    """The differing hunks of a line diff ``old`` -> ``new``: (``replace`` | ``delete`` |
+    ``insert``, i1, i2) with ``old`` lines ``i1 + 1 .. i2`` (1-based) replaced or deleted,
+    or, for an insertion (``i1 == i2``), new lines inserted after old line ``i1``."""
+    matcher = difflib.SequenceMatcher(None, source_lines(old), source_lines(new), autojunk=False)
+    return [(tag, i1, i2) for tag, i1, i2, _, _ in matcher.get_opcodes() if tag != "equal"]

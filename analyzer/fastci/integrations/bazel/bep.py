@@ -36,6 +36,7 @@ class TestAttempt:
     attempt: int
     run: int
     shard: int
+    end_s: float | None = None  # when it ended (epoch seconds; None: not reported)
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,23 @@ class BuildReport:
     exit_code: int | None
     exit_name: str
     skipped: tuple[str, ...] = ()
+    #: Tests Bazel aborted (``--notest_keep_going`` after a failure: NO STATUS, no result).
+    aborted: tuple[str, ...] = ()
+    started_s: float | None = None  # when the command started (epoch seconds)
+
+    def first_failure(self, start: float | None = None) -> tuple[str, float] | None:
+        """(the first test to fail in this run, seconds from ``start`` until it ended), or
+        None. ``start``: epoch seconds, default when the command started. A cached
+        result did not fail in this run and is not counted."""
+        start = start if start is not None else self.started_s
+        if start is None:
+            return None
+        ended = [(a.end_s - start, a.label) for a in self.attempts
+                 if a.status not in PASSED_STATUSES and not a.cached and a.end_s is not None]
+        if not ended:
+            return None
+        seconds, label = min(ended)
+        return label, max(seconds, 0.0)
 
     @property
     def passed(self) -> int:
@@ -86,6 +104,15 @@ def _cached(result: dict[str, Any]) -> bool:
     return bool(result.get("cachedLocally", False)) or remote
 
 
+def _end(result: dict[str, Any]) -> float | None:
+    """When a ``testResult`` attempt ended (epoch seconds), from its start and duration."""
+    try:
+        return (int(result["testAttemptStartMillisEpoch"])
+                + int(result.get("testAttemptDurationMillis", 0))) / 1000.0
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def _ms(value: object) -> float:
     try:
         return int(str(value)) / 1000.0
@@ -100,6 +127,8 @@ def parse_bep_lines(lines: list[str], *, source: str = "BEP") -> BuildReport:
     exit_code: int | None = None
     exit_name = ""
     skipped: list[str] = []
+    aborted: list[str] = []
+    started_s: float | None = None
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -123,6 +152,7 @@ def parse_bep_lines(lines: list[str], *, source: str = "BEP") -> BuildReport:
                     attempt=int(ident.get("attempt", 1)),
                     run=int(ident.get("run", 1)),
                     shard=int(ident.get("shard", 1)),
+                    end_s=_end(payload),
                 )
             )
         elif "testSummary" in ev_id and "testSummary" in event:
@@ -131,6 +161,12 @@ def parse_bep_lines(lines: list[str], *, source: str = "BEP") -> BuildReport:
                 payload.get("overallStatus", "NO_STATUS"),
                 _ms(payload.get("totalRunDurationMillis", 0)),
             )
+        elif "aborted" in event and any(isinstance(ev_id.get(k), dict) and "label" in ev_id[k]
+                                        for k in ("testResult", "testSummary")):
+            kind = "testResult" if isinstance(ev_id.get("testResult"), dict) else "testSummary"
+            aborted.append(normalize_test_id(ev_id[kind]["label"]))
+        elif "started" in ev_id and isinstance(event.get("started"), dict):
+            started_s = _ms(event["started"].get("startTimeMillis")) or None
         elif "targetCompleted" in ev_id and event.get("aborted", {}).get("reason") == "SKIPPED":
             skipped.append(normalize_test_id(ev_id["targetCompleted"]["label"]))
         elif "buildFinished" in ev_id and "finished" in event:
@@ -149,7 +185,8 @@ def parse_bep_lines(lines: list[str], *, source: str = "BEP") -> BuildReport:
             cached=bool(mine) and all(a.cached for a in mine),
             attempts=max((a.attempt for a in mine), default=0),
         )
-    return BuildReport(outcomes, tuple(attempts), exit_code, exit_name, tuple(sorted(skipped)))
+    return BuildReport(outcomes, tuple(attempts), exit_code, exit_name, tuple(sorted(skipped)),
+                       tuple(dict.fromkeys(aborted)), started_s)
 
 
 def parse_bep(path: Path | str) -> BuildReport:
@@ -164,72 +201,3 @@ def parse_bep(path: Path | str) -> BuildReport:
     except OSError as exc:
         raise BazelError(f"{path}: cannot read build events: {exc}") from exc
     return parse_bep_lines(text.splitlines(), source=str(path))
-
-
-def _bep_events(bep: Path) -> list[dict[str, Any]]:
-    """The build events of ``bep`` that parse (a killed Bazel leaves a truncated line)."""
-    out = []
-    try:
-        lines = bep.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return []
-    for line in lines:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict):
-            out.append(event)
-    return out
-
-
-def _bazel_seconds(bep: Path) -> float | None:
-    """When the ``bazel test`` command started (epoch seconds), from its ``started`` event."""
-    for event in _bep_events(bep):
-        started = event.get("started")
-        if isinstance(started, dict) and "startTimeMillis" in started:
-            try:
-                return int(started["startTimeMillis"]) / 1000.0
-            except (TypeError, ValueError):
-                return None
-    return None
-
-
-def first_failure(bep: Path, start: float | None = None) -> tuple[str, float] | None:
-    """(the first test to fail, seconds from ``start`` until it ended), or None.
-
-    ``start``: epoch seconds, default when ``bazel test`` started.
-
-    From the ``testResult`` events: each carries ``testAttemptStartMillisEpoch``
-    and ``testAttemptDurationMillis``; a cached result is not counted (it did not
-    fail in this run).
-    """
-    start = start if start is not None else _bazel_seconds(bep)
-    best: tuple[str, float] | None = None
-    for event in _bep_events(bep):
-        ident, result = event.get("id", {}).get("testResult"), event.get("testResult")
-        if not isinstance(ident, dict) or not isinstance(result, dict):
-            continue
-        if result.get("status", "") in ("PASSED", "FLAKY") or _cached(result):
-            continue
-        try:
-            end = (int(result["testAttemptStartMillisEpoch"])
-                   + int(result.get("testAttemptDurationMillis", 0))) / 1000.0
-        except (KeyError, TypeError, ValueError):
-            continue
-        label = normalize_test_id(str(ident.get("label", "?")))
-        if start is not None and (best is None or end - start < best[1]):
-            best = (label, max(end - start, 0.0))
-    return best
-
-
-def aborted(bep: Path) -> tuple[str, ...]:
-    """Tests whose run Bazel aborted (``--notest_keep_going`` after a failure: NO STATUS)."""
-    out = []
-    for event in _bep_events(bep):
-        ident = event.get("id", {})
-        if "aborted" in event and isinstance(ident, dict):
-            for kind in ("testResult", "testSummary"):
-                if isinstance(ident.get(kind), dict) and "label" in ident[kind]:
-                    out.append(normalize_test_id(str(ident[kind]["label"])))
-    return tuple(dict.fromkeys(out))
