@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fastci.cli.validate_plan",
     "fastci.cli.targets",
     "fastci.cli.calibrate",
+    "fastci.cli.eval",
 )
 
 

@@ -1,0 +1,156 @@
+"""The scratch worktree ``fastci eval`` checks changes out in.
+
+An evaluation checks out many trees (each commit of a range, a patch on its base,
+a fault on top of a change) and runs tests in them. Doing that in the user's
+checkout would lose their work, so it happens in a detached ``git worktree`` of
+the repository under the evaluation's work directory (outside the repository, so
+Bazel never sees it as part of the user's workspace). The worktree shares the
+repository's objects (every commit is there) and keeps its own Bazel output base
+between evaluations, so a second evaluation starts warm.
+
+Every operation that puts a tree in place first resets the worktree (``checkout
+-f``, ``clean -fd``: ignored files such as Bazel's ``bazel-*`` links stay), so no
+change leaks into the next one.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from fastci.errors import FastCIError
+from fastci.types import RelPath
+
+LOG = logging.getLogger(__name__)
+
+
+class WorkspaceError(FastCIError):
+    """The scratch worktree cannot be made, or a change cannot be put in it."""
+
+
+def git(root: Path, *args: str, check: bool = True, stdin: str | None = None) -> str:
+    """Run ``git -C root ARGS``; its stdout. A failure is a :class:`WorkspaceError`
+    carrying git's first line of complaint."""
+    proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                          input=stdin, errors="replace", check=False)
+    if check and proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[0]
+        raise WorkspaceError(f"git {' '.join(args[:2])}: {why}")
+    return proc.stdout
+
+
+@dataclass(frozen=True)
+class Worktree:
+    """A detached worktree of ``repo`` at ``path``."""
+
+    repo: Path
+    path: Path
+
+    @classmethod
+    def open(cls, repo: Path, path: Path) -> Worktree:
+        """The worktree at ``path``: made when absent, reused when it is one of ``repo``'s.
+
+        Raises:
+            WorkspaceError: ``path`` exists and is something else, or git refuses.
+        """
+        path = path.resolve()
+        if path.exists():
+            if not (path / ".git").is_file():
+                raise WorkspaceError(f"{path} exists and is not a worktree of {repo}: "
+                                     "remove it or choose another --workdir")
+            common = Path(git(path, "rev-parse", "--git-common-dir").strip())
+            mine = Path(git(repo, "rev-parse", "--git-common-dir").strip())
+            if (path / common).resolve() != (repo / mine).resolve():
+                raise WorkspaceError(f"{path} is a worktree of another repository: remove it "
+                                     "or choose another --workdir")
+            return cls(repo, path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        git(repo, "worktree", "prune")
+        git(repo, "worktree", "add", "--detach", "--force", str(path), "HEAD")
+        LOG.info("made the scratch worktree %s", path)
+        return cls(repo, path)
+
+    def checkout(self, commit: str) -> None:
+        """Put ``commit``'s tree in place (detached), dropping whatever was there."""
+        self.reset()
+        git(self.path, "checkout", "-q", "--detach", "-f", commit)
+
+    def reset(self) -> None:
+        """Drop every change to tracked files and every untracked, unignored file."""
+        git(self.path, "reset", "-q")
+        git(self.path, "checkout", "-q", "-f", "--", ".", check=False)
+        git(self.path, "clean", "-q", "-fd")
+
+    def apply(self, patch: str, name: str) -> None:
+        """Apply a unified diff to the tree in place.
+
+        Raises:
+            WorkspaceError: the patch does not apply (nothing of it is applied).
+        """
+        proc = subprocess.run(["git", "-C", str(self.path), "apply", "--recount", "-"],
+                              input=patch, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            why = (proc.stderr.strip().splitlines() or ["?"])[0]
+            raise WorkspaceError(f"{name} does not apply: {why}")
+
+    def tree_id(self) -> str:
+        """The git tree id of the content in place (untracked files included)."""
+        git(self.path, "add", "-A")
+        try:
+            return git(self.path, "write-tree").strip()
+        finally:
+            git(self.path, "reset", "-q")
+
+    def changed_paths(self, base: str) -> list[RelPath]:
+        """Files that differ from ``base`` (added, modified, deleted), sorted."""
+        git(self.path, "add", "-A")
+        try:
+            out = git(self.path, "diff", "--cached", "--name-only", "--no-renames", base)
+        finally:
+            git(self.path, "reset", "-q")
+        return sorted(line for line in out.splitlines() if line)
+
+    def changed_lines(self, base: str) -> dict[RelPath, set[int]]:
+        """Lines of the tree in place that differ from ``base``, per Python file.
+
+        The new side of each hunk (``git diff -U0``); a hunk that only deletes counts
+        the line after the deletion, the line where the removed code ran before.
+        """
+        git(self.path, "add", "-A")
+        try:
+            out = git(self.path, "diff", "--cached", "-U0", "--no-color", "--no-renames", base,
+                      "--", "*.py")
+        finally:
+            git(self.path, "reset", "-q")
+        return parse_changed_lines(out)
+
+    def read(self, rel: RelPath, rev: str | None = None) -> bytes | None:
+        """A file's bytes in place (``rev`` None) or at ``rev``; None when it is absent."""
+        if rev is None:
+            p = self.path / rel
+            return p.read_bytes() if p.is_file() else None
+        proc = subprocess.run(["git", "-C", str(self.path), "show", f"{rev}:{rel}"],
+                              capture_output=True, check=False)
+        return proc.stdout if proc.returncode == 0 else None
+
+
+_HUNK = re.compile(r"@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
+
+
+def parse_changed_lines(diff: str) -> dict[RelPath, set[int]]:
+    """New-side lines of a ``git diff -U0`` (see :meth:`Worktree.changed_lines`)."""
+    lines: dict[RelPath, set[int]] = {}
+    path = ""
+    for line in diff.splitlines():
+        if line.startswith("+++ "):
+            path = line[6:] if line.startswith("+++ b/") else ""
+            continue
+        m = _HUNK.match(line)
+        if m and path:
+            start, count = int(m.group(1)), int(m.group(2) or "1")
+            lines.setdefault(path, set()).update(range(start, start + count) if count
+                                                 else {start + 1})
+    return lines
