@@ -19,6 +19,7 @@ MODULES = [
     "bench.selection",
     "bench.replay",
     "bench.reduction",
+    "bench.eval_report",
 ]
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Idempotent set-up: Bazel 4.2.3 from Debian and a .venv with pinned deps.
+# Idempotent set-up: Bazel 4.2.3 and Chromium from Debian, and a .venv with pinned deps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -8,6 +8,15 @@ if ! command -v bazel >/dev/null 2>&1; then
   echo "setup: installing bazel-bootstrap (Bazel 4.2.3) from Debian" >&2
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq bazel-bootstrap bazel-rules-java >/dev/null
+fi
+
+# fastci eval's report test and benchmark open report.html in headless Chromium; the
+# plots' text is drawn in DejaVu Sans, as matplotlib laid it out.
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
+  echo "setup: installing chromium (headless browser for the eval report test) from Debian" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium fonts-dejavu-core >/dev/null
 fi
 
 if [ ! -x .venv/bin/python3 ]; then

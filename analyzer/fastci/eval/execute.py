@@ -165,10 +165,13 @@ class PytestExecutor:
             traces, results = Path(tmp) / "traces", Path(tmp) / "results.jsonl"
             env = dict(os.environ, **{LINES_ENV: "1"})
             subprocess.run(
+                # Options as one token each, and --rootdir: pytest takes a separate path
+                # argument for a test path when it looks for the rootdir (ids are
+                # relative to the root).
                 [self.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", PLUGIN,
-                 "--fastci-plan", str(plan), "--fastci-record", "--fastci-trace-dir",
-                 str(traces), "--fastci-results", str(results), *self.pytest_args,
-                 *(node_arg(self.root, t) for t in tests)],
+                 f"--rootdir={self.root}", f"--fastci-plan={plan}", "--fastci-record",
+                 f"--fastci-trace-dir={traces}", f"--fastci-results={results}",
+                 *self.pytest_args, *(node_arg(self.root, t) for t in tests)],
                 cwd=self.root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 check=False)
             reported = _pytest_results(results)

@@ -186,7 +186,8 @@ class Evaluator:
         from fastci.evidence.environment import current_fingerprint
 
         self.cache = BaselineCache(self.out / "baseline", current_fingerprint())
-        self.universe: dict[TestId, int] = {}
+        #: Tests failing under run-all, per evaluated change (faults compare with their parent).
+        self.failing: dict[str, frozenset[TestId]] = {}
 
     def _config(self) -> Config:
         return load_config(self.tree.path, overrides={
@@ -274,9 +275,14 @@ class Evaluator:
         runs_s = time.perf_counter() - t0 + (0.0 if base.cached else base.runs_s)
         if change.refreshes_evidence:
             self.ingest(base, stamp)
+        # A fault is judged by what it breaks: tests already failing on the change it
+        # sits on would "detect" any fault on top of it.
+        known = self.failing.get(change.parent, frozenset()) if change.kind == "fault" \
+            else frozenset()
         result = compare(change, plan, tests, base, planned, ran, changed,
                          slots=self.options.gpu_slots, analysis_s=analysis_s,
-                         settings=self.settings)
+                         settings=self.settings, known_failing=known)
+        self.failing[change.id] = frozenset(t for t, r in base.runs.items() if r.failed)
         total = time.perf_counter() - started
         timing = {"runs": runs_s, "analysis": analysis_s,
                   "cached": base.runs_s if base.cached else 0.0,
@@ -325,14 +331,20 @@ def planned_tests(plan: Plan, tests: Mapping[TestId, int]) -> dict[TestId, dict[
 def compare(change: Change, plan: Plan, tests: Mapping[TestId, int], base: Baseline,
             planned: Mapping[TestId, Mapping[str, Any]], ran: Mapping[TestId, TestRun],
             changed: Mapping[RelPath, set[int]], *, slots: int, analysis_s: float,
-            settings: Mapping[str, Any]) -> ChangeResult:
-    """The measures of one change from its runs (pure)."""
+            settings: Mapping[str, Any],
+            known_failing: frozenset[TestId] = frozenset()) -> ChangeResult:
+    """The measures of one change from its runs (pure).
+
+    ``known_failing``: tests whose failure is not the change's (a fault's parent
+    already fails them); they count as failures nowhere, and the note says so.
+    """
     missing = TestRun("not run", 0.0)
     all_runs = {t: base.runs.get(t, missing) for t in sorted(tests)}
     plan_runs = {t: ran.get(t, all_runs[t]) if o else all_runs[t] for t, o in planned.items()}
 
     def jobs(runs: Mapping[TestId, TestRun]) -> list[metrics.Job]:
-        return [metrics.Job(t, tests[t], r.duration_s, r.failed) for t, r in runs.items()]
+        return [metrics.Job(t, tests[t], r.duration_s, r.failed and t not in known_failing)
+                for t, r in runs.items()]
 
     all_arm = metrics.measure_arm(jobs(all_runs), slots)
     plan_arm = metrics.measure_arm(jobs(plan_runs), slots, lead_s=analysis_s)
@@ -359,6 +371,9 @@ def compare(change: Change, plan: Plan, tests: Mapping[TestId, int], base: Basel
     not_run = [t for t, r in all_runs.items() if r.outcome == "not run"]
     note = (f"run-all did not run {len(not_run)} test(s) ({not_run[0]}...): the runner "
             "failed before them" if not_run and len(not_run) == len(all_runs) else "")
+    fault = dict(change.fault)
+    if known_failing:
+        fault["failing_on_parent"] = sorted(known_failing)
 
     def arm(m: metrics.ArmMeasure, n: int) -> Arm:
         return Arm(n, round(m.gpu_s, 3), round(m.latency_s, 3), m.failing,
@@ -372,7 +387,7 @@ def compare(change: Change, plan: Plan, tests: Mapping[TestId, int], base: Basel
         analysis_s=round(analysis_s, 3), run_all=arm(all_arm, len(all_runs)),
         fastci=arm(plan_arm, len(plan_runs)), changed_lines=seen, retained_lines=kept,
         missed=tuple(missed), tests=tuple(rows), parent=change.parent,
-        fault=dict(change.fault), run_all_cached=base.cached, recorded_at=time.time(),
+        fault=fault, run_all_cached=base.cached, recorded_at=time.time(),
         fastci_version=__version__, note=note)
 
 
