@@ -1,9 +1,11 @@
-"""Seeded mutants of the units the benchmark's changes touch (the selection benchmark's mutation round).
+"""Generated faults: seeded single-site mutants of the units a change touches.
 
-The patches in ``bench/changes/`` are bugs someone thought of; mutants are bugs nobody
-picked. :func:`changed_units` applies each patch to copies of its files and asks FastCI's
-own change analysis (:func:`fastci.changes.semantic_diff.diff_sources`) which units it changes;
-:func:`generate` then makes single-site edits of those units with libcst:
+Hand-written changes are bugs someone thought of; generated faults are bugs nobody
+picked. :func:`changed_units_of` asks FastCI's own change analysis
+(:func:`fastci.changes.semantic_diff.diff_sources`) which units a change touches
+(:func:`changed_units` does it for patch files applied to a checkout); :func:`generate`
+then makes single-site edits of those units with libcst (operators in
+:mod:`fastci.eval.fault_ops`):
 
 - ``slice``: move a bound (``x[:n]`` <-> ``x[n:]``, ``x[:-k]`` <-> ``x[k:]``), drop one of two
   bounds, or shift a bound by one;
@@ -11,13 +13,30 @@ own change analysis (:func:`fastci.changes.semantic_diff.diff_sources`) which un
   ``is`` <-> ``is not``, ``in`` <-> ``not in``);
 - ``constant``: an integer literal ``n`` -> ``n + 1`` or ``n - 1`` (never below 0);
 - ``drop``: remove one simple statement line (an emptied block becomes ``pass``);
-- ``swap``: swap two adjacent positional arguments of a call.
+- ``swap``: swap two adjacent positional arguments of a call;
+- ``boolean``: ``and`` <-> ``or`` (parenthesized where an operand of ``and`` becomes an
+  ``or``), drop a ``not`` (``not x`` -> ``x``), ``True`` <-> ``False``;
+- ``reduction``: the wrong reduction. A called method or module function named ``sum`` <->
+  ``mean``, ``max`` <-> ``min``, ``amax`` <-> ``amin``, ``all`` <-> ``any``, ``nansum`` <->
+  ``nanmean``, ``argmax`` <-> ``argmin`` (``loss.mean()`` -> ``loss.sum()``,
+  ``torch.amax(x)`` -> ``torch.amin(x)``; a bare builtin only within ``max``/``min`` and
+  ``all``/``any``); a ``reduction=``/``reduce=``/``reduce_op=`` keyword's string ``"mean"``
+  <-> ``"sum"`` (also ``"max"``/``"min"``, ``"amax"``/``"amin"``); an attribute of
+  ``ReduceOp`` ``SUM`` <-> ``AVG``, ``MAX`` <-> ``MIN`` (``dist.ReduceOp.SUM`` ->
+  ``dist.ReduceOp.AVG``);
+- ``dtype``: the wrong dtype. An attribute ``float32`` <-> ``float16``, ``bfloat16`` ->
+  ``float16``, ``float64`` -> ``float32``, ``int64`` <-> ``int32`` on anything
+  (``torch.bfloat16`` -> ``torch.float16``, ``np.int64`` -> ``np.int32``), ``torch.long`` ->
+  ``torch.int``; the same names as the string value of a keyword whose name holds
+  ``dtype``, and their short forms ``"fp32"`` <-> ``"fp16"``, ``"bf16"`` -> ``"fp16"``
+  (``param_dtype="bf16"`` -> ``param_dtype="fp16"``).
 
 Edits stay inside the unit's own code (a function's body, a class's or module's own
-statements; nested defs are other units and are never touched), every mutant compiles,
-and its ``ast.dump`` differs from the original's. The choice is reproducible per seed:
-candidates are enumerated in source order and drawn with ``random.Random(seed)``,
-operators round-robin so that each is represented once ``count`` reaches their number.
+statements; nested defs are other units and are never touched; nor are annotations and
+imports), every mutant compiles, and its ``ast.dump`` differs from the original's. The
+choice is reproducible per seed: candidates are enumerated in source order and drawn with
+``random.Random(seed)``, operators round-robin so that each is represented once ``count``
+reaches their number.
 """
 
 from __future__ import annotations
@@ -30,7 +49,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Callable, Iterable, Mapping, Sequence, Union
+from typing import Iterable, Mapping, Sequence
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
@@ -38,26 +57,38 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 from fastci.changes.semantic_diff import ChangeKind, diff_sources
 from fastci.config import first_match
 from fastci.errors import FastCIError
+from fastci.eval.fault_ops import OPERATORS, Replacement, ReplaceOne, SiteFinder, describe
 from fastci.types import RelPath, UnitId
 from fastci.units.index import MODULE_QUALNAME, split_unit_id, unit_id
 
-#: The operators, in the order a report lists them.
-OPERATORS = ("slice", "compare", "constant", "drop", "swap")
-
-_Replacement = Union[cst.CSTNode, cst.RemovalSentinel]
+__all__ = ["OPERATORS", "Mutant", "candidates", "changed_units", "changed_units_of", "generate",
+           "materialize", "own_code", "patch_paths", "patched_sources", "read_sources",
+           "sample_units"]
 
 
 @dataclass(frozen=True)
 class Mutant:
-    """One single-site edit of one unit."""
+    """One single-site edit of one unit.
 
-    name: str  # mut-<operator>-<file stem>.<qualname>-<site number>
+    Attributes:
+        name: ``mut-<operator>-<file stem>.<qualname>-<site number>``, unique per unit and
+            operator.
+        operator: one of :data:`OPERATORS`.
+        unit: the edited unit.
+        path: its file, relative to the root.
+        line: the edited line of the original file (1-based).
+        description: ``label: `old` -> `new```.
+        original: the file's source before the edit.
+        mutated: the file's source after it.
+    """
+
+    name: str
     operator: str
     unit: UnitId
     path: RelPath
     line: int
-    description: str  # `old` -> `new`
-    original: str  # the file's source before and after the edit
+    description: str
+    original: str
     mutated: str
 
     def diff(self) -> str:
@@ -67,11 +98,20 @@ class Mutant:
             f"a/{self.path}", f"b/{self.path}"))
 
     def apply(self, root: Path) -> None:
-        """Write the mutated file under ``root``; refuse if the file is not the original."""
+        """Write the mutated file under ``root``.
+
+        Raises:
+            FastCIError: the file under ``root`` is not the source the mutant was made from.
+        """
         target = root / self.path
         if target.read_text() != self.original:
             raise FastCIError(f"{self.name}: {self.path} differs from the source it was made from")
         target.write_text(self.mutated)
+
+    def to_dict(self) -> dict[str, str | int]:
+        """What a results file records of the mutant (the sources are left out)."""
+        return {"name": self.name, "operator": self.operator, "unit": self.unit,
+                "path": self.path, "line": self.line, "description": self.description}
 
 
 @dataclass(frozen=True)
@@ -83,7 +123,7 @@ class _Candidate:
     line: int
     description: str
     target: cst.CSTNode  # a node of ``tree`` (edits match nodes by identity)
-    replacement: _Replacement
+    replacement: Replacement
     tree: cst.Module
 
 
@@ -107,9 +147,12 @@ def patched_sources(root: Path, patch: Path) -> dict[RelPath, tuple[bytes | None
     """Apply ``patch`` to copies of its files from ``root``: path -> (before, after).
 
     ``root`` is only read; the patch is applied with ``git apply`` in a scratch directory.
+
+    Raises:
+        FastCIError: the patch does not apply.
     """
     paths = patch_paths(patch.read_text())
-    with tempfile.TemporaryDirectory(prefix="fastci-mutations-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="fastci-faults-") as tmp:
         scratch = Path(tmp)
         # A repository of its own, so git never resolves paths against an enclosing one.
         subprocess.run(["git", "init", "-q", str(scratch)], check=True, capture_output=True)
@@ -129,13 +172,45 @@ def patched_sources(root: Path, patch: Path) -> dict[RelPath, tuple[bytes | None
                       else None) for rel in paths}
 
 
+def changed_units_of(sources: Mapping[RelPath, tuple[bytes | None, bytes | None]], *,
+                     ignore: tuple[str, ...] = ()) -> list[UnitId]:
+    """The units that changed between before and after sources, by FastCI's change analysis.
+
+    Only units that exist on both sides count (nothing of an added unit to mutate before
+    the change, nothing of a deleted one after it).
+
+    Args:
+        sources: path -> (before, after); None for a side where the file does not exist.
+            Files that are not ``.py``, added files and files that do not parse are skipped.
+        ignore: globs of files to skip (the config's never-affects-a-test globs).
+
+    Returns:
+        The changed units' ids, sorted, no duplicates.
+    """
+    out: set[UnitId] = set()
+    for rel, (old, new) in sources.items():
+        if not rel.endswith(".py") or old is None or first_match(rel, ignore):
+            continue
+        diff = diff_sources(rel, old, new, quick=False)
+        if diff.failure:
+            continue
+        out.update(unit_id(rel, c.qualname) for c in diff.units
+                   if ChangeKind.DELETED not in c.kinds and ChangeKind.ADDED not in c.kinds)
+    return sorted(out)
+
+
 def changed_units(root: Path, patches: Iterable[Path], *, ignore: tuple[str, ...] = (),
                   problems: list[str] | None = None) -> list[UnitId]:
-    """Units of ``root``'s Python files that ``patches`` change, by FastCI's change analysis.
+    """Units of ``root``'s Python files that ``patches`` change (:func:`changed_units_of`).
 
-    Files matching ``ignore`` (the config's never-affects-a-test globs) are skipped, and so
-    are units the patch adds or deletes (nothing of them to mutate in ``root``). A patch that
-    does not apply is skipped and named in ``problems``. Sorted, no duplicates.
+    Args:
+        root: the checkout the patches apply to (only read).
+        patches: unified diffs, each applied to ``root`` on its own.
+        ignore: globs of files to skip.
+        problems: where a patch that does not apply is named (it is skipped either way).
+
+    Returns:
+        The changed units of all patches, sorted, no duplicates.
     """
     out: set[UnitId] = set()
     for patch in patches:
@@ -145,14 +220,7 @@ def changed_units(root: Path, patches: Iterable[Path], *, ignore: tuple[str, ...
             if problems is not None:
                 problems.append(str(exc))
             continue
-        for rel, (old, new) in sources.items():
-            if not rel.endswith(".py") or old is None or first_match(rel, ignore):
-                continue
-            diff = diff_sources(rel, old, new, quick=False)
-            if diff.failure:
-                continue
-            out.update(unit_id(rel, c.qualname) for c in diff.units
-                       if ChangeKind.DELETED not in c.kinds and ChangeKind.ADDED not in c.kinds)
+        out.update(changed_units_of(sources, ignore=ignore))
     return sorted(out)
 
 
@@ -180,10 +248,17 @@ def _defs(stmts: Sequence[cst.CSTNode], prefix: str,
 
 
 def own_code(module: cst.Module, qualname: str) -> list[cst.CSTNode] | None:
-    """The nodes holding a unit's own code (None: no such unit, or its qualname is ambiguous).
+    """The nodes holding a unit's own code.
 
-    A function's or class's body block (nested defs inside it are skipped by the site
-    visitor), or a module's top-level statements.
+    A function's or class's body block (nested defs inside it are skipped by
+    :class:`~fastci.eval.fault_ops.SiteFinder`), or a module's top-level statements.
+
+    Args:
+        module: the parsed file.
+        qualname: the unit's ``co_qualname`` (:data:`MODULE_QUALNAME` for the module).
+
+    Returns:
+        The nodes, or None when there is no such unit or its qualname is ambiguous.
     """
     if qualname == MODULE_QUALNAME:
         return list(module.body)
@@ -194,151 +269,21 @@ def own_code(module: cst.Module, qualname: str) -> list[cst.CSTNode] | None:
 
 
 def _is_docstring(stmt: cst.CSTNode) -> bool:
+    """Whether ``stmt`` is a statement holding only a string literal."""
     return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
             and isinstance(stmt.body[0], cst.Expr)
             and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString)))
 
 
-# --------------------------------------------------------------------------- the operators
-
-
-def _int_node(value: int) -> cst.BaseExpression:
-    if value < 0:
-        return cst.UnaryOperation(cst.Minus(), cst.Integer(str(-value)))
-    return cst.Integer(str(value))
-
-
-def _literal_int(node: cst.BaseExpression | None) -> int | None:
-    """The value of ``n`` or ``-n`` written as a literal, else None."""
-    if isinstance(node, cst.Integer) and not node.lpar:
-        return int(node.value.replace("_", ""), 0)
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus) \
-            and isinstance(node.expression, cst.Integer) and not node.lpar:
-        return -int(node.expression.value.replace("_", ""), 0)
-    return None
-
-
-def _shift(node: cst.BaseExpression, delta: int) -> cst.BaseExpression:
-    """``node`` plus ``delta`` (folded into a literal; otherwise ``(node) + 1``)."""
-    value = _literal_int(node)
-    if value is not None:
-        return _int_node(value + delta)
-    atom = isinstance(node, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) or bool(node.lpar)
-    left = node if atom else node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-    op: cst.BaseBinaryOp = cst.Add() if delta > 0 else cst.Subtract()
-    return cst.BinaryOperation(left, op, cst.Integer(str(abs(delta))))
-
-
-def _slice_variants(node: cst.Slice) -> list[tuple[str, cst.Slice]]:
-    lo, hi = node.lower, node.upper
-    out: list[tuple[str, cst.Slice]] = []
-    if hi is not None and lo is None:
-        out.append(("move the upper bound to the lower", node.with_changes(lower=hi, upper=None)))
-        k = _literal_int(hi)
-        if k is not None and k < 0:
-            out.append(("mirror the bound", node.with_changes(lower=_int_node(-k), upper=None)))
-    if lo is not None and hi is None:
-        out.append(("move the lower bound to the upper", node.with_changes(lower=None, upper=lo)))
-        k = _literal_int(lo)
-        if k is not None and k > 0:
-            out.append(("mirror the bound", node.with_changes(lower=None, upper=_int_node(-k))))
-    if lo is not None and hi is not None:
-        out.append(("drop the lower bound", node.with_changes(lower=None)))
-        out.append(("drop the upper bound", node.with_changes(upper=None)))
-    for field, bound in (("lower", lo), ("upper", hi)):
-        if bound is not None:
-            for delta in (1, -1):
-                out.append((f"{field} bound {delta:+d}",
-                            node.with_changes(**{field: _shift(bound, delta)})))
-    return out
-
-
-_FLIPS: dict[type[cst.BaseCompOp], Callable[[], cst.BaseCompOp]] = {
-    cst.LessThan: cst.LessThanEqual, cst.LessThanEqual: cst.LessThan,
-    cst.GreaterThan: cst.GreaterThanEqual, cst.GreaterThanEqual: cst.GreaterThan,
-    cst.Equal: cst.NotEqual, cst.NotEqual: cst.Equal,
-    cst.Is: cst.IsNot, cst.IsNot: cst.Is, cst.In: cst.NotIn, cst.NotIn: cst.In,
-}
-
-
-class _Sites(cst.CSTVisitor):
-    """Collect (operator, node, variants) inside one unit's own code."""
-
-    def __init__(self, docstring: cst.CSTNode | None) -> None:
-        self.docstring = docstring
-        self.sites: list[tuple[str, cst.CSTNode, list[tuple[str, _Replacement]]]] = []
-
-    # Other units (nested defs and classes) and annotations are not this unit's behaviour.
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return False
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False
-
-    def visit_Annotation(self, node: cst.Annotation) -> bool:
-        return False
-
-    def visit_Slice(self, node: cst.Slice) -> None:
-        self.sites.append(("slice", node, list(_slice_variants(node))))
-
-    def visit_ComparisonTarget(self, node: cst.ComparisonTarget) -> None:
-        flip = _FLIPS.get(type(node.operator))
-        if flip is not None:
-            new = node.with_changes(operator=flip())
-            self.sites.append(("compare", node, [("flip", new)]))
-
-    def visit_Integer(self, node: cst.Integer) -> None:
-        value = int(node.value.replace("_", ""), 0)
-        variants: list[tuple[str, _Replacement]] = [("+1", node.with_changes(value=str(value + 1)))]
-        if value > 0:
-            variants.append(("-1", node.with_changes(value=str(value - 1))))
-        self.sites.append(("constant", node, variants))
-
-    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
-        inert = all(isinstance(s, cst.Pass) or (isinstance(s, cst.Expr)
-                    and isinstance(s.value, cst.Ellipsis)) for s in node.body)
-        if node is not self.docstring and not inert:
-            self.sites.append(("drop", node, [("drop", cst.RemovalSentinel.REMOVE)]))
-
-    def visit_Call(self, node: cst.Call) -> None:
-        args = list(node.args)
-        variants: list[tuple[str, _Replacement]] = []
-        for i in range(len(args) - 1):
-            a, b = args[i], args[i + 1]
-            if a.keyword is None and b.keyword is None and not a.star and not b.star \
-                    and not a.value.deep_equals(b.value):
-                swapped = list(args)
-                swapped[i], swapped[i + 1] = a.with_changes(value=b.value), b.with_changes(value=a.value)
-                variants.append((f"arguments {i + 1} and {i + 2}", node.with_changes(args=swapped)))
-        if variants:
-            self.sites.append(("swap", node, variants))
-
-
-class _Replace(cst.CSTTransformer):
-    """Replace (or remove) exactly one node; an emptied block gets ``pass``."""
-
-    def __init__(self, target: cst.CSTNode, replacement: _Replacement) -> None:
-        super().__init__()
-        self.target, self.replacement = target, replacement
-
-    def on_leave(self, original_node: cst.CSTNode,  # type: ignore[override]
-                 updated_node: cst.CSTNode) -> _Replacement:
-        if original_node is self.target:
-            return self.replacement
-        if isinstance(updated_node, cst.IndentedBlock) and not updated_node.body:
-            return updated_node.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])])
-        return updated_node
-
-
-def _snippet(module: cst.Module, node: _Replacement) -> str:
-    if isinstance(node, cst.RemovalSentinel):
-        return "(removed)"
-    text = " ".join(module.code_for_node(node).split())
-    return text if len(text) <= 48 else text[:45] + "..."
+# --------------------------------------------------------------------------- mutants
 
 
 def candidates(path: RelPath, source: str, qualname: str) -> list[_Candidate]:
-    """Every single-site edit of unit ``path::qualname`` in ``source``, in source order."""
+    """Every single-site edit of unit ``path::qualname`` in ``source``, in source order.
+
+    Not every candidate is a mutant: :func:`materialize` drops those that do not compile
+    or leave the AST as it was.
+    """
     module = cst.parse_module(source)
     roots = own_code(module, qualname)
     if roots is None:
@@ -347,15 +292,15 @@ def candidates(path: RelPath, source: str, qualname: str) -> list[_Candidate]:
     positions: Mapping[cst.CSTNode, CodeRange] = wrapper.resolve(PositionProvider)
     first = roots[0].body[0] if isinstance(roots[0], cst.IndentedBlock) and roots[0].body \
         else roots[0] if qualname == MODULE_QUALNAME else None
-    visitor = _Sites(first if first is not None and _is_docstring(first) else None)
+    finder = SiteFinder(first if first is not None and _is_docstring(first) else None)
     for root in roots:
-        root.visit(visitor)
+        root.visit(finder)
     out: list[_Candidate] = []
     counts: dict[str, int] = {}
-    for operator, node, variants in visitor.sites:
+    for operator, node, variants in finder.sites:
         for label, new in variants:
             counts[operator] = counts.get(operator, 0) + 1
-            text = f"{label}: `{_snippet(module, node)}` -> `{_snippet(module, new)}`"
+            text = f"{label}: {describe(module, node, new)}"
             out.append(_Candidate(operator, path, qualname, counts[operator],
                                   positions[node].start.line, text, node, new, module))
     return out
@@ -369,7 +314,7 @@ def _short(path: RelPath, qualname: str) -> str:
 def materialize(candidate: _Candidate) -> Mutant | None:
     """The mutant of one candidate, or None when it does not compile or changes no AST."""
     source = candidate.tree.code
-    mutated = candidate.tree.visit(_Replace(candidate.target, candidate.replacement)).code
+    mutated = candidate.tree.visit(ReplaceOne(candidate.target, candidate.replacement)).code
     try:
         new_ast = ast.parse(mutated)
         compile(new_ast, candidate.path, "exec")
@@ -385,11 +330,20 @@ def materialize(candidate: _Candidate) -> Mutant | None:
 
 def generate(sources: Mapping[RelPath, str], units: Iterable[UnitId], *, count: int,
              seed: int) -> list[Mutant]:
-    """Draw ``count`` distinct mutants of ``units`` (``sources``: path -> text), seeded.
+    """Draw ``count`` distinct mutants of ``units``, seeded.
 
     Operators take turns in a seeded order, so any ``count >= len(OPERATORS)`` has each
     operator at least once (where the units offer a site for it); within an operator the
     least-used unit goes first, so mutants spread over the units.
+
+    Args:
+        sources: path -> text of every file holding one of ``units`` (others are skipped).
+        units: the units to mutate.
+        count: how many mutants at most (fewer when the units offer fewer).
+        seed: the seed; the same arguments give the same mutants.
+
+    Returns:
+        The mutants, in the order drawn.
     """
     pools: dict[str, list[_Candidate]] = {op: [] for op in OPERATORS}
     for uid in sorted(set(units)):
