@@ -17,7 +17,7 @@ import pytest
 
 from fastci.changes.versions import Versions
 from fastci.cli import app
-from fastci.cli.calibrate import collect
+from fastci.integrations.pytest.collect import collect
 from fastci.errors import StoreError
 from fastci.evidence.calibration import CalibrationStore, Rung, declaration_digest
 from fastci.integrations.git.repository import WORKTREE, Git

@@ -7,7 +7,9 @@ under config ``targets``, or the labels and patterns given), and
 pytest: ``pytest --collect-only`` in the tests' interpreter reads each item's
 ``fastci_workload`` and ``gpus`` markers, and :func:`fastci.run.calibrate.calibrate`
 runs one process per rung. Either way the rungs go into the calibration store
-(config ``calibration``, never the evidence store). docs/CALIBRATION.md.
+(config ``calibration``, never the evidence store). docs/CALIBRATION.md. One line per rung
+on stdout as before, and the progress of the rungs to run, with an ETA, on stderr
+(:mod:`fastci.progress`).
 
 Bad input stops the command before anything runs, with one line and a nonzero exit:
 an unreadable calibration store (left as it is), tests the runner cannot list or a
@@ -17,12 +19,9 @@ test it does not know.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from fastci import config
 from fastci.cli.command import Command
@@ -31,65 +30,17 @@ from fastci.integrations.git.repository import repo_root
 from fastci.integrations.git.tree import evidence_commit
 from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.integrations.bazel.runner import Bazel
+from fastci.integrations.pytest.collect import collect
 from fastci.plan.build import choose_runner, declared_test, runner_python
-from fastci.run.calibrate import (PLUGIN, CalibrationError, CalibrationReport, Declared,
-                                  calibrate, calibrate_bazel)
-from fastci.select.rules import DeclaredTest
+from fastci.progress import Progress
+from fastci.run.calibrate import (CalibrationError, CalibrationReport, Declared, calibrate,
+                                  calibrate_bazel)
 from fastci.types import TestId, normalize_test_id
 
-__all__ = ["COMMAND", "add_arguments", "collect", "run"]
+__all__ = ["COMMAND", "add_arguments", "run"]
 
 #: The exit code when a rung run by the command did not pass (its rung is stored).
 EXIT_RUNG_FAILED = 1
-
-#: Runs in the tests' interpreter: ``python -c _COLLECT OUT PYTEST-ARGS...`` collects and
-#: writes, per item, its FastCI id, its declaration (or why its marker is malformed) and
-#: its ``gpus`` marker as JSON to OUT.
-_COLLECT = r'''
-import json, sys
-from pathlib import Path
-import pytest
-from fastci.integrations.git.repository import repo_root
-from fastci.integrations.pytest.ids import test_id_for
-from fastci.integrations.pytest.plan import declaration
-
-
-class Collector:
-    def __init__(self):
-        self.items = []
-
-    def pytest_collection_finish(self, session):
-        root = repo_root(Path(str(session.config.rootpath)))
-        for item in session.items:
-            entry = {"id": test_id_for(item, root)}
-            marker = item.get_closest_marker("gpus")
-            try:
-                entry["gpus"] = int(marker.args[0]) if marker and marker.args else 0
-            except (TypeError, ValueError):
-                entry["gpus"] = 0
-            try:
-                decl = declaration(item)
-            except ValueError as exc:
-                entry["error"] = str(exc)
-            else:
-                entry["declaration"] = None if decl is None else {
-                    "workload": dict(decl.workload), "floors": dict(decl.floors),
-                    "constraints": list(decl.constraints), "scope": list(decl.scope),
-                    "frozen": None if decl.frozen is None else list(decl.frozen),
-                    "check": decl.check, "reference": decl.reference}
-            try:
-                json.dumps(entry)
-            except (TypeError, ValueError):
-                entry = {"id": entry["id"], "gpus": entry["gpus"],
-                         "error": "its arguments hold a value that is not JSON"}
-            self.items.append(entry)
-
-
-collector = Collector()
-code = pytest.main(sys.argv[2:], plugins=[collector])
-with open(sys.argv[1], "w", encoding="utf-8") as out:
-    json.dump({"code": int(code), "items": collector.items}, out)
-'''
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -116,41 +67,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-resume", action="store_true",
                         help="run every rung again, even those already calibrated at this "
                              "commit under the same declaration")
-
-
-def collect(root: Path, tests: Sequence[str], *, python: str,
-            pytest_args: Sequence[str] = ()) -> dict[TestId, Declared]:
-    """Every test pytest collects from ``tests`` (all when empty), with its declaration.
-
-    Raises:
-        CalibrationError: pytest cannot collect them, or a named test is unknown.
-    """
-    with tempfile.TemporaryDirectory(prefix="fastci-collect-") as tmp:
-        out = Path(tmp) / "items.json"
-        proc = subprocess.run(
-            [python, "-c", _COLLECT, str(out), "--collect-only", "-q", "-p", "no:cacheprovider",
-             "-p", PLUGIN, *pytest_args, *tests],
-            cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            errors="replace", check=False)
-        try:
-            data = json.loads(out.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            data = None
-    if not isinstance(data, dict) or data.get("code") not in (0, 5):
-        raise CalibrationError(f"pytest cannot collect the tests to calibrate: "
-                               f"{_error_line(proc.stdout, proc.returncode)}")
-    if tests and not data["items"]:
-        raise CalibrationError(f"no test matches {' '.join(tests)}")
-    found: dict[TestId, Declared] = {}
-    for entry in data["items"]:
-        if "error" in entry:
-            found[entry["id"]] = str(entry["error"])
-        elif entry.get("declaration") is None:
-            found[entry["id"]] = None
-        else:
-            found[entry["id"]] = _declared(entry["id"], entry["declaration"],
-                                           int(entry.get("gpus") or 0))
-    return found
 
 
 def _is_pattern(target: str) -> bool:
@@ -189,23 +105,8 @@ def gpu_tests(bazel: Bazel, targets: Sequence[str], *, universe: str) -> dict[Te
     return found
 
 
-def _declared(test: TestId, d: dict[str, Any], gpus: int) -> DeclaredTest:
-    frozen = d.get("frozen")
-    return DeclaredTest(test, gpus, dict(d["workload"]), floors=dict(d["floors"]),
-                        frozen=None if frozen is None else tuple(frozen),
-                        scope=tuple(d["scope"]), constraints=tuple(d["constraints"]),
-                        check=d.get("check"), reference=d.get("reference"))
-
-
-def _error_line(output: str, code: int) -> str:
-    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if ln.startswith(("ERROR", "E "))]
-    line = (errors or lines or [f"exit status {code}"])[0]
-    return line[:300]
-
-
 def run(args: argparse.Namespace) -> int:
-    """Collect, calibrate, print one line per rung and the cost summary.
+    """Collect, calibrate, print one line per rung (progress on stderr) and the cost summary.
 
     Exits 1 when a rung run now did not pass (it is stored, and never chosen)."""
     root = repo_root(args.root.resolve())
@@ -219,10 +120,11 @@ def run(args: argparse.Namespace) -> int:
         bz = Bazel(root, bazel=cfg.bazel)
         declared = gpu_tests(bz, list(args.tests), universe=cfg.targets)
         print(f"fastci calibrate: {len(declared)} gpu_test(s) with Bazel ({why})", flush=True)
-        report = calibrate_bazel(root, list(declared), declared, store_path, bazel=bz,
-                                 flags=args.bazel_flags, commit=evidence_commit(root),
-                                 echo=lambda line: print(line, flush=True),
-                                 resume=not args.no_resume)
+        with Progress(None, "calibrate", unit="rung") as progress:
+            report = calibrate_bazel(root, list(declared), declared, store_path, bazel=bz,
+                                     flags=args.bazel_flags, commit=evidence_commit(root),
+                                     echo=progress.echo, resume=not args.no_resume,
+                                     progress=progress)
         return _finish(report, store_path)
     python = runner_python(root, cfg)
     declared = collect(root, list(args.tests), python=python, pytest_args=args.pytest_args)
@@ -234,9 +136,10 @@ def run(args: argparse.Namespace) -> int:
         if quiet:
             print(f"fastci calibrate: {quiet} collected test(s) declare no workload "
                   "(no fastci_workload marker): not calibrated")
-    report = calibrate(root, tests, declared, store_path, python=python,
-                       pytest_args=args.pytest_args, commit=evidence_commit(root),
-                       echo=lambda line: print(line, flush=True), resume=not args.no_resume)
+    with Progress(None, "calibrate", unit="rung") as progress:
+        report = calibrate(root, tests, declared, store_path, python=python,
+                           pytest_args=args.pytest_args, commit=evidence_commit(root),
+                           echo=progress.echo, resume=not args.no_resume, progress=progress)
     return _finish(report, store_path)
 
 

@@ -4,6 +4,7 @@ The work is :func:`fastci.evidence.record.record_tests`; the evidence is stamped
 with the workspace's tree as it was before the tests ran (``HEAD``, or
 ``dirty:<tree id>`` for a modified tree). A test that fails while recording makes
 the command exit 1 (the evidence is still ingested, its outcome marked), so CI notices.
+While Bazel runs, its progress (tests finished, ETA) goes to stderr (:mod:`fastci.progress`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from fastci.cli.command import Command
 from fastci.evidence.record import record_tests
 from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.git.repository import repo_root
+from fastci.progress import Progress
 
 __all__ = ["COMMAND", "add_arguments", "run"]
 
@@ -42,7 +44,10 @@ def run(args: argparse.Namespace) -> int:
     targets = list(args.targets) or [cfg.targets]
     store_path = args.store or cfg.path(workspace, "store")
     bz = Bazel(workspace, bazel=cfg.bazel)
-    recording = record_tests(workspace, targets, store_path, flags=args.bazel_flags, bazel=bz)
+    # Progress on stderr while Bazel runs (closed before the summary prints).
+    with Progress(None, "record") as progress:
+        recording = record_tests(workspace, targets, store_path, flags=args.bazel_flags,
+                                 bazel=bz, progress=progress)
     print(recording.summary)
     problem = recording.failure_line()
     if problem is not None:

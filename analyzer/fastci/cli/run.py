@@ -1,6 +1,7 @@
 """``fastci run``: run a plan through Bazel and pytest (node ids; the only runner without a
 Bazel workspace) in priority order and record the results; ``--fail-fast`` stops at the
-first failure (docs/RUNNING.md)."""
+first failure (docs/RUNNING.md). While Bazel runs, its progress (tests finished, ETA) goes
+to stderr (:mod:`fastci.progress`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from fastci import config as config_mod
 from fastci.cli.command import Command
 from fastci.errors import PlanError, StoreError
 from fastci.plan.model import Plan, load_plan
+from fastci.progress import Progress
 from fastci.run.runner import execute
 
 OK, FAIL = 0, 1
@@ -44,9 +46,14 @@ def _run(args: argparse.Namespace) -> int:
             # The tests matter more than their history: run them, record nothing,
             # and leave the store as it is for a person to look at.
             print(f"fastci run: {exc}: running the plan without recording results")
+    # Progress on stderr while Bazel runs; closed before the lines after it, so the
+    # last line on stdout stays `N passed, N failed`.
+    progress = Progress(None, "run")
     try:
-        report = execute(root, plan, cfg, store=store, fail_fast=args.fail_fast)
+        report = execute(root, plan, cfg, store=store, fail_fast=args.fail_fast,
+                         echo=progress.echo, progress=progress)
     finally:
+        progress.close()
         if store is not None:
             store.close()
     return OK if report.failed == 0 else FAIL

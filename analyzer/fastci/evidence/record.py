@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from fastci.errors import BazelError, FastCIError
 from fastci.evidence import trace, trace_pb2
@@ -24,7 +24,11 @@ from fastci.evidence.ingest import (IngestReport, TraceBlob, find_traces, ingest
                                     results_from_bep)
 from fastci.evidence.store import EvidenceStore
 from fastci.integrations.bazel.runner import EXIT_NO_TESTS, Bazel
+from fastci.integrations.bazel.bep_follow import follow_bep_progress
 from fastci.integrations.git.tree import DIRTY_PREFIX, evidence_commit
+
+if TYPE_CHECKING:
+    from fastci.progress import Progress
 
 
 def summary(report: IngestReport) -> str:
@@ -199,7 +203,8 @@ def record(workspace: Path, targets: list[str], store_path: Path, *,
 
 
 def record_tests(workspace: Path, targets: list[str], store_path: Path, *,
-                 flags: Sequence[str] = (), bazel: Bazel | None = None) -> Recording:
+                 flags: Sequence[str] = (), bazel: Bazel | None = None,
+                 progress: Progress | None = None) -> Recording:
     """Run ``bazel test --config=fastci_record`` and ingest the traces.
 
     Args:
@@ -208,6 +213,10 @@ def record_tests(workspace: Path, targets: list[str], store_path: Path, *,
         store_path: the evidence store (created if absent).
         flags: extra flags for ``bazel test``.
         bazel: the Bazel adapter to use (default: one for ``workspace``).
+        progress: advanced as each test finishes, from the build event file while Bazel
+            writes it (:func:`~fastci.integrations.bazel.bep_follow.follow_bep_progress`;
+            its total is the test targets Bazel configured), and closed when ``bazel test``
+            returns, before the ingest.
 
     Raises:
         BazelError: Bazel reported no test results although tests were built.
@@ -217,7 +226,12 @@ def record_tests(workspace: Path, targets: list[str], store_path: Path, *,
     commit = evidence_commit(workspace)
     bep = workspace / ".fastci" / "runs" / "record-bep.json"
     bep.parent.mkdir(parents=True, exist_ok=True)
-    res = bz.test(targets, flags=["--config=fastci_record", *flags], bep_path=bep)
+    bep.unlink(missing_ok=True)  # the last recording's: neither its progress nor its results
+    if progress is None:
+        res = bz.test(targets, flags=["--config=fastci_record", *flags], bep_path=bep)
+    else:
+        with progress, follow_bep_progress(bep, progress):
+            res = bz.test(targets, flags=["--config=fastci_record", *flags], bep_path=bep)
     testlogs = Path(bz.info("bazel-testlogs"))
     results = results_from_bep(bep)
     if not results and not res.no_tests:

@@ -24,12 +24,14 @@ Each rung goes into the :class:`~fastci.evidence.calibration.CalibrationStore`,
 never the evidence store (a run at a reduced workload is no evidence of the test).
 Calibrating is resumable: a rung already stored complete, at the same commit stamp
 and under the same declaration digest, is not run again. One progress line per
-rung; the report's :meth:`CalibrationReport.summary` gives the calibration's cost
+rung (and, given a :class:`fastci.progress.Progress`, the count of rungs run with an
+ETA on stderr); the report's :meth:`CalibrationReport.summary` gives the calibration's cost
 against one full run of the same tests. docs/CALIBRATION.md has the user's side.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
 import os
@@ -39,7 +41,8 @@ import time
 import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeAlias
+from typing import (TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence,
+                    TypeAlias)
 
 from fastci.errors import BazelError, FastCIError, TraceError
 from fastci.evidence import trace
@@ -53,6 +56,9 @@ from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.bazel.testlogs import test_dir
 from fastci.plan.workload import ReductionDecl, ladder, reducible_dims, reduction_problems
 from fastci.types import RelPath, TestId
+
+if TYPE_CHECKING:
+    from fastci.progress import Progress
 
 __all__ = ["PLUGIN", "CalibrationError", "CalibrationReport", "Pending", "Recorded", "RunRungs",
            "calibrate", "calibrate_bazel", "calibrate_with", "decode_run", "node_arg", "run_rung",
@@ -118,7 +124,7 @@ def node_arg(root: Path, test: TestId) -> str:
 def calibrate(root: Path, tests: Sequence[TestId], declarations: Mapping[TestId, Declared],
               store_path: Path, *, python: str, pytest_args: Sequence[str] = (),
               commit: str | None, echo: Callable[[str], None] = print,
-              resume: bool = True) -> CalibrationReport:
+              resume: bool = True, progress: Progress | None = None) -> CalibrationReport:
     """Run each of ``tests`` at each rung of its ladder; store the rungs at ``store_path``.
 
     Args:
@@ -134,6 +140,7 @@ def calibrate(root: Path, tests: Sequence[TestId], declarations: Mapping[TestId,
         echo: prints one progress line per rung (and one per skipped test).
         resume: skip rungs already stored complete at ``commit`` under the same
             declaration.
+        progress: counts the rungs run (see :func:`calibrate_with`).
 
     Raises:
         StoreError: the store cannot be opened or written (nothing is run then, or
@@ -148,7 +155,7 @@ def calibrate(root: Path, tests: Sequence[TestId], declarations: Mapping[TestId,
             yield item, rung, note
 
     return calibrate_with(tests, declarations, store_path, one_by_one, commit=commit,
-                          echo=echo, resume=resume)
+                          echo=echo, resume=resume, progress=progress)
 
 
 @dataclass(frozen=True)
@@ -170,10 +177,15 @@ RunRungs: TypeAlias = Callable[[Sequence[Pending]], Iterable[tuple[Pending, Rung
 def calibrate_with(tests: Sequence[TestId], declarations: Mapping[TestId, Declared],
                    store_path: Path, run_rungs: RunRungs, *, commit: str | None,
                    echo: Callable[[str], None] = print,
-                   resume: bool = True) -> CalibrationReport:
+                   resume: bool = True, progress: Progress | None = None) -> CalibrationReport:
     """The runner-independent part of :func:`calibrate`: ladders, resuming, storing, the
     report. ``run_rungs`` runs what is left to run (pytest: one process per rung,
-    :func:`calibrate`; Bazel: one ``bazel test`` per round, :func:`calibrate_bazel`)."""
+    :func:`calibrate`; Bazel: one ``bazel test`` per round, :func:`calibrate_bazel`).
+
+    ``progress`` counts the rungs this call runs (resumed ones are not: they would make
+    the ETA a guess), ticks while a rung runs and is closed once the last one is stored;
+    the per-rung lines still go to ``echo`` (pass ``progress.echo`` so a bar does not
+    tear them)."""
     started = time.perf_counter()
     report = CalibrationReport()
     # (test, its ladder, its declaration as stored with each rung, that declaration's digest)
@@ -204,18 +216,25 @@ def calibrate_with(tests: Sequence[TestId], declarations: Mapping[TestId, Declar
                          f"{_stamp(commit)} ({old.outcome}, {old.duration_s:.2f} s): resumed")
                     continue
                 todo.append(Pending(test, name, dict(overrides), digest))
-        for item, rung, note in run_rungs(todo):
-            done += 1
-            rung = replace(rung, spec=specs[item.test])
-            store.put(rung)
-            report.ran += 1
-            if not rung.usable:
-                report.failed.append((item.test, item.name, note or rung.outcome))
-            echo(f"calibrate [{done}/{total}] {item.test} {item.name}: {rung.outcome}"
-                 f"{'' if rung.complete else ' (incomplete)'} "
-                 f"{rung.duration_s:.2f} s, {sum(len(v) for v in rung.lines.values())} "
-                 f"line(s) in {len(rung.lines)} file(s), {len(rung.units)} unit(s)"
-                 + (f": {note}" if note else ""))
+        if progress is not None and todo:
+            progress.set_total(len(todo))
+        with progress.ticking() if progress is not None else contextlib.nullcontext():
+            for item, rung, note in run_rungs(todo):
+                done += 1
+                rung = replace(rung, spec=specs[item.test])
+                store.put(rung)
+                report.ran += 1
+                if not rung.usable:
+                    report.failed.append((item.test, item.name, note or rung.outcome))
+                echo(f"calibrate [{done}/{total}] {item.test} {item.name}: {rung.outcome}"
+                     f"{'' if rung.complete else ' (incomplete)'} "
+                     f"{rung.duration_s:.2f} s, {sum(len(v) for v in rung.lines.values())} "
+                     f"line(s) in {len(rung.lines)} file(s), {len(rung.units)} unit(s)"
+                     + (f": {note}" if note else ""))
+                if progress is not None:
+                    progress.advance(note=f"{item.test} {item.name}")
+        if progress is not None:
+            progress.close()
         for test, _rungs, _spec, digest in plans:
             current = [r for r in store.rungs(test)
                        if r.declaration == digest and r.commit == commit]
@@ -231,7 +250,7 @@ def calibrate_bazel(workspace: Path, tests: Sequence[TestId],
                     declarations: Mapping[TestId, Declared], store_path: Path, *,
                     bazel: Bazel, flags: Sequence[str] = (), commit: str | None,
                     echo: Callable[[str], None] = print,
-                    resume: bool = True) -> CalibrationReport:
+                    resume: bool = True, progress: Progress | None = None) -> CalibrationReport:
     """:func:`calibrate` for gpu_tests: the rungs run in rounds, one ``bazel test`` each.
 
     Round *k* holds the *k*-th rung still to run of every test, so a test appears at
@@ -294,7 +313,7 @@ def calibrate_bazel(workspace: Path, tests: Sequence[TestId],
                 yield item, rung, note
 
     return calibrate_with(tests, declarations, store_path, by_rounds, commit=commit,
-                          echo=echo, resume=resume)
+                          echo=echo, resume=resume, progress=progress)
 
 
 def scrub_traces(outputs: Path) -> int:

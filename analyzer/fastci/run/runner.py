@@ -42,6 +42,7 @@ skipped, each with the reason the plan gave, also written as JSON to
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -51,9 +52,10 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol
 
 from fastci.integrations.bazel.bep import BuildReport, parse_bep
+from fastci.integrations.bazel.bep_follow import follow_bep_progress
 from fastci.integrations.bazel.mains import conventional_main, labels_by_main, node_path
 from fastci.integrations.bazel.runner import Bazel
 from fastci.errors import BazelError
@@ -86,6 +88,7 @@ class ResultHistory(Protocol):
 
 if TYPE_CHECKING:
     from fastci.evidence.store import EvidenceStore
+    from fastci.progress import Progress
 
     def _store_conforms(store: EvidenceStore) -> ResultHistory:
         """Never called: mypy checks here that the real store fits the protocol."""
@@ -272,11 +275,17 @@ def _workload(label: str, testlogs: Path | None, last: RunLike | None = None,
 def execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | None = None,
             bazel: Bazel | None = None, flags: tuple[str, ...] = (),
             echo: Callable[[str], None] = print, python: str | None = None,
-            pytest_args: tuple[str, ...] = (), fail_fast: bool = False) -> RunReport:
+            pytest_args: tuple[str, ...] = (), fail_fast: bool = False,
+            progress: Progress | None = None) -> RunReport:
     """Run ``plan`` under Bazel and pytest in ``root``; record results in ``store``.
 
     ``fail_fast``: stop at the first failing test (Bazel ``--notest_keep_going``,
     pytest ``-x``); the tests that did not run are reported as not run.
+
+    ``progress``: advanced as Bazel finishes each test (the build event file followed
+    while Bazel writes it; its total is the test targets Bazel configured), and closed
+    when ``bazel test`` returns, before anything more is echoed (pytest shows its own).
+    Pass ``echo=progress.echo`` with it, so lines echoed meanwhile do not tear a bar.
 
     A plan made for another tree than the one in ``root`` is not obeyed: every
     test runs at full workload and the report carries the warning. Without a
@@ -292,6 +301,8 @@ def execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | No
     if fail_fast:
         pytest_args = ("-x", *pytest_args)
     if not is_bazel_workspace(root):
+        if progress is not None:
+            progress.close()  # nothing counted: says nothing
         return _execute_pytest_only(root, plan, config, tree, store=store, echo=echo,
                                     python=python, pytest_args=pytest_args, warning=warning,
                                     fail_fast=fail_fast, t0=t0)
@@ -314,8 +325,9 @@ def execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | No
         with schedule.publish(root, plan, fail_fast=fail_fast) as published:
             if published is not None and len(published.tests) > 1:
                 flags = (*_concurrency(len(published.tests), flags, echo), *flags)
-            res = bazel.test(targets, flags=(f"--config={config.bazel_config}", *flags),
-                             bep_path=bep)
+            with _following(bep, progress):
+                res = bazel.test(targets, flags=(f"--config={config.bazel_config}", *flags),
+                                 bep_path=bep)
         no_tests = res.no_tests
     except BazelError as exc:
         if not _all_skipped(plan, bep, exc):
@@ -372,6 +384,16 @@ def execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | No
     _echo_first_failure(first, echo)
     echo(rr.summary_line())
     return rr
+
+
+@contextlib.contextmanager
+def _following(bep: Path, progress: Progress | None) -> Iterator[None]:
+    """While Bazel writes ``bep``: each finished test advances ``progress``; closed after."""
+    if progress is None:
+        yield
+        return
+    with progress, follow_bep_progress(bep, progress):
+        yield
 
 
 #: The most tests ``fastci run`` lets Bazel start at once for the launchers to order
