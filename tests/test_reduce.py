@@ -410,3 +410,22 @@ def test_targets_shows_learned_floors(tmp_path: Path) -> None:
     got = learned(tmp_path, [decl])["//t:a"]
     assert {k: v for k, (v, _) in got.items()} == {"steps": 2, "layers": 1}
     assert "failed at full workload" in got["steps"][1]
+
+
+def test_a_calibration_from_a_commit_this_clone_lacks_runs_full(tmp_path: Path,
+                                                                caplog: Any) -> None:
+    # A shallow checkout, or rungs calibrated in another clone: the rungs' commit does not
+    # exist here. The version is looked up at the base too; when no revision holds it, the
+    # test runs at full workload with a reason, and no lookup error escapes as a warning.
+    w = World(tmp_path)
+    full_ladder(w)
+    for r in w.store.rungs("//t:a"):
+        w.store.put(Rung(**{**r.__dict__, "commit": "f" * 40}))
+    w.edit(2, "    y = x + 2")
+    assert w.choose().overrides == {"steps": 1}  # the base holds the calibrated version
+    for r in w.store.rungs("//t:a"):
+        w.store.put(Rung(**{**r.__dict__, "digests": {"pkg/m.py": "0" * 64}}))
+    with caplog.at_level("WARNING"):
+        c = w.choose()
+    assert c.overrides == {} and "not in the history" in c.why
+    assert "GitError" not in caplog.text

@@ -14,6 +14,7 @@ import hashlib
 from typing import Iterable
 
 from fastci.changes.semantic_diff import FileDiff, diff_sources
+from fastci.errors import GitError
 from fastci.integrations.git.repository import Git
 from fastci.types import Checksum, RelPath
 from fastci.units.index import FileUnits, ParseFailure, index_source
@@ -71,7 +72,12 @@ class Versions:
         """The bytes of ``path`` whose digest is ``digest``, from the first of ``revs`` that
         holds them; None when none does (the version is not in the history)."""
         for rev in revs:
-            data = self.at(rev, path)
+            try:
+                data = self.at(rev, path)
+            except GitError:
+                # A revision this clone does not have (a shallow checkout, a calibration
+                # or store made in another repository): it holds nothing we can read.
+                continue
             if data is not None and sha256(data) == digest:
                 return data
         return None
