@@ -439,8 +439,9 @@ def run_evaluation(repo: Path, options: EvalOptions, *,
             evaluator.ingest(evaluator.baseline(evaluator.tests_now()),
                              evidence_commit(evaluator.tree.path))
             ev.warmup_s = time.perf_counter() - t0
+            echo(f"fastci eval: base recorded in {ev.warmup_s:.0f} s")
         total = len(queue)
-        with Progress(total, "eval", unit="change") as progress:
+        with Progress(total, "eval", unit="change") as progress, progress.ticking():
             while queue:
                 change = queue.pop(0)
                 result = evaluator.evaluate(change)
