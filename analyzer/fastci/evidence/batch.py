@@ -56,6 +56,15 @@ def _pairs(vids: postings.Ids, tid: int) -> npt.NDArray[np.uint64]:
     return (vids.astype(np.uint64) << np.uint64(32)) | np.uint64(tid)
 
 
+def _sorted_union(a: npt.NDArray[np.uint64], b: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """The sorted distinct keys of ``a`` and ``b`` (np.union1d hashes in numpy 2: slower)."""
+    keys = np.concatenate([a, b])
+    keys.sort()
+    if not len(keys):
+        return keys
+    return keys[np.concatenate([[True], keys[1:] != keys[:-1]])]
+
+
 class EvidenceBatch:
     """The evidence rows and posting-list changes of one batch of recordings."""
 
@@ -156,17 +165,17 @@ class EvidenceBatch:
         new = new[order]
         row = self.conn.execute("SELECT versions FROM evidence WHERE test_id = ?",
                                 (tid,)).fetchone()
-        old = postings.decode(row[0]) if row else postings.EMPTY
+        packed = postings.encode_sorted(new)
         if len(new):
             self.conn.execute(
                 "INSERT OR REPLACE INTO evidence (test_id, pairs, versions, ctxsets)"
                 " VALUES (?,?,?,?)",
-                (tid, len(new), postings.encode_sorted(new),
-                 postings.encode_ids(postings.as_ids(sets)[order])))
+                (tid, len(new), packed, postings.encode_ids(postings.as_ids(sets)[order])))
         elif row:
             self.conn.execute("DELETE FROM evidence WHERE test_id = ?", (tid,))
-        if len(old) == len(new) and bool(np.array_equal(old, new)):
+        if row and row[0] == packed:
             return  # the same units, the same checksums: no posting list changes
+        old = postings.decode(row[0]) if row else postings.EMPTY
         gone = np.setdiff1d(old, new, assume_unique=True)
         came = np.setdiff1d(new, old, assume_unique=True)
         if len(gone):
@@ -184,7 +193,10 @@ class EvidenceBatch:
         signs = np.concatenate([np.ones(len(added), np.int8), -np.ones(len(dropped), np.int8)])
         order = np.argsort(keys, kind="stable")
         keys, signs = keys[order], signs[order]
-        uniq, start = np.unique(keys, return_index=True)
+        # (not np.unique: numpy 2 hashes, slower by far than a pass over sorted keys)
+        start = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]])) \
+            if len(keys) else np.zeros(0, np.int64)
+        uniq = keys[start]
         # A pair can come and go several times in one batch: what counts is the net.
         net = np.add.reduceat(signs.astype(np.int32), start) if len(keys) else \
             np.zeros(0, np.int32)
@@ -213,28 +225,29 @@ class EvidenceBatch:
 
     def _update_postings(self, touched: npt.NDArray[np.int64], plus: npt.NDArray[np.uint64],
                          minus: npt.NDArray[np.uint64]) -> list[int]:
-        """Apply the net pair changes to the posting lists of ``touched`` versions; return
-        the versions left without a test."""
-        low = np.uint64(0xFFFFFFFF)
-        plus_v, minus_v = (plus >> np.uint64(32)).astype(np.int64), \
-            (minus >> np.uint64(32)).astype(np.int64)
-        empty: list[int] = []
-        ids = [int(v) for v in touched]
+        """Apply the net pair changes to the posting lists of ``touched`` versions (one
+        merge of sorted arrays for all of them); return the versions left without a test."""
+        ids = touched.tolist()
+        rows: list[tuple[int, bytes]] = []
         for chunk in chunks(ids):
-            q = "SELECT id, tests FROM unit_version WHERE id IN (%s)" % ",".join("?" * len(chunk))
-            rows = self.conn.execute(q, chunk).fetchall()
-            updates = []
-            for vid, blob in rows:
-                a0, a1 = np.searchsorted(plus_v, [vid, vid + 1])
-                d0, d1 = np.searchsorted(minus_v, [vid, vid + 1])
-                tests = postings.decode(blob)
-                if d1 > d0:
-                    tests = np.setdiff1d(tests, (minus[d0:d1] & low).astype(np.uint32),
-                                         assume_unique=True)
-                if a1 > a0:
-                    tests = np.union1d(tests, (plus[a0:a1] & low).astype(np.uint32))
-                if not len(tests):
-                    empty.append(vid)
-                updates.append((postings.encode_sorted(tests), vid))
-            self.conn.executemany("UPDATE unit_version SET tests = ? WHERE id = ?", updates)
+            rows += self.conn.execute("SELECT id, tests FROM unit_version WHERE id IN (%s)"
+                                      % ",".join("?" * len(chunk)), chunk).fetchall()
+        rows.sort()
+        vids = np.array([v for v, _ in rows], dtype=np.uint64)
+        held = [postings.decode(blob) for _, blob in rows]
+        lens = np.array([len(h) for h in held], dtype=np.int64)
+        # Every held (version, test) pair of the touched versions as one sorted key array.
+        cur = (np.concatenate(held).astype(np.uint64) if held else np.zeros(0, np.uint64)) | \
+            np.repeat(vids << np.uint64(32), lens)
+        if len(minus) and len(cur):
+            at = np.minimum(np.searchsorted(minus, cur), len(minus) - 1)
+            cur = cur[minus[at] != cur]
+        merged = _sorted_union(cur, plus) if len(plus) else cur
+        tests = (merged & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        starts = np.searchsorted(merged >> np.uint64(32), vids, side="left").tolist()
+        ends = np.searchsorted(merged >> np.uint64(32), vids, side="right").tolist()
+        empty = [v for v, a, b in zip(vids.tolist(), starts, ends) if a == b]
+        self.conn.executemany("UPDATE unit_version SET tests = ? WHERE id = ?",
+                              [(postings.encode_sorted(tests[a:b]), v)
+                               for v, a, b in zip(vids.tolist(), starts, ends)])
         return empty

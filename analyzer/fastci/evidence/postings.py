@@ -50,7 +50,7 @@ def _pack(values: npt.NDArray[np.uint32], tag: int) -> bytes:
     top = int(values.max())
     width = 1 if top < 1 << 8 else 2 if top < 1 << 16 else 4
     raw: bytes = values.astype(_DTYPES[width]).tobytes()
-    if len(raw) >= 64:  # below that zlib's header outweighs what it saves
+X
         packed = zlib.compress(raw, _LEVEL)
         if len(packed) < len(raw):
             return bytes((tag | width | ZLIB,)) + packed
