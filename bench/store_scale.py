@@ -56,13 +56,25 @@ _BLOCK = 5000  # tests generated at a time
 
 
 def cache_key(p: dict[str, Any]) -> str:
-    """The digest of the parameters and of the code that builds the repo and the store."""
+    """The digest of the parameters, of the generator's code (not the report's) and of the
+    code that writes the store."""
+    import inspect
+
+    from bench import selection_synthetic
+
     h = hashlib.sha256(json.dumps({**p, "v": GENERATOR_VERSION}, sort_keys=True).encode())
-    for rel in ("bench/store_scale.py", "bench/selection_synthetic.py",
-                "analyzer/fastci/evidence/schema.py", "analyzer/fastci/evidence/postings.py",
-                "analyzer/fastci/evidence/batch.py", "analyzer/fastci/evidence/store.py"):
-        h.update((REPO / rel).read_bytes())
+    for fn in (suite, build, _units, _path, _test, selection_synthetic._source):
+        h.update(inspect.getsource(fn).encode())
+    for rel in ("schema.py", "postings.py", "batch.py", "store.py"):
+        h.update((REPO / "analyzer/fastci/evidence" / rel).read_bytes())
     return h.hexdigest()[:16]
+
+
+def _drop_stale(cache: Path, scale: str, keep: Path) -> None:
+    """Remove this scale's repos and stores built by other code (they are never reused)."""
+    for old in cache.glob(f"{scale}-*"):
+        if old != keep and old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def _path(f: int) -> str:
@@ -253,6 +265,7 @@ def run(scale: str, cache: Path = CACHE) -> list[str]:
     if not (root / "meta.json").exists():
         if root.exists():
             shutil.rmtree(root)
+        _drop_stale(cache, scale, root)
         root.mkdir(parents=True)
         t0 = time.perf_counter()
         meta = _child("build", root, scale)
