@@ -62,7 +62,8 @@ def _sorted_union(a: npt.NDArray[np.uint64], b: npt.NDArray[np.uint64]) -> npt.N
     keys.sort()
     if not len(keys):
         return keys
-    return keys[np.concatenate([[True], keys[1:] != keys[:-1]])]
+    out: npt.NDArray[np.uint64] = keys[np.concatenate([[True], keys[1:] != keys[:-1]])]
+    return out
 
 
 class EvidenceBatch:
