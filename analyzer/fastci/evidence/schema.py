@@ -24,7 +24,7 @@ Version history:
   ``evidence`` holds one row per test: its sorted unit-version ids and the
   parallel context-set ids, packed (:mod:`fastci.evidence.postings`). Each test's
   own checksum is the checksum of its unit version, so the semantics of version 3
-  are kept exactly; about 5 bytes per pair instead of about 68.
+  are kept exactly; 7-10 bytes per pair on disk instead of about 68 (docs/EVIDENCE.md).
 
 A store with another version is never migrated or deleted silently:
 :class:`~fastci.evidence.store.EvidenceStore` raises ``StoreError`` saying to
