@@ -188,7 +188,7 @@ def test_old_schema_version_is_refused(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match=f"schema version 1, this FastCI needs {SCHEMA_VERSION}; "
                                          "move it aside"):
         EvidenceStore.open(path)
-    assert SCHEMA_VERSION == 3
+    assert SCHEMA_VERSION == 4
 
 
 def test_a_reader_never_initialises_an_empty_store(tmp_path: Path) -> None:

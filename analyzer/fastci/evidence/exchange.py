@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from fastci.errors import StoreError
-from fastci.evidence.store import EvidenceStore, RunEvidence, unpack_ids
+from fastci.evidence.store import EvidenceStore, RunEvidence
 
 FORMAT = "fastci-evidence"
 VERSION = 1
@@ -87,13 +87,8 @@ def _lines(store: EvidenceStore) -> Iterator[tuple[str, str]]:
 
 def _evidence(store: EvidenceStore, test: str) -> dict[str, Any]:
     conn = store.conn
-    rows = conn.execute(
-        "SELECT u.uid, e.checksum, e.contexts FROM evidence e JOIN unit u ON u.id = e.unit_id"
-        " JOIN test t ON t.id = e.test_id WHERE t.name = ?", (test,)).fetchall()
-    ids = {i for _, _, blob in rows for i in unpack_ids(blob)}
-    sigs = store._sigs(ids)  # noqa: SLF001 - the store's own interning table
-    units = {uid: [checksum, sorted(sigs[i] for i in unpack_ids(blob))]
-             for uid, checksum, blob in sorted(rows)}
+    units = {uid: [checksum, sigs]
+             for uid, (checksum, sigs) in sorted(store.evidence_of_test(test).items())}
 
     def pairs(table: str, key: str, value: str) -> dict[str, str]:
         return dict(sorted(conn.execute(
@@ -210,10 +205,12 @@ def load_export(path: Path) -> tuple[Manifest, list[LoadedRun]]:
 def import_runs(store: EvidenceStore, runs: list[LoadedRun]) -> int:
     """Merge runs read by :func:`load_export` into ``store`` in one transaction; returns
     how many were new."""
-    new = 0
     with store.transaction():
+        # The runs with evidence in one batch: each posting list is written once.
+        new = sum(store.ingest_many(run for run, has_evidence in runs if has_evidence))
         for run, has_evidence in runs:
-            new += store.ingest(run) if has_evidence else store.add_run(run)
+            if not has_evidence:
+                new += store.add_run(run)
     return new
 
 

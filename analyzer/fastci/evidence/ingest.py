@@ -17,6 +17,7 @@ incomplete run (so selection always runs it).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import zipfile
@@ -271,7 +272,10 @@ def merge_run(traces: list[trace.TraceMsg], *, source: str, commit: str | None,
 def ingest(store: EvidenceStore, blobs: Iterable[TraceBlob], *, source: str,
            commit: str | None, results: Mapping[str, TestResult] | None = None,
            root: Path | None = None, only: set[str] | None = None) -> IngestReport:
-    """Parse, group and merge trace blobs into ``store``; one short transaction per run.
+    """Parse, group and merge trace blobs into ``store`` in one batch
+    (:meth:`~fastci.evidence.store.EvidenceStore.ingest_many`: one transaction, each
+    touched posting list written once; runs are merged one at a time as the batch reads
+    them, so a full-suite recording is never held in memory whole).
 
     ``root`` is the source tree the traces were recorded from (checksums are
     computed there, cached in :func:`~fastci.integrations.git.repository.cache_dir`
@@ -285,6 +289,7 @@ def ingest(store: EvidenceStore, blobs: Iterable[TraceBlob], *, source: str,
     runs: dict[tuple[str, str], list[trace.TraceMsg]] = {}
     decoded: list[trace.TraceMsg] = []
     origins: list[str] = []
+    corrupt: list[RunEvidence] = []
     results = results or {}
     for blob in blobs:
         if only is not None and blob.test_hint is not None and blob.test_hint not in only:
@@ -301,25 +306,31 @@ def ingest(store: EvidenceStore, blobs: Iterable[TraceBlob], *, source: str,
                 report.tests.add(test)
                 res = results.get(test)
                 digest = hashlib.sha256(blob.data).hexdigest()[:16]
-                added = store.ingest(RunEvidence(
+                corrupt.append(RunEvidence(
                     test=test, run_key=f"{test}@corrupt-{digest}",
                     outcome=res.outcome if res else "error", complete=False,
                     duration_s=res.duration_s if res else 0.0, gpus=0, workload={},
                     recorded_at=_mtime(blob.origin), commit=commit, source=source))
-                report.runs_added += int(added)
             continue
         decoded.append(t)
         origins.append(blob.origin)
         if t.role != "shared":  # a shared trace only holds segments for others
             runs.setdefault((t.test_id, t.run_id), []).append(t)
     segments = index_segments(decoded)
-    for (test, _run), traces in sorted(runs.items()):
-        rec = merge_run(traces, source=source, commit=commit, result=results.get(test),
-                        checksums=checksums, segments=segments)
-        report.tests.add(test)
-        if not rec.complete:
-            report.incomplete_tests.add(test)
-        if store.ingest(rec):
+
+    def merged() -> Iterator[RunEvidence]:
+        for (test, _run), traces in sorted(runs.items()):
+            rec = merge_run(traces, source=source, commit=commit, result=results.get(test),
+                            checksums=checksums, segments=segments)
+            report.tests.add(test)
+            if not rec.complete:
+                report.incomplete_tests.add(test)
+            yield rec
+
+    added = store.ingest_many(itertools.chain(corrupt, merged()))
+    report.runs_added += sum(added[:len(corrupt)])
+    for new in added[len(corrupt):]:
+        if new:
             report.runs_added += 1
         else:
             report.runs_skipped += 1

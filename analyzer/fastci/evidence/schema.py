@@ -17,6 +17,14 @@ Version history:
   packages (``name==version`` lines) once per environment fingerprint, so two
   environments can be compared package by package. Selection compares each test
   with its own baseline, so a partial re-record never hides or repeats a change.
+* 4 — compact evidence (issue 16, scale): no row per (test, unit) pair. A unit
+  as one test recorded it, ``(unit, checksum)``, is a *unit version*
+  (``unit_version``, holding its posting list: the sorted ids of the tests whose
+  held evidence executed it); a set of contexts is interned once (``ctxset``);
+  ``evidence`` holds one row per test: its sorted unit-version ids and the
+  parallel context-set ids, packed (:mod:`fastci.evidence.postings`). Each test's
+  own checksum is the checksum of its unit version, so the semantics of version 3
+  are kept exactly; 7-10 bytes per pair on disk instead of about 68 (docs/EVIDENCE.md).
 
 A store with another version is never migrated or deleted silently:
 :class:`~fastci.evidence.store.EvidenceStore` raises ``StoreError`` saying to
@@ -25,7 +33,7 @@ move it aside and re-record.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 SCHEMA = """
 -- Key/value facts about the store itself: schema_version, created_at.
@@ -44,7 +52,7 @@ CREATE TABLE test (
 );
 
 -- One row per unit id `path::qualname`; checksum as of the newest recording
--- that executed it (for display: selection compares evidence.checksum, each test's own).
+-- that executed it (for display: selection compares each test's own, its unit version's).
 CREATE TABLE unit (
     id INTEGER PRIMARY KEY,
     uid TEXT NOT NULL UNIQUE,
@@ -59,18 +67,35 @@ CREATE TABLE context (
     sig TEXT NOT NULL UNIQUE
 );
 
--- Test executed unit, in these contexts: little-endian uint32 context ids.
--- checksum: the unit's checksum when this test was recorded ('' = not known,
--- which never equals a real checksum, so the test re-runs).
--- Keyed unit-first so tests_for_units is one index range per unit.
-CREATE TABLE evidence (
+-- An interned set of context ids (little-endian uint32, sorted): most units run in
+-- one of a few sets, so a pair holds a 1-4 byte set id instead of its own list.
+CREATE TABLE ctxset (
+    id INTEGER PRIMARY KEY,
+    ids BLOB NOT NULL UNIQUE
+);
+
+-- A unit version: unit `unit_id` as some test's recording saw it (its checksum; ''
+-- = not known, which never equals a real checksum, so the test re-runs). `tests`:
+-- the posting list, the sorted ids of the tests whose held evidence executed this
+-- version (packed, fastci.evidence.postings), so tests_for_units reads only the
+-- versions of the asked units. A version no test holds any more is deleted.
+CREATE TABLE unit_version (
+    id INTEGER PRIMARY KEY,
     unit_id INTEGER NOT NULL,
-    test_id INTEGER NOT NULL,
-    contexts BLOB NOT NULL,
-    checksum TEXT NOT NULL DEFAULT '',
-    PRIMARY KEY (unit_id, test_id)
-) WITHOUT ROWID;
-CREATE INDEX evidence_by_test ON evidence (test_id);
+    checksum TEXT NOT NULL,
+    tests BLOB NOT NULL
+);
+CREATE UNIQUE INDEX unit_version_by_unit ON unit_version (unit_id, checksum);
+
+-- A test's held evidence, one row per test: `versions` the sorted ids of the unit
+-- versions it executed, `ctxsets` (parallel) the context set of each (both packed);
+-- `pairs` how many. A test executes at most one version of a unit.
+CREATE TABLE evidence (
+    test_id INTEGER PRIMARY KEY,
+    pairs INTEGER NOT NULL,
+    versions BLOB NOT NULL,
+    ctxsets BLOB NOT NULL
+);
 
 -- The Python files a test executed, with the sha256 of their bytes when it was
 -- recorded: the version of the file its evidence describes (its baseline).

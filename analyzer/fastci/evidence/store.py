@@ -1,10 +1,12 @@
 """The SQLite evidence store: what each test executed, read, and how it last ran.
 
 Test processes never open the store; ``fastci ingest`` merges their trace files
-in short transactions (WAL mode, so readers never block the writer). Unit,
-test and context ids are integers; contexts are interned and stored per
-evidence row as packed ``uint32`` ids. The schema lives in
-:mod:`fastci.evidence.schema`.
+(WAL mode, so readers never block the writer). Unit, test and context ids are
+integers. Evidence is held as packed id arrays, not one row per (test, unit)
+pair: per test its sorted *unit versions* (a unit with the checksum that test
+recorded) and their interned context sets, per unit version the sorted tests
+that executed it (:mod:`fastci.evidence.postings`, written in batches by
+:mod:`fastci.evidence.batch`). The schema lives in :mod:`fastci.evidence.schema`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+import numpy as np
+
 from fastci.errors import StoreError
+from fastci.evidence import postings
+from fastci.evidence.batch import EvidenceBatch, chunks, pack_ids, unpack_ids
 from fastci.evidence.schema import SCHEMA, SCHEMA_VERSION
 from fastci.types import Checksum, ContextSig, RelPath, TestId, UnitId
 
@@ -29,9 +35,13 @@ DEFAULT_PATH = Path(".fastci/evidence.db")
 #: How long a writer waits for another writer's transaction before giving up (seconds).
 LOCK_WAIT_S = 30.0
 #: The tables a store of this schema version has.
-TABLES = frozenset({"meta", "test", "unit", "context", "evidence", "file_read", "run", "source",
-                    "dist_import", "env_listing"})
-_CHUNK = 500
+TABLES = frozenset({"meta", "test", "unit", "context", "ctxset", "unit_version", "evidence",
+                    "file_read", "run", "source", "dist_import", "env_listing"})
+#: Pairs added or dropped in one batch before its posting lists are written (bounds the
+#: memory of a huge import; a posting list is rewritten once per this many pair changes).
+FLUSH_PAIRS = 20_000_000
+__all__ = ["EvidenceStore", "RunEvidence", "RunRecord", "StoreLockedError", "pack_ids",
+           "unpack_ids", "real_overrides", "lock_holders", "DEFAULT_PATH", "LOCK_WAIT_S"]
 
 
 @dataclass(frozen=True)
@@ -120,21 +130,6 @@ class StoreLockedError(StoreError):
     """Another writer held the store's lock longer than a writer waits."""
 
 
-def pack_ids(ids: Iterable[int]) -> bytes:
-    """Pack context ids as sorted little-endian uint32."""
-    a = array.array("I", sorted(set(ids)))
-    if a.itemsize != 4:  # pragma: no cover - every platform we run on has 4-byte "I"
-        raise StoreError("this platform's unsigned int is not 32 bits")
-    return a.tobytes()
-
-
-def unpack_ids(blob: bytes) -> list[int]:
-    """Inverse of :func:`pack_ids`."""
-    a = array.array("I")
-    a.frombytes(blob)
-    return a.tolist()
-
-
 def real_overrides(workload: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
     """The overrides that change something: entries equal to the declared value are dropped.
 
@@ -210,9 +205,9 @@ def _storable(key: str) -> bool:
     return True
 
 
-def _chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
-    for i in range(0, len(items), _CHUNK):
-        yield items[i:i + _CHUNK]
+#: A unit version as a read finds it: (the key asked for, version id, unit id, checksum,
+#: the posting list: sorted test rowids).
+_Posting = tuple[str, int, UnitId, Checksum, postings.Ids]
 
 
 class EvidenceStore:
@@ -393,11 +388,87 @@ class EvidenceStore:
                        tests: Iterable[TestId] | None = None) -> list[tuple[TestId, UnitId, Checksum]]:
         """(test, unit, the checksum *that test* recorded) for units in ``paths`` or of ``tests``.
 
-        Both None: every evidence row. Sorted.
+        Both None: every pair held. Sorted. By path it reads the posting lists of the
+        versions of those files' units; by test, those tests' rows.
         """
-        query = ("SELECT t.name, u.uid, e.checksum FROM evidence e JOIN unit u ON u.id = e.unit_id"
-                 " JOIN test t ON t.id = e.test_id")
-        return sorted(set(self._rows(query, paths=paths, tests=tests, path_col="u.path")))
+        out: set[tuple[TestId, UnitId, Checksum]] = set()
+        if paths is None and tests is None:
+            tids = [r[0] for r in self.conn.execute("SELECT test_id FROM evidence")]
+            return sorted(self._pairs_of_tests(tids))
+        if paths is not None:
+            rows = self._versions_where("u.path", paths)
+            names = self._names(t for *_, ts in rows for t in ts.tolist())
+            out.update((names[t], uid, checksum) for _, _, uid, checksum, ts in rows
+                       for t in ts.tolist())
+        if tests is not None:
+            out.update(self._pairs_of_tests(self._test_rowids(tests)))
+        return sorted(out)
+
+    def _pairs_of_tests(self, tids: Iterable[int]) -> Iterator[tuple[TestId, UnitId, Checksum]]:
+        held = self._held(tids)
+        names = self._names(held)
+        versions = self._versions(v for vids, _ in held.values() for v in vids.tolist())
+        for tid, (vids, _) in held.items():
+            name = names[tid]
+            for v in vids.tolist():
+                uid, checksum = versions[v]
+                yield name, uid, checksum
+
+    def _versions_where(self, col: str, keys: Iterable[str]) -> list[_Posting]:
+        """(key, version id, uid, checksum, test rowids) of every unit version whose ``col``
+        (``u.uid`` or ``u.path``) is in ``keys``: the posting lists only."""
+        out = []
+        for chunk in chunks(sorted(k for k in set(keys) if _storable(k))):
+            out += [(key, vid, uid, checksum, postings.decode(blob))
+                    for key, vid, uid, checksum, blob in self.conn.execute(
+                        f"SELECT {col}, v.id, u.uid, v.checksum, v.tests FROM unit u"
+                        " JOIN unit_version v"
+                        f" ON v.unit_id = u.id WHERE {col} IN ({','.join('?' * len(chunk))})",
+                        chunk)]
+        return out
+
+    def _test_rowids(self, tests: Iterable[TestId]) -> list[int]:
+        out: list[int] = []
+        for chunk in chunks(sorted(t for t in set(tests) if _storable(t))):
+            out += [r[0] for r in self.conn.execute(
+                "SELECT id FROM test WHERE name IN (%s)" % ",".join("?" * len(chunk)), chunk)]
+        return out
+
+    def _names(self, tids: Iterable[int]) -> dict[int, TestId]:
+        """Test rowid -> name."""
+        out: dict[int, TestId] = {}
+        for chunk in chunks(sorted(set(tids))):
+            out.update(self.conn.execute(
+                "SELECT id, name FROM test WHERE id IN (%s)" % ",".join("?" * len(chunk)), chunk))
+        return out
+
+    def _held(self, tids: Iterable[int]) -> dict[int, tuple[postings.Ids, postings.Ids]]:
+        """Test rowid -> (its sorted unit-version ids, their context-set ids)."""
+        out = {}
+        for chunk in chunks(sorted(set(tids))):
+            for tid, vids, sets in self.conn.execute(
+                    "SELECT test_id, versions, ctxsets FROM evidence WHERE test_id IN (%s)"
+                    % ",".join("?" * len(chunk)), chunk):
+                out[tid] = (postings.decode(vids), postings.decode(sets))
+        return out
+
+    def _versions(self, vids: Iterable[int]) -> dict[int, tuple[UnitId, Checksum]]:
+        """Unit-version id -> (unit id, checksum)."""
+        out: dict[int, tuple[UnitId, Checksum]] = {}
+        for chunk in chunks(sorted(set(vids))):
+            out.update((vid, (uid, checksum)) for vid, uid, checksum in self.conn.execute(
+                "SELECT v.id, u.uid, v.checksum FROM unit_version v JOIN unit u"
+                " ON u.id = v.unit_id WHERE v.id IN (%s)" % ",".join("?" * len(chunk)), chunk))
+        return out
+
+    def _contexts(self, set_ids: Iterable[int]) -> dict[int, list[ContextSig]]:
+        """Context-set id -> its context signatures, sorted."""
+        sets: dict[int, list[int]] = {}
+        for chunk in chunks(sorted(set(set_ids))):
+            sets.update((i, unpack_ids(blob)) for i, blob in self.conn.execute(
+                "SELECT id, ids FROM ctxset WHERE id IN (%s)" % ",".join("?" * len(chunk)), chunk))
+        sigs = self._sigs(c for ids in sets.values() for c in ids)
+        return {i: sorted(sigs[c] for c in ids) for i, ids in sets.items()}
 
     def source_digests(self, *, paths: Iterable[RelPath] | None = None,
                        tests: Iterable[TestId] | None = None) -> list[tuple[TestId, RelPath, str]]:
@@ -415,7 +486,7 @@ class EvidenceStore:
         for col, keys in ((path_col, paths), ("t.name", tests)):
             if keys is None:
                 continue
-            for chunk in _chunks(sorted(k for k in set(keys) if _storable(k))):
+            for chunk in chunks(sorted(k for k in set(keys) if _storable(k))):
                 yield from self.conn.execute(
                     f"{query} WHERE {col} IN ({','.join('?' * len(chunk))})", chunk)
 
@@ -429,7 +500,7 @@ class EvidenceStore:
         if tests is None:
             rows = self.conn.execute(query)
         else:
-            rows = (r for chunk in _chunks(sorted(set(tests))) for r in self.conn.execute(
+            rows = (r for chunk in chunks(sorted(set(tests))) for r in self.conn.execute(
                 f"{query} WHERE t.name IN ({','.join('?' * len(chunk))})", chunk))
         for test, name, version in rows:
             out.setdefault(test, {})[name] = version
@@ -444,16 +515,23 @@ class EvidenceStore:
         """Run ``query`` (one ``IN (%s)`` over ``keys``, yielding (key, test)) in chunks."""
         wanted = sorted(set(keys))
         out: dict[str, set[TestId]] = {k: set() for k in wanted}
-        for chunk in _chunks([k for k in wanted if _storable(k)]):
+        for chunk in chunks([k for k in wanted if _storable(k)]):
             for key, name in self.conn.execute(query % ",".join("?" * len(chunk)), chunk):
                 out[key].add(name)
         return out
 
     def tests_for_units(self, units: Iterable[UnitId]) -> dict[UnitId, set[TestId]]:
         """Unit id -> tests whose evidence executed it (every asked id is a key)."""
-        return self._tests_by_key(units, "SELECT u.uid, t.name FROM unit u JOIN evidence e"
-                                  " ON e.unit_id = u.id JOIN test t ON t.id = e.test_id"
-                                  " WHERE u.uid IN (%s)")
+        return self._tests_by_version(units, "u.uid")
+
+    def _tests_by_version(self, keys: Iterable[str], col: str) -> dict[str, set[TestId]]:
+        wanted = set(keys)
+        rows = self._versions_where(col, wanted)
+        names = self._names(t for *_, ts in rows for t in ts.tolist())
+        out: dict[str, set[TestId]] = {k: set() for k in sorted(wanted)}
+        for key, *_, tids in rows:
+            out[key].update(names[t] for t in tids.tolist())
+        return out
 
     def tests_for_files(self, paths: Iterable[RelPath]) -> dict[RelPath, set[TestId]]:
         """Path -> tests that opened that (non-Python) file for reading."""
@@ -462,9 +540,7 @@ class EvidenceStore:
 
     def tests_for_modules(self, paths: Iterable[RelPath]) -> dict[RelPath, set[TestId]]:
         """Path -> tests that executed any unit of that Python file."""
-        return self._tests_by_key(paths, "SELECT DISTINCT u.path, t.name FROM unit u JOIN evidence e"
-                                  " ON e.unit_id = u.id JOIN test t ON t.id = e.test_id"
-                                  " WHERE u.path IN (%s)")
+        return self._tests_by_version(paths, "u.path")
 
     def file_digests(self, paths: Iterable[RelPath] | None = None) -> \
             list[tuple[RelPath, TestId, str]]:
@@ -473,33 +549,43 @@ class EvidenceStore:
         if paths is None:
             return [(p, t, d) for p, t, d in self.conn.execute(query + " ORDER BY f.path, t.name")]
         out: list[tuple[RelPath, TestId, str]] = []
-        for chunk in _chunks(sorted(p for p in set(paths) if _storable(p))):
+        for chunk in chunks(sorted(p for p in set(paths) if _storable(p))):
             q = query + " WHERE f.path IN (%s)" % ",".join("?" * len(chunk))
             out += [(p, t, d) for p, t, d in self.conn.execute(q, chunk)]
         return sorted(out)
 
     def units_of_test(self, test: TestId) -> dict[UnitId, list[ContextSig]]:
         """Unit id -> the test's context signatures there (sorted)."""
-        rows = self.conn.execute(
-            "SELECT u.uid, e.contexts FROM test t JOIN evidence e ON e.test_id = t.id"
-            " JOIN unit u ON u.id = e.unit_id WHERE t.name = ?", (test,)).fetchall()
-        ids = {i for _, blob in rows for i in unpack_ids(blob)}
-        sigs = self._sigs(ids)
-        return {uid: sorted(sigs[i] for i in unpack_ids(blob)) for uid, blob in rows}
+        return {uid: sigs for uid, (_, sigs) in self.evidence_of_test(test).items()}
+
+    def evidence_of_test(self, test: TestId) -> dict[UnitId, tuple[Checksum, list[ContextSig]]]:
+        """Unit id -> (the checksum the test recorded, its context signatures, sorted): the
+        test's whole held evidence (an export writes it)."""
+        held = self._held(self._test_rowids([test]))
+        if not held:
+            return {}
+        (vids, sets), = held.values()
+        versions = self._versions(vids.tolist())
+        contexts = self._contexts(sets.tolist())
+        return {versions[v][0]: (versions[v][1], contexts[c])
+                for v, c in zip(vids.tolist(), sets.tolist())}
 
     def contexts_of_units(self, units: Iterable[UnitId]) -> dict[TestId, dict[UnitId, list[ContextSig]]]:
-        """Test -> unit -> its context signatures (sorted), for ``units`` only: one query
-        per chunk of units instead of one per test (pruning reads it for the changed units)."""
-        rows: list[tuple[str, str, bytes]] = []
-        for chunk in _chunks(sorted(u for u in set(units) if _storable(u))):
-            rows += self.conn.execute(
-                "SELECT t.name, u.uid, e.contexts FROM unit u JOIN evidence e"
-                " ON e.unit_id = u.id JOIN test t ON t.id = e.test_id"
-                " WHERE u.uid IN (%s)" % ",".join("?" * len(chunk)), chunk).fetchall()
-        sigs = self._sigs(i for _, _, blob in rows for i in unpack_ids(blob))
+        """Test -> unit -> its context signatures (sorted), for ``units`` only: the posting
+        lists of those units' versions, then the rows of the tests found there (pruning
+        reads it for the changed units)."""
+        rows = self._versions_where("u.uid", units)
+        held = self._held(t for *_, ts in rows for t in ts.tolist())
+        names = self._names(held)
+        found: list[tuple[int, UnitId, int]] = []
+        for _, vid, uid, _, tids in rows:
+            for t in tids.tolist():
+                vids, sets = held[t]
+                found.append((t, uid, int(sets[int(np.searchsorted(vids, vid))])))
+        contexts = self._contexts(c for _, _, c in found)
         out: dict[TestId, dict[UnitId, list[ContextSig]]] = {}
-        for name, uid, blob in rows:
-            out.setdefault(name, {})[uid] = sorted(sigs[i] for i in unpack_ids(blob))
+        for t, uid, c in found:
+            out.setdefault(names[t], {})[uid] = list(contexts[c])
         return out
 
     def files_of_test(self, test: TestId) -> list[RelPath]:
@@ -525,19 +611,20 @@ class EvidenceStore:
                             packages_list=listing or "")
 
     def stats(self) -> dict[str, int]:
-        """Row counts per table and the file size in bytes."""
+        """Row counts per table, ``evidence`` the (test, unit) pairs held, and the file
+        size in bytes."""
         out = {t: self.conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-               for t in ("test", "unit", "context", "evidence", "file_read", "run", "source",
-                         "dist_import", "env_listing")}
+               for t in ("test", "unit", "context", "ctxset", "unit_version", "file_read", "run",
+                         "source", "dist_import", "env_listing")}
+        out["evidence"] = self.conn.execute("SELECT coalesce(sum(pairs), 0) FROM evidence"
+                                            ).fetchone()[0]
         out["bytes"] = sum(p.stat().st_size for p in
                            (self.path, Path(f"{self.path}-wal")) if p.exists())
         return out
 
     def _sigs(self, ids: Iterable[int]) -> dict[int, str]:
-        wanted = sorted(set(ids))
         out: dict[int, str] = {}
-        for i in range(0, len(wanted), _CHUNK):
-            chunk = wanted[i:i + _CHUNK]
+        for chunk in chunks(sorted(set(ids))):
             q = "SELECT id, sig FROM context WHERE id IN (%s)" % ",".join("?" * len(chunk))
             out.update(dict(self.conn.execute(q, chunk)))
         return out
@@ -576,55 +663,61 @@ class EvidenceStore:
 
         Returns ``False`` (and changes nothing) if ``run.run_key`` was ingested before.
         """
+        return self.ingest_many([run])[0]
+
+    def ingest_many(self, runs: Iterable[RunEvidence], *,
+                    flush_pairs: int = FLUSH_PAIRS) -> list[bool]:
+        """Add recorded runs in one transaction, as :meth:`ingest` one after another would
+        (in this order; whether each was new), rewriting each touched posting list once
+        per batch instead of once per run. ``runs`` is read once, lazily: a full-suite
+        recording need not be held in memory. Every ``flush_pairs`` pair changes the posting
+        lists are written (memory stays bounded; the result is the same).
+        """
+        out: list[bool] = []
         with self._tx():
-            if self.has_run(run.run_key):
-                return False
-            tid = self._id("test", "name", run.test)
-            environment = dict(run.environment)
-            listing = environment.pop("packages_list", "")
-            if listing and run.env_fingerprint:
-                self.conn.execute("INSERT OR IGNORE INTO env_listing VALUES (?,?)",
-                                  (run.env_fingerprint, str(listing)))
-            rid = self._insert_run(tid, run.run_key, run.commit, run.env_fingerprint,
-                                   environment, run.workload, run.overrides, run.duration_s,
-                                   run.gpus, run.outcome, run.complete, run.recorded_at,
-                                   run.source, True)
-            held = self.conn.execute(
-                "SELECT t.evidence_at, r.run_key FROM test t LEFT JOIN run r"
-                " ON r.id = t.evidence_run WHERE t.id = ?", (tid,)).fetchone()
-            # The newest recording wins whatever the order of ingestion (ties: the
-            # greater run key), so shards merge into the same store in any order.
-            if held[1] is not None and (held[0], held[1]) > (run.recorded_at, run.run_key):
-                LOG.info("%s: run %s is older than the evidence held; kept as history",
-                         run.test, run.run_key)
-                return True
-            for table in ("evidence", "file_read", "source", "dist_import"):
-                self.conn.execute(f"DELETE FROM {table} WHERE test_id = ?", (tid,))
-            rows = []
-            ctx_ids: dict[str, int] = {}
-            for uid, (checksum, sigs) in sorted(run.units.items()):
-                path = uid.partition("::")[0]
-                # The newest recording's checksum wins, an unknown ('') one too:
-                # '' never matches a real checksum, so selection re-runs its tests.
-                self.conn.execute("INSERT INTO unit (uid, path, checksum) VALUES (?,?,?)"
-                                  " ON CONFLICT(uid) DO UPDATE SET checksum = excluded.checksum",
-                                  (uid, path, checksum))
-                unit_id = self._id("unit", "uid", uid)
-                for s in sigs:
-                    if s not in ctx_ids:
-                        ctx_ids[s] = self._id("context", "sig", s)
-                rows.append((unit_id, tid, pack_ids(ctx_ids[s] for s in sigs), checksum))
-            self.conn.executemany("INSERT INTO evidence VALUES (?,?,?,?)", rows)
-            self.conn.executemany("INSERT INTO file_read VALUES (?,?,?)",
-                                  [(p, tid, d) for p, d in sorted(run.files.items())
-                                   if _storable(p)])
-            self.conn.executemany("INSERT INTO source VALUES (?,?,?)",
-                                  [(p, tid, d) for p, d in sorted(run.sources.items())
-                                   if _storable(p)])
-            self.conn.executemany("INSERT INTO dist_import VALUES (?,?,?)",
-                                  [(tid, n, v) for n, v in sorted(run.distributions.items())])
-            self.conn.execute("UPDATE test SET evidence_run = ?, evidence_at = ? WHERE id = ?",
-                              (rid, run.recorded_at, tid))
+            batch = EvidenceBatch(self.conn)
+            for run in runs:
+                out.append(self._ingest_one(run, batch))
+                if batch.pending >= flush_pairs:
+                    batch.flush()
+            batch.flush()
+        return out
+
+    def _ingest_one(self, run: RunEvidence, batch: EvidenceBatch) -> bool:
+        if self.has_run(run.run_key):
+            return False
+        tid = self._id("test", "name", run.test)
+        environment = dict(run.environment)
+        listing = environment.pop("packages_list", "")
+        if listing and run.env_fingerprint:
+            self.conn.execute("INSERT OR IGNORE INTO env_listing VALUES (?,?)",
+                              (run.env_fingerprint, str(listing)))
+        rid = self._insert_run(tid, run.run_key, run.commit, run.env_fingerprint,
+                               environment, run.workload, run.overrides, run.duration_s,
+                               run.gpus, run.outcome, run.complete, run.recorded_at,
+                               run.source, True)
+        held = self.conn.execute(
+            "SELECT t.evidence_at, r.run_key FROM test t LEFT JOIN run r"
+            " ON r.id = t.evidence_run WHERE t.id = ?", (tid,)).fetchone()
+        # The newest recording wins whatever the order of ingestion (ties: the
+        # greater run key), so shards merge into the same store in any order.
+        if held[1] is not None and (held[0], held[1]) > (run.recorded_at, run.run_key):
+            LOG.info("%s: run %s is older than the evidence held; kept as history",
+                     run.test, run.run_key)
+            return True
+        for table in ("file_read", "source", "dist_import"):
+            self.conn.execute(f"DELETE FROM {table} WHERE test_id = ?", (tid,))
+        batch.replace(tid, run.units)
+        self.conn.executemany("INSERT INTO file_read VALUES (?,?,?)",
+                              [(p, tid, d) for p, d in sorted(run.files.items())
+                               if _storable(p)])
+        self.conn.executemany("INSERT INTO source VALUES (?,?,?)",
+                              [(p, tid, d) for p, d in sorted(run.sources.items())
+                               if _storable(p)])
+        self.conn.executemany("INSERT INTO dist_import VALUES (?,?,?)",
+                              [(tid, n, v) for n, v in sorted(run.distributions.items())])
+        self.conn.execute("UPDATE test SET evidence_run = ?, evidence_at = ? WHERE id = ?",
+                          (rid, run.recorded_at, tid))
         return True
 
     def add_run(self, run: RunEvidence) -> bool:
@@ -677,16 +770,31 @@ class EvidenceStore:
         """Fast load into an *empty* store (benchmarks, imports).
 
         ``evidence`` yields ``(test_index, unit_index, context_indexes)`` into the
-        given sequences; it loads fastest sorted by unit index. Every test gets
-        one complete run.
+        given sequences, each (test, unit) pair once. Every test gets one complete
+        run; each unit's checksum is the one every test recorded.
+
+        Raises:
+            StoreError: the store has tests, or a (test, unit) pair comes twice.
         """
         if self.conn.execute("SELECT count(*) FROM test").fetchone()[0]:
             raise StoreError(f"bulk_load needs an empty store; {self.path} has tests")
         at = time.time() if recorded_at is None else recorded_at
+        t_col, u_col, s_col = array.array("I"), array.array("I"), array.array("I")
+        sets: dict[tuple[int, ...], int] = {}
+        for t, u, ctx in evidence:  # the only per-pair Python: the rest is array work
+            t_col.append(t)
+            u_col.append(u)
+            s_col.append(sets.setdefault(tuple(ctx), len(sets)))
+        # Context lists that are the same set share one id (canonical: sorted, distinct).
+        canonical: dict[tuple[int, ...], int] = {}
+        remap = np.array([canonical.setdefault(tuple(sorted(set(k))), len(canonical))
+                          for k in sets] or [0], dtype=np.uint32)
+        t_arr = np.frombuffer(t_col, dtype=np.uint32)
+        u_arr = np.frombuffer(u_col, dtype=np.uint32)
+        s_arr = remap[np.frombuffer(s_col, dtype=np.uint32)] + np.uint32(1)
         c = self.conn
         c.execute("PRAGMA synchronous=OFF")
         with self._tx():
-            c.execute("DROP INDEX evidence_by_test")
             c.executemany("INSERT INTO test (id, name, evidence_run, evidence_at) VALUES (?,?,?,?)",
                           ((i + 1, t, i + 1, at) for i, t in enumerate(tests)))
             c.executemany("INSERT INTO run (id, test_id, run_key, env_fingerprint, environment,"
@@ -699,9 +807,34 @@ class EvidenceStore:
                           ((i + 1, u, u.partition("::")[0], cs) for i, (u, cs) in enumerate(units)))
             c.executemany("INSERT INTO context (id, sig) VALUES (?,?)",
                           ((i + 1, s) for i, s in enumerate(contexts)))
-            c.executemany("INSERT INTO evidence (unit_id, test_id, contexts, checksum)"
-                          " VALUES (?,?,?,?)",
-                          ((u + 1, t + 1, pack_ids(x + 1 for x in ctx), units[u][1])
-                           for t, u, ctx in evidence))
-            c.execute("CREATE INDEX evidence_by_test ON evidence (test_id)")
+            c.executemany("INSERT INTO ctxset (id, ids) VALUES (?,?)",
+                          ((i + 1, pack_ids(x + 1 for x in k)) for i, k in enumerate(canonical)))
+            # Unit i's one version is version i + 1; per test its sorted versions.
+            order = np.lexsort((u_arr, t_arr))
+            by_test_t, by_test_u = t_arr[order], u_arr[order] + np.uint32(1)
+            if len(order) and bool(np.any((np.diff(by_test_t) == 0) & (np.diff(by_test_u) == 0))):
+                raise StoreError("bulk_load: a (test, unit) pair comes twice")
+            by_test_s = s_arr[order]
+            del order
+            c.executemany("INSERT INTO evidence (test_id, pairs, versions, ctxsets) VALUES (?,?,?,?)",
+                          ((int(by_test_t[a]) + 1, b - a, postings.encode_sorted(by_test_u[a:b]),
+                            postings.encode_ids(by_test_s[a:b]))
+                           for a, b in _runs_of(by_test_t)))
+            del by_test_t, by_test_u, by_test_s
+            order = np.lexsort((t_arr, u_arr))
+            by_unit_u, by_unit_t = u_arr[order], t_arr[order] + np.uint32(1)
+            del order
+            c.executemany("INSERT INTO unit_version (id, unit_id, checksum, tests) VALUES (?,?,?,?)",
+                          ((int(by_unit_u[a]) + 1, int(by_unit_u[a]) + 1, units[by_unit_u[a]][1],
+                            postings.encode_sorted(by_unit_t[a:b]))
+                           for a, b in _runs_of(by_unit_u)))
         c.execute("PRAGMA synchronous=NORMAL")
+
+
+def _runs_of(sorted_ids: postings.Ids) -> Iterator[tuple[int, int]]:
+    """The [start, end) slices of equal values in a sorted array."""
+    if not len(sorted_ids):
+        return
+    cuts = np.flatnonzero(np.diff(sorted_ids)) + 1
+    bounds = [0, *cuts.tolist(), len(sorted_ids)]
+    yield from zip(bounds[:-1], bounds[1:])

@@ -1,0 +1,254 @@
+"""The evidence arrays' write side: many recordings merged with one posting update each.
+
+:meth:`fastci.evidence.store.EvidenceStore.ingest_many` decides per run, in order,
+whether it is its test's newest recording (as one :meth:`~EvidenceStore.ingest`
+after another would); for each one that is, :class:`EvidenceBatch` writes the
+test's row of ``evidence`` at once and notes which (unit version, test) pairs
+came and went. :meth:`EvidenceBatch.flush` nets those out (a pair added by one
+run and dropped by a newer one in the same batch is no change) and rewrites each
+touched posting list once: a full-suite recording rewrites a posting list once,
+not once per test that executed the unit, and a recording that executed what the
+held evidence did touches no posting list at all.
+
+Ids live in caches local to one batch (one transaction): a rolled-back
+transaction leaves no cached id behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from operator import itemgetter
+from typing import Iterable, Iterator, Mapping, Sequence, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from fastci.evidence import postings
+from fastci.types import Checksum, ContextSig, UnitId
+
+LOG = logging.getLogger(__name__)
+
+_CHUNK = 500
+_T = TypeVar("_T")
+_first = itemgetter(0)
+_second = itemgetter(1)
+
+
+def chunks(items: Sequence[_T], size: int = _CHUNK) -> Iterator[Sequence[_T]]:
+    """``items`` in slices of at most ``size`` (SQLite's bound-parameter limit)."""
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def pack_ids(ids: Iterable[int]) -> bytes:
+    """Context ids as sorted distinct little-endian uint32 (a context set's key)."""
+    return np.asarray(sorted(set(ids)), dtype="<u4").tobytes()
+
+
+def unpack_ids(blob: bytes) -> list[int]:
+    """Inverse of :func:`pack_ids`."""
+    return [int(i) for i in np.frombuffer(blob, dtype="<u4")]
+
+
+def _pairs(vids: postings.Ids, tid: int) -> npt.NDArray[np.uint64]:
+    """(unit version, test) pairs as one sortable key each: version high, test low."""
+    return (vids.astype(np.uint64) << np.uint64(32)) | np.uint64(tid)
+
+
+def _sorted_union(a: npt.NDArray[np.uint64], b: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """The sorted distinct keys of ``a`` and ``b`` (np.union1d hashes in numpy 2: slower)."""
+    keys = np.concatenate([a, b])
+    keys.sort()
+    if not len(keys):
+        return keys
+    out: npt.NDArray[np.uint64] = keys[np.concatenate([[True], keys[1:] != keys[:-1]])]
+    return out
+
+
+class EvidenceBatch:
+    """The evidence rows and posting-list changes of one batch of recordings."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.pending = 0  # pairs added or dropped since the last flush
+        self._reset()
+
+    def _reset(self) -> None:
+        # (uid, checksum) -> unit version id; frozenset of sigs -> context set id.
+        self.versions: dict[tuple[UnitId, Checksum], int] = {}
+        self.ctxsets: dict[frozenset[ContextSig], int] = {}
+        self.contexts: dict[ContextSig, int] = {}
+        self.units: dict[UnitId, int] = {}
+        # The newest winning checksum of each unit (unit.checksum, for display).
+        self.checksums: dict[UnitId, Checksum] = {}
+        self.created: list[int] = []
+        self.added: list[npt.NDArray[np.uint64]] = []
+        self.dropped: list[npt.NDArray[np.uint64]] = []
+        self.pending = 0
+
+    # ------------------------------------------------------------ interning
+
+    def _unit_ids(self, uids: Iterable[UnitId]) -> None:
+        """Fill :attr:`units` for ``uids`` (rows are made for new ones)."""
+        missing = sorted({u for u in uids if u not in self.units})
+        for chunk in chunks(missing):
+            q = "SELECT uid, id FROM unit WHERE uid IN (%s)" % ",".join("?" * len(chunk))
+            self.units.update(self.conn.execute(q, chunk))
+        new = [u for u in missing if u not in self.units]
+        for uid in new:
+            cur = self.conn.execute("INSERT INTO unit (uid, path, checksum) VALUES (?,?,?)",
+                                    (uid, uid.partition("::")[0], ""))
+            self.units[uid] = int(cur.lastrowid or 0)
+
+    def _version_ids(self, keys: list[tuple[UnitId, Checksum]]) -> None:
+        """Fill :attr:`versions` for ``keys`` (rows with empty posting lists for new ones)."""
+        missing = sorted({k for k in keys if k not in self.versions})
+        if not missing:
+            return
+        self._unit_ids(u for u, _ in missing)
+        by_unit: dict[int, list[Checksum]] = {}
+        for uid, checksum in missing:
+            by_unit.setdefault(self.units[uid], []).append(checksum)
+        names = {self.units[u]: u for u, _ in missing}
+        for chunk in chunks(sorted(by_unit)):
+            q = ("SELECT unit_id, checksum, id FROM unit_version WHERE unit_id IN (%s)"
+                 % ",".join("?" * len(chunk)))
+            for unit_id, checksum, vid in self.conn.execute(q, chunk):
+                self.versions[(names[unit_id], checksum)] = vid
+        for key in missing:
+            if key not in self.versions:
+                cur = self.conn.execute("INSERT INTO unit_version (unit_id, checksum, tests)"
+                                        " VALUES (?,?,x'')", (self.units[key[0]], key[1]))
+                self.versions[key] = vid = int(cur.lastrowid or 0)
+                self.created.append(vid)
+
+    def _context_id(self, sig: ContextSig) -> int:
+        got = self.contexts.get(sig)
+        if got is None:
+            row = self.conn.execute("SELECT id FROM context WHERE sig = ?", (sig,)).fetchone()
+            if row is None:
+                row = (self.conn.execute("INSERT INTO context (sig) VALUES (?)",
+                                         (sig,)).lastrowid,)
+            self.contexts[sig] = got = int(row[0])
+        return got
+
+    def _ctxset_id(self, sigs: frozenset[ContextSig]) -> int:
+        got = self.ctxsets.get(sigs)
+        if got is None:
+            key = pack_ids(self._context_id(s) for s in sigs)
+            row = self.conn.execute("SELECT id FROM ctxset WHERE ids = ?", (key,)).fetchone()
+            if row is None:
+                row = (self.conn.execute("INSERT INTO ctxset (ids) VALUES (?)",
+                                         (key,)).lastrowid,)
+            self.ctxsets[sigs] = got = int(row[0])
+        return got
+
+    # ------------------------------------------------------------ writing
+
+    def replace(self, tid: int, units: Mapping[UnitId, tuple[Checksum, frozenset[ContextSig]]]
+                ) -> None:
+        """Make ``units`` the held evidence of test ``tid`` (its row is written now, the
+        posting lists at :meth:`flush`)."""
+        values = list(units.values())
+        keys = list(zip(units, map(_first, values)))
+        # The newest recording's checksum wins, an unknown ('') one too.
+        self.checksums.update(keys)
+        vids = list(map(self.versions.get, keys))
+        if None in vids:
+            self._version_ids(keys)
+            vids = [self.versions[k] for k in keys]
+        sets = list(map(self.ctxsets.get, map(_second, values)))
+        if None in sets:
+            sets = [self._ctxset_id(v[1]) for v in values]
+        new = postings.as_ids(vids)
+        order = np.argsort(new, kind="stable")
+        new = new[order]
+        row = self.conn.execute("SELECT versions FROM evidence WHERE test_id = ?",
+                                (tid,)).fetchone()
+        packed = postings.encode_sorted(new)
+        if len(new):
+            self.conn.execute(
+                "INSERT OR REPLACE INTO evidence (test_id, pairs, versions, ctxsets)"
+                " VALUES (?,?,?,?)",
+                (tid, len(new), packed, postings.encode_ids(postings.as_ids(sets)[order])))
+        elif row:
+            self.conn.execute("DELETE FROM evidence WHERE test_id = ?", (tid,))
+        if row and row[0] == packed:
+            return  # the same units, the same checksums: no posting list changes
+        old = postings.decode(row[0]) if row else postings.EMPTY
+        gone = np.setdiff1d(old, new, assume_unique=True)
+        came = np.setdiff1d(new, old, assume_unique=True)
+        if len(gone):
+            self.dropped.append(_pairs(gone, tid))
+        if len(came):
+            self.added.append(_pairs(came, tid))
+        self.pending += len(gone) + len(came)
+
+    def flush(self) -> None:
+        """Write the units' newest checksums and each touched posting list once."""
+        self._write_checksums()
+        added = np.concatenate(self.added) if self.added else np.zeros(0, np.uint64)
+        dropped = np.concatenate(self.dropped) if self.dropped else np.zeros(0, np.uint64)
+        keys = np.concatenate([added, dropped])
+        signs = np.concatenate([np.ones(len(added), np.int8), -np.ones(len(dropped), np.int8)])
+        order = np.argsort(keys, kind="stable")
+        keys, signs = keys[order], signs[order]
+        # (not np.unique: numpy 2 hashes, slower by far than a pass over sorted keys)
+        start = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]])) \
+            if len(keys) else np.zeros(0, np.int64)
+        uniq = keys[start]
+        # A pair can come and go several times in one batch: what counts is the net.
+        net = np.add.reduceat(signs.astype(np.int32), start) if len(keys) else \
+            np.zeros(0, np.int32)
+        plus, minus = uniq[net > 0], uniq[net < 0]
+        touched = np.union1d(plus >> np.uint64(32), minus >> np.uint64(32)).astype(np.int64)
+        empty = self._update_postings(touched, plus, minus)
+        gone = sorted(set(empty) | set(self.created))
+        for chunk in chunks(gone):
+            self.conn.execute("DELETE FROM unit_version WHERE length(tests) = 0 AND id IN (%s)"
+                              % ",".join("?" * len(chunk)), chunk)
+        LOG.debug("flushed %d pair changes into %d posting lists", len(plus) + len(minus),
+                  len(touched))
+        self._reset()
+
+    def _write_checksums(self) -> None:
+        items = sorted(self.checksums.items())
+        self._unit_ids(u for u, _ in items)
+        held: dict[int, str] = {}
+        ids = sorted(self.units[u] for u, _ in items)
+        for chunk in chunks(ids):
+            held.update(self.conn.execute("SELECT id, checksum FROM unit WHERE id IN (%s)"
+                                          % ",".join("?" * len(chunk)), chunk))
+        self.conn.executemany("UPDATE unit SET checksum = ? WHERE id = ?",
+                              [(c, self.units[u]) for u, c in items
+                               if held.get(self.units[u]) != c])
+
+    def _update_postings(self, touched: npt.NDArray[np.int64], plus: npt.NDArray[np.uint64],
+                         minus: npt.NDArray[np.uint64]) -> list[int]:
+        """Apply the net pair changes to the posting lists of ``touched`` versions (one
+        merge of sorted arrays for all of them); return the versions left without a test."""
+        ids = touched.tolist()
+        rows: list[tuple[int, bytes]] = []
+        for chunk in chunks(ids):
+            rows += self.conn.execute("SELECT id, tests FROM unit_version WHERE id IN (%s)"
+                                      % ",".join("?" * len(chunk)), chunk).fetchall()
+        rows.sort()
+        vids = np.array([v for v, _ in rows], dtype=np.uint64)
+        held = [postings.decode(blob) for _, blob in rows]
+        lens = np.array([len(h) for h in held], dtype=np.int64)
+        # Every held (version, test) pair of the touched versions as one sorted key array.
+        cur = (np.concatenate(held).astype(np.uint64) if held else np.zeros(0, np.uint64)) | \
+            np.repeat(vids << np.uint64(32), lens)
+        if len(minus) and len(cur):
+            at = np.minimum(np.searchsorted(minus, cur), len(minus) - 1)
+            cur = cur[minus[at] != cur]
+        merged = _sorted_union(cur, plus) if len(plus) else cur
+        tests = (merged & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        starts = np.searchsorted(merged >> np.uint64(32), vids, side="left").tolist()
+        ends = np.searchsorted(merged >> np.uint64(32), vids, side="right").tolist()
+        empty = [v for v, a, b in zip(vids.tolist(), starts, ends) if a == b]
+        self.conn.executemany("UPDATE unit_version SET tests = ? WHERE id = ?",
+                              [(postings.encode_sorted(tests[a:b]), v)
+                               for v, a, b in zip(vids.tolist(), starts, ends)])
+        return empty

@@ -1,0 +1,329 @@
+"""The evidence store at scale (issue 16): 100,000 tests x 500,000 units.
+
+A synthetic git repository of 5,000 files x 100 functions (505,000 units with the
+module units) and a starting store bulk-loaded with 100,000 tests, each executing
+~500 units in a cluster of 10 files (~50 million (test, unit) pairs). Then, as a
+CI main-branch job would, one new full-suite recording is ingested on top through
+the real path: a ``RunEvidence`` per test into ``EvidenceStore.ingest_many`` (the
+batch ``fastci ingest`` uses); 10% of the tests executed other functions of their
+files this time, so posting lists really change. Finally 20 files are edited and
+``fastci plan``'s analysis is timed in fresh processes (as
+:mod:`bench.selection_synthetic` does at 10,000 x 50,000).
+
+Printed, one line each with its target: the store's size on disk (the starting
+store and after the ingest; <= 1 GB), the ingest's wall time (<= 60 s, the
+RunEvidence objects' own construction included and also shown apart), the plan's
+analysis time (<= 2 s, best of 3), and the peak RSS of each step (each runs in
+its own process). Exit 1 when a target is missed.
+
+``--scale small`` runs 10,000 tests x 50,000 units. The built repository and
+starting store are cached under ``~/.cache/fastci/bench-scale/<key>`` (the key
+covers the generator's parameters and the code that writes the store), so a
+second run does not rebuild them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fastci" / "bench-scale"
+#: Bump when the generator changes in a way its source digest would not show.
+GENERATOR_VERSION = 1
+SCALES: dict[str, dict[str, Any]] = {
+    "large": {"files": 5000, "funcs": 100, "tests": 100_000, "files_per_test": 10,
+              "funcs_per_test_file": 50, "contexts": 200, "changed_files": 20,
+              "redrawn": 0.10, "seed": 7},
+    "small": {"files": 500, "funcs": 100, "tests": 10_000, "files_per_test": 10,
+              "funcs_per_test_file": 50, "contexts": 200, "changed_files": 20,
+              "redrawn": 0.10, "seed": 7},
+}
+TARGET_STORE_BYTES = 1_000_000_000
+TARGET_INGEST_S = 60.0
+TARGET_PLAN_S = 2.0
+OVER = "OVER TARGET"
+_BLOCK = 5000  # tests generated at a time
+
+
+def cache_key(p: dict[str, Any]) -> str:
+    """The digest of the parameters, of the generator's code (not the report's) and of the
+    code that writes the store."""
+    import inspect
+
+    from bench import selection_synthetic
+
+    h = hashlib.sha256(json.dumps({**p, "v": GENERATOR_VERSION}, sort_keys=True).encode())
+    for fn in (suite, build, _units, _path, _test, selection_synthetic._source):
+        h.update(inspect.getsource(fn).encode())
+    for rel in ("schema.py", "postings.py", "batch.py", "store.py"):
+        h.update((REPO / "analyzer/fastci/evidence" / rel).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _drop_stale(cache: Path, scale: str, keep: Path) -> None:
+    """Remove this scale's repos and stores built by other code (they are never reused)."""
+    for old in cache.glob(f"{scale}-*"):
+        if old != keep and old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _path(f: int) -> str:
+    return f"src/m{f:04d}.py"
+
+
+def _test(t: int) -> str:
+    return f"//synthetic/t{t // 100:04d}:test_{t:06d}"
+
+
+def suite(p: dict[str, Any], redraw: bool = False) -> Iterator[tuple[int, Any, Any]]:
+    """Per test: (test index, its files, its unit indexes sorted), deterministic.
+
+    Each test executes, in each of its files (a stride-7 cluster), the module unit
+    and ``funcs_per_test_file - 1`` functions. With ``redraw`` a ``redrawn`` share of
+    the tests picks other functions (the same files): a new recording.
+    """
+    import numpy as np
+
+    per_file = p["funcs"] + 1
+    rng = np.random.default_rng(p["seed"])
+    firsts = rng.integers(0, p["files"], size=p["tests"])
+    k = p["files_per_test"]
+    for lo in range(0, p["tests"], _BLOCK):
+        hi = min(lo + _BLOCK, p["tests"])
+        block = np.random.default_rng([p["seed"], lo])
+        keys = block.random((hi - lo, k, p["funcs"]))
+        if redraw:
+            other = np.random.default_rng([p["seed"], lo, 1])
+            moved = other.random(hi - lo) < p["redrawn"]
+            keys[moved] = other.random((int(moved.sum()), k, p["funcs"]))
+        funcs = np.argpartition(keys, p["funcs_per_test_file"] - 1, axis=2)[
+            :, :, :p["funcs_per_test_file"] - 1] + 1
+        for i in range(hi - lo):
+            files = (firsts[lo + i] + 7 * np.arange(k)) % p["files"]
+            base = (files * per_file)[:, None]
+            units = np.concatenate([base[:, 0], (base + funcs[i]).ravel()])
+            units.sort()
+            yield lo + i, files, units
+
+
+def _git(root: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b",
+           "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b"}
+    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True,
+                          text=True, env=env).stdout.strip()
+
+
+def _units(p: dict[str, Any]) -> tuple[list[tuple[str, str]], list[str]]:
+    """Every unit (id, checksum) in file order, and each file's sha256."""
+    from bench.selection_synthetic import _source
+    from fastci.units.index import FileUnits, index_source
+
+    units: list[tuple[str, str]] = []
+    digests = []
+    for f in range(p["files"]):
+        text = _source(f)
+        idx = index_source(_path(f), text)
+        assert isinstance(idx, FileUnits) and len(idx.units) == p["funcs"] + 1
+        units.extend((u.id, u.checksum) for u in idx.units)  # <module> first, then f_0..
+        digests.append(hashlib.sha256(text.encode()).hexdigest())
+    return units, digests
+
+
+def build(root: Path, p: dict[str, Any]) -> dict[str, Any]:
+    """Write the repo (base commit plus the uncommitted 20-file change) and the starting
+    store ``root/base.db`` (bulk-loaded); return timings."""
+    import random
+
+    from bench.selection_synthetic import _source
+    from fastci.evidence.environment import current_fingerprint
+    from fastci.evidence.store import EvidenceStore
+
+    t0 = time.perf_counter()
+    repo = root / "repo"
+    (repo / "src").mkdir(parents=True)
+    for f in range(p["files"]):
+        (repo / _path(f)).write_text(_source(f))
+    (repo / ".gitignore").write_text("/.fastci/\n")
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "synthetic base")
+    commit = _git(repo, "rev-parse", "HEAD")
+    units, digests = _units(p)
+    t_repo = time.perf_counter() - t0
+    c = p["contexts"]
+
+    def rows() -> Iterator[tuple[int, int, tuple[int, int]]]:
+        for t, _files, us in suite(p):
+            for u in us.tolist():
+                yield t, u, (u % c, (u + t) % c)
+
+    t1 = time.perf_counter()
+    fp = current_fingerprint()
+    with EvidenceStore.open(root / "base.db", create=True) as store:
+        store.bulk_load([_test(t) for t in range(p["tests"])], units,
+                        [f"ctx:{i}" for i in range(c)], rows(), env_fingerprint=fp,
+                        recorded_at=1_700_000_000.0)
+        store.conn.execute("UPDATE run SET commit_sha = ?", (commit,))
+        store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        stats = store.stats()
+    t_store = time.perf_counter() - t1
+    rng = random.Random(p["seed"])
+    for n, f in enumerate(rng.sample(range(p["files"]), p["changed_files"])):
+        text = _source(f, bump=rng.randrange(p["funcs"]))
+        if n == 0:
+            text = text.replace(f"OFFSET = {f}", f"OFFSET = {f + 1}")
+        (repo / _path(f)).write_text(text)
+    meta = {"commit": commit, "stats": stats, "repo_s": t_repo, "store_s": t_store,
+            "fingerprint": fp, "build_rss_mb": _rss_mb()}
+    (root / "meta.json").write_text(json.dumps(meta))
+    return meta
+
+
+def recording(p: dict[str, Any], commit: str, fingerprint: str,
+              index: tuple[list[tuple[str, str]], list[str]]) -> Iterator[Any]:
+    """The new full-suite recording: one ``RunEvidence`` per test, made as it is read
+    (``index``: :func:`_units`, computed once)."""
+    from fastci.evidence.store import RunEvidence
+
+    units, digests = index
+    uids = [u for u, _ in units]
+    checksums = [cs for _, cs in units]
+    c = p["contexts"]
+    sets = {(a, b): frozenset({f"ctx:{a}", f"ctx:{b}"}) for a in range(c) for b in range(c)}
+    for t, files, us in suite(p, redraw=True):
+        units_t = {uids[u]: (checksums[u], sets[(u % c, (u + t) % c)]) for u in us.tolist()}
+        yield RunEvidence(
+            test=_test(t), run_key=f"main-2:{_test(t)}", outcome="passed", complete=True,
+            duration_s=1.0, gpus=1, workload={}, overrides={}, recorded_at=1_700_003_600.0,
+            env_fingerprint=fingerprint, commit=commit, source="bazel", units=units_t,
+            sources={_path(f): digests[f] for f in files.tolist()})
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def ingest_step(root: Path, p: dict[str, Any]) -> dict[str, Any]:
+    """Copy the starting store into the repo and ingest the new recording into it."""
+    from fastci.evidence.store import EvidenceStore
+
+    meta = json.loads((root / "meta.json").read_text())
+    work = root / "repo" / ".fastci" / "evidence.db"
+    work.parent.mkdir(parents=True, exist_ok=True)
+    for stale in (work, Path(f"{work}-wal"), Path(f"{work}-shm")):
+        stale.unlink(missing_ok=True)
+    shutil.copyfile(root / "base.db", work)
+    index = _units(p)
+    t0 = time.perf_counter()
+    runs = sum(1 for _ in recording(p, meta["commit"], meta["fingerprint"], index))
+    gen_s = time.perf_counter() - t0
+    with EvidenceStore.open(work, create=True) as store:
+        t1 = time.perf_counter()
+        added = store.ingest_many(recording(p, meta["commit"], meta["fingerprint"], index))
+        ingest_s = time.perf_counter() - t1
+        store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        stats = store.stats()
+    assert sum(added) == runs == p["tests"], (sum(added), runs)
+    return {"ingest_s": ingest_s, "gen_s": gen_s, "runs": runs, "stats": stats,
+            "rss_mb": _rss_mb()}
+
+
+def _child(step: str, root: Path, scale: str) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO / "analyzer"), str(REPO), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run([sys.executable, "-m", "bench.store_scale", f"--step={step}",
+                          f"--root={root}", f"--scale={scale}"], cwd=REPO, env=env,
+                         capture_output=True, text=True)
+    if res.returncode:
+        raise RuntimeError(f"bench.store_scale {step} failed:\n{res.stderr[-4000:]}")
+    out: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
+    return out
+
+
+def _verdict(ok: bool) -> str:
+    return "OK" if ok else OVER
+
+
+def run(scale: str, cache: Path = CACHE) -> list[str]:
+    """Build (or reuse) the synthetic repo and store, ingest, plan; the report lines."""
+    from bench.selection_synthetic import measure
+
+    p = SCALES[scale]
+    root = cache / f"{scale}-{cache_key(p)}"
+    lines = [f"== evidence store at scale ({scale}: {p['tests']:,} tests x "
+             f"{p['files'] * (p['funcs'] + 1):,} units)"]
+    if not (root / "meta.json").exists():
+        if root.exists():
+            shutil.rmtree(root)
+        _drop_stale(cache, scale, root)
+        root.mkdir(parents=True)
+        t0 = time.perf_counter()
+        meta = _child("build", root, scale)
+        lines.append(f"  built in {time.perf_counter() - t0:.0f} s (repo and unit index "
+                     f"{meta['repo_s']:.0f} s, bulk load {meta['store_s']:.0f} s; peak RSS "
+                     f"{meta['build_rss_mb']:,.0f} MB), cached in {root}")
+    else:
+        meta = json.loads((root / "meta.json").read_text())
+        lines.append(f"  reusing the cached repo and starting store in {root}")
+    base = meta["stats"]
+    pairs = base["evidence"]
+    ing = _child("ingest", root, scale)
+    after = ing["stats"]
+    size = max(base["bytes"], after["bytes"])
+    lines += [
+        f"  store: {pairs:,} (test, unit) pairs, {base['unit_version']:,} unit versions, "
+        f"{base['ctxset']:,} context sets",
+        f"  store size: {base['bytes'] / 1e6:,.0f} MB bulk-loaded, {after['bytes'] / 1e6:,.0f} MB "
+        f"after the ingest ({after['bytes'] / max(after['evidence'], 1):.1f} bytes/pair; "
+        f"target <= {TARGET_STORE_BYTES / 1e9:.0f} GB: {_verdict(size <= TARGET_STORE_BYTES)})",
+        f"  ingest of one full-suite recording ({ing['runs']:,} runs, {after['evidence']:,} "
+        f"pairs, {p['redrawn']:.0%} of the tests executing other functions): "
+        f"{ing['ingest_s']:.1f} s (of which {ing['gen_s']:.1f} s making the RunEvidence objects; "
+        f"target <= {TARGET_INGEST_S:.0f} s: {_verdict(ing['ingest_s'] <= TARGET_INGEST_S)}); "
+        f"peak RSS {ing['rss_mb']:,.0f} MB",
+    ]
+    runs = measure(root)
+    best = min(float(r["plan_s"]) for r in runs)
+    r = runs[-1]
+    lines += [
+        f"  plan ({p['changed_files']}-file change, {r['changed_units']} units changed; "
+        f"{r['selected']:,} of {r['tests']:,} tests selected, mode {r['mode']}): "
+        f"{', '.join('%.2f' % float(x['plan_s']) for x in runs)} s (best {best:.2f} s, target "
+        f"<= {TARGET_PLAN_S:.0f} s: {_verdict(best <= TARGET_PLAN_S)}); +{float(r['import_s']):.2f} s "
+        f"interpreter imports; peak RSS {float(r['peak_rss_mb']):,.0f} MB",
+    ]
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    """``python -m bench store_scale [-- --scale small]``; exit 1 when a target is missed."""
+    parser = argparse.ArgumentParser(prog="python -m bench.store_scale")
+    parser.add_argument("--scale", choices=sorted(SCALES), default="large")
+    parser.add_argument("--step", choices=["build", "ingest"], help=argparse.SUPPRESS)
+    parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
+    args, _unknown = parser.parse_known_args(argv)  # `python -m bench -- ...` passes all options
+    if args.step:
+        step = build if args.step == "build" else ingest_step
+        print(json.dumps(step(args.root, SCALES[args.scale])))
+        return 0
+    lines = run(args.scale)
+    for line in lines:
+        print(line, flush=True)
+    if any(OVER in line for line in lines):
+        print("store scale benchmark FAILED: a target was missed", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
