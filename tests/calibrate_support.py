@@ -1,4 +1,5 @@
-"""The code the calibration tests run at each rung (``pkg/work.py`` / ``cal/work.py``).
+"""The code the calibration tests run at each rung (``pkg/work.py`` / ``cal/work.py``),
+and the test module that declares its workload (:data:`TRAIN_TESTS`).
 
 ``train(steps)`` takes a branch only when ``steps > 4`` and sleeps in proportion to
 ``steps``, so the rungs of a ``steps`` ladder differ both in what they execute and in
@@ -28,4 +29,31 @@ def train(steps):
         total = total - 1
     time.sleep({sleep_per_step} * steps)
     return total
+'''
+
+
+#: ``tests/test_w.py`` of the calibrated pytest projects: ``test_train`` declares
+#: ``steps`` (full 8, floor 2) and reads what a plan or rung gives it from
+#: ``FASTCI_WORKLOAD``; ``test_plain`` declares nothing.
+TRAIN_TESTS = '''import json
+import os
+
+import pytest
+
+from pkg.work import train
+
+FULL = {"steps": 8}
+
+
+def workload():
+    return {**FULL, **json.loads(os.environ.get("FASTCI_WORKLOAD") or "{}")}
+
+
+@pytest.mark.fastci_workload(workload=FULL, floors={"steps": 2}, reference="relational")
+def test_train():
+    assert train(workload()["steps"]) > 0
+
+
+def test_plain():
+    assert train(1) > 0
 '''

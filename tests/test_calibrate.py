@@ -25,33 +25,12 @@ from fastci.plan.reduce import choose
 from fastci.run.calibrate import CalibrationError, CalibrationReport, calibrate
 from fastci.select import DecisionKind, DeclaredTest
 from fastci.select.decisions import Decision, Reason
-from calibrate_support import work_source
+from calibrate_support import TRAIN_TESTS, work_source
 from selection_support import Repo
 
 # Lines 5-6 run at every rung, lines 14-15 only when steps > 4 (calibrate_support).
 WORK = work_source(0.03)
-TEST = '''import json
-import os
-
-import pytest
-
-from pkg.work import train
-
-FULL = {"steps": 8}
-
-
-def workload():
-    return {**FULL, **json.loads(os.environ.get("FASTCI_WORKLOAD") or "{}")}
-
-
-@pytest.mark.fastci_workload(workload=FULL, floors={"steps": 2}, reference="relational")
-def test_train():
-    assert train(workload()["steps"]) > 0
-
-
-def test_plain():
-    assert train(1) > 0
-
+TEST = TRAIN_TESTS + '''
 
 @pytest.mark.fastci_workload(workload={"steps": 8}, floors={"steps": 9})
 def test_bad_floor():

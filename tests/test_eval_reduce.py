@@ -15,34 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from calibrate_support import work_source
+from calibrate_support import TRAIN_TESTS, work_source
 from fastci import cli
 from fastci.eval.results import read_results
 from selection_support import Repo
 
 WORK = work_source(0.05)
-TEST = '''import json
-import os
-
-import pytest
-
-from pkg.work import train
-
-FULL = {"steps": 8}
-
-
-def workload():
-    return {**FULL, **json.loads(os.environ.get("FASTCI_WORKLOAD") or "{}")}
-
-
-@pytest.mark.fastci_workload(workload=FULL, floors={"steps": 2}, reference="relational")
-def test_train():
-    assert train(workload()["steps"]) > 0
-
-
-def test_plain():
-    assert train(1) > 0
-'''
+TEST = TRAIN_TESTS
 ID = "tests/test_w.py::test_train"
 
 

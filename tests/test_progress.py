@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import sys
 import threading
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 from fastci import cli
 from fastci.integrations.bazel.bep_follow import BepFollower, follow_bep, follow_bep_progress
 from fastci.progress import ENV, Progress, choose_mode
+from fake_bazel_support import install_fake_bazel
 from selection_support import Repo
 
 
@@ -402,18 +402,7 @@ sys.exit(3 if any(s != "PASSED" for s in outcomes.values()) else 0)
 
 
 def _fake_bazel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outcomes: dict[str, str]) -> Repo:
-    repo = Repo(tmp_path / "repo")
-    repo.commit({"WORKSPACE": "", "README": "x\n"})
-    fake = tmp_path / "fake_bazel"
-    fake.write_text(FAKE_BAZEL.format(python=sys.executable))
-    fake.chmod(0o755)
-    (tmp_path / "testlogs").mkdir()
-    monkeypatch.setenv("FASTCI_BAZEL", str(fake))
-    monkeypatch.setenv("FAKE_TESTLOGS", str(tmp_path / "testlogs"))
-    monkeypatch.setenv("FAKE_OUTCOMES", json.dumps(outcomes))
-    monkeypatch.delenv("FASTCI_STORE", raising=False)
-    monkeypatch.chdir(repo.root)
-    return repo
+    return install_fake_bazel(tmp_path, monkeypatch, FAKE_BAZEL, outcomes)
 
 
 FINAL = re.compile(r"fastci: (record|run): (\d+)/(\d+) tests in \d\d:\d\d$")

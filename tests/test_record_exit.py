@@ -6,14 +6,12 @@ file in which some tests fail, and ``bazel info bazel-testlogs`` with an empty f
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from fastci import cli
-from selection_support import Repo
+from fake_bazel_support import install_fake_bazel
 
 FAKE_BAZEL = """#!{python}
 import json, os, sys
@@ -36,17 +34,7 @@ sys.exit(3 if any(s != "PASSED" for s in outcomes.values()) else 0)
 
 def _record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outcomes: dict[str, str],
             capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    repo = Repo(tmp_path / "repo")
-    repo.commit({"WORKSPACE": "", "README": "x\n"})
-    fake = tmp_path / "fake_bazel"
-    fake.write_text(FAKE_BAZEL.format(python=sys.executable))
-    fake.chmod(0o755)
-    (tmp_path / "testlogs").mkdir()
-    monkeypatch.setenv("FASTCI_BAZEL", str(fake))
-    monkeypatch.setenv("FAKE_TESTLOGS", str(tmp_path / "testlogs"))
-    monkeypatch.setenv("FAKE_OUTCOMES", json.dumps(outcomes))
-    monkeypatch.delenv("FASTCI_STORE", raising=False)
-    monkeypatch.chdir(repo.root)
+    install_fake_bazel(tmp_path, monkeypatch, FAKE_BAZEL, outcomes)
     rc = cli.main(["record", "--store", str(tmp_path / "e.db"), "//t:all"])
     out, err = capsys.readouterr()
     return rc, out, err
