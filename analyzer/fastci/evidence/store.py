@@ -17,7 +17,7 @@ import logging
 import os
 import sqlite3
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
@@ -205,6 +205,33 @@ def _storable(key: str) -> bool:
     return True
 
 
+def _loads(text: str) -> Any:
+    """``json.loads``, without its cost for the empty object most runs hold."""
+    return {} if text == "{}" else json.loads(text)
+
+
+def _full_overrides(text: str) -> bool:
+    """Whether a run's ``overrides`` JSON says it ran at full workload (:attr:`RunRecord.full`)."""
+    value = json.loads(text)
+    return value is not None and not value
+
+
+def _record(name: TestId, commit: str | None, env: str, wl: str, ov: str | None, dur: float,
+            gpus: int, outcome: str, complete: int, at: float, ej: str,
+            listing: str | None) -> RunRecord:
+    """A run row (the columns of :meth:`EvidenceStore._runs`) as a record."""
+    return RunRecord(name, commit, env, _loads(wl), dur, gpus, outcome, bool(complete), at,
+                     None if ov is None else _loads(ov), environment_json=ej,
+                     packages_list=listing or "")
+
+
+def _with_last_full(rec: RunRecord, last_full: RunRecord | None) -> RunRecord:
+    """``rec`` with ``last_full`` set (``dataclasses.replace`` without its per-call cost)."""
+    return RunRecord(rec.test, rec.commit, rec.env_fingerprint, rec.workload, rec.duration_s,
+                     rec.gpus, rec.outcome, rec.complete, rec.recorded_at, rec.overrides,
+                     last_full, rec.environment_json, rec.packages_list)
+
+
 #: A unit version as a read finds it: (the key asked for, version id, unit id, checksum,
 #: the posting list: sorted test rowids).
 _Posting = tuple[str, int, UnitId, Checksum, postings.Ids]
@@ -362,13 +389,41 @@ class EvidenceStore:
         return dict(self._latest)
 
     def _latest_runs(self) -> dict[TestId, RunRecord]:
-        newest: dict[TestId, RunRecord] = {}
-        full: dict[TestId, RunRecord] = {}
-        for rec in self._runs("", ()):
-            newest[rec.test] = rec
-            if rec.full:
-                full[rec.test] = rec
-        return {t: replace(r, last_full=full.get(t)) for t, r in newest.items()}
+        # Which run is each test's newest, and its newest full-workload one, from the sort
+        # keys alone (the order of _runs: recorded_at, then run_key); only those runs are
+        # decoded into records (a test has many runs, the planner reads two of them).
+        newest: dict[int, int] = {}
+        full: dict[int, int] = {}
+        for tid, rid, ov in self.conn.execute(
+                "SELECT test_id, id, overrides FROM run ORDER BY recorded_at, run_key"):
+            newest[tid] = rid
+            if ov is not None and (ov == "{}" or _full_overrides(ov)):
+                full[tid] = rid
+        records = self._runs_by_id(set(newest.values()) | set(full.values()))
+        out: dict[TestId, RunRecord] = {}
+        for tid, rid in newest.items():
+            fid = full.get(tid)
+            out[records[rid].test] = _with_last_full(
+                records[rid], None if fid is None else records[fid])
+        return out
+
+    def _runs_by_id(self, ids: Iterable[int]) -> dict[int, RunRecord]:
+        """Run id -> its record (``last_full`` not filled)."""
+        out: dict[int, RunRecord] = {}
+        for chunk in chunks(sorted(ids), 50_000):
+            self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS _want (id INTEGER PRIMARY KEY)")
+            self.conn.execute("DELETE FROM _want")
+            self.conn.executemany("INSERT INTO _want VALUES (?)", ((i,) for i in chunk))
+            rows = self.conn.execute(
+                "SELECT r.id, t.name, r.commit_sha, r.env_fingerprint, r.workload, r.overrides,"
+                " r.duration_s, r.gpus, r.outcome, r.complete, r.recorded_at, r.environment,"
+                " l.packages_list FROM _want w JOIN run r ON r.id = w.id"
+                " JOIN test t ON t.id = r.test_id LEFT JOIN env_listing l"
+                " ON l.fingerprint = r.env_fingerprint")
+            for rid, *row in rows:
+                out[rid] = _record(*row)
+            self.conn.execute("DELETE FROM _want")
+        return out
 
     def unit_checksums(self) -> dict[UnitId, Checksum]:
         """Unit id -> checksum at (the newest) record time."""
@@ -605,10 +660,8 @@ class EvidenceStore:
             " r.gpus, r.outcome, r.complete, r.recorded_at, r.environment, l.packages_list"
             " FROM run r JOIN test t ON t.id = r.test_id LEFT JOIN env_listing l"
             f" ON l.fingerprint = r.env_fingerprint{where} ORDER BY r.recorded_at, r.run_key", args)
-        for name, commit, env, wl, ov, dur, gpus, outcome, complete, at, ej, listing in rows:
-            yield RunRecord(name, commit, env, json.loads(wl), dur, gpus, outcome, bool(complete),
-                            at, None if ov is None else json.loads(ov), environment_json=ej,
-                            packages_list=listing or "")
+        for row in rows:
+            yield _record(*row)
 
     def stats(self) -> dict[str, int]:
         """Row counts per table, ``evidence`` the (test, unit) pairs held, and the file
