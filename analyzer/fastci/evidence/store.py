@@ -12,12 +12,14 @@ that executed it (:mod:`fastci.evidence.postings`, written in batches by
 from __future__ import annotations
 
 import array
+import contextlib
+import gc
 import json
 import logging
 import os
 import sqlite3
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
@@ -205,6 +207,23 @@ def _storable(key: str) -> bool:
     return True
 
 
+#: RunRecord's fields in order (:func:`_record`).
+_RUN_FIELDS = tuple(f.name for f in fields(RunRecord))
+
+
+@contextlib.contextmanager
+def no_gc() -> Iterator[None]:
+    """The cyclic garbage collector paused: making 100,000s of objects that hold no cycles
+    (run records, decisions) otherwise triggers collections that rescan them all."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def _loads(text: str) -> Any:
     """``json.loads``, without its cost for the empty object most runs hold."""
     return {} if text == "{}" else json.loads(text)
@@ -216,20 +235,21 @@ def _full_overrides(text: str) -> bool:
     return value is not None and not value
 
 
-def _record(name: TestId, commit: str | None, env: str, wl: str, ov: str | None, dur: float,
-            gpus: int, outcome: str, complete: int, at: float, ej: str,
-            listing: str | None) -> RunRecord:
-    """A run row (the columns of :meth:`EvidenceStore._runs`) as a record."""
-    return RunRecord(name, commit, env, _loads(wl), dur, gpus, outcome, bool(complete), at,
-                     None if ov is None else _loads(ov), environment_json=ej,
-                     packages_list=listing or "")
+def _record(row: Sequence[Any], listing: str | None,
+            last_full: RunRecord | None = None) -> RunRecord:
+    """A run row (the first 11 columns of :meth:`EvidenceStore._runs`) and its environment's
+    package listing as a record.
 
-
-def _with_last_full(rec: RunRecord, last_full: RunRecord | None) -> RunRecord:
-    """``rec`` with ``last_full`` set (``dataclasses.replace`` without its per-call cost)."""
-    return RunRecord(rec.test, rec.commit, rec.env_fingerprint, rec.workload, rec.duration_s,
-                     rec.gpus, rec.outcome, rec.complete, rec.recorded_at, rec.overrides,
-                     last_full, rec.environment_json, rec.packages_list)
+    Made as the dataclass's own ``__init__`` makes it (its fields in the instance's
+    ``__dict__``), without its per-field ``object.__setattr__``: a plan makes 200,000 of
+    them at 100,000 tests.
+    """
+    rec: RunRecord = object.__new__(RunRecord)
+    name, commit, env, wl, ov, dur, gpus, outcome, complete, at, ej = row[:11]
+    rec.__dict__.update(zip(_RUN_FIELDS, (
+        name, commit, env, _loads(wl), dur, gpus, outcome, bool(complete), at,
+        None if ov is None else _loads(ov), last_full, ej, listing or "")))
+    return rec
 
 
 #: A unit version as a read finds it: (the key asked for, version id, unit id, checksum,
@@ -389,40 +409,35 @@ class EvidenceStore:
         return dict(self._latest)
 
     def _latest_runs(self) -> dict[TestId, RunRecord]:
-        # Which run is each test's newest, and its newest full-workload one, from the sort
-        # keys alone (the order of _runs: recorded_at, then run_key); only those runs are
-        # decoded into records (a test has many runs, the planner reads two of them).
-        newest: dict[int, int] = {}
-        full: dict[int, int] = {}
-        for tid, rid, ov in self.conn.execute(
-                "SELECT test_id, id, overrides FROM run ORDER BY recorded_at, run_key"):
-            newest[tid] = rid
-            if ov is not None and (ov == "{}" or _full_overrides(ov)):
-                full[tid] = rid
-        records = self._runs_by_id(set(newest.values()) | set(full.values()))
-        out: dict[TestId, RunRecord] = {}
-        for tid, rid in newest.items():
-            fid = full.get(tid)
-            out[records[rid].test] = _with_last_full(
-                records[rid], None if fid is None else records[fid])
-        return out
+        with no_gc():
+            return self._latest_runs_of_rows()
 
-    def _runs_by_id(self, ids: Iterable[int]) -> dict[int, RunRecord]:
-        """Run id -> its record (``last_full`` not filled)."""
-        out: dict[int, RunRecord] = {}
-        for chunk in chunks(sorted(ids), 50_000):
-            self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS _want (id INTEGER PRIMARY KEY)")
-            self.conn.execute("DELETE FROM _want")
-            self.conn.executemany("INSERT INTO _want VALUES (?)", ((i,) for i in chunk))
-            rows = self.conn.execute(
-                "SELECT r.id, t.name, r.commit_sha, r.env_fingerprint, r.workload, r.overrides,"
-                " r.duration_s, r.gpus, r.outcome, r.complete, r.recorded_at, r.environment,"
-                " l.packages_list FROM _want w JOIN run r ON r.id = w.id"
-                " JOIN test t ON t.id = r.test_id LEFT JOIN env_listing l"
-                " ON l.fingerprint = r.env_fingerprint")
-            for rid, *row in rows:
-                out[rid] = _record(*row)
-            self.conn.execute("DELETE FROM _want")
+    def _latest_runs_of_rows(self) -> dict[TestId, RunRecord]:
+        # One pass over the run rows picks each test's newest run and newest full-workload
+        # run by the order of _runs (recorded_at, then run_key: UTF-8 byte order is code
+        # point order, and run keys are unique), whether full as RunRecord.full says; only
+        # those rows are decoded. Package listings are read once, not once per run.
+        listings = dict(self.conn.execute("SELECT fingerprint, packages_list FROM env_listing"))
+        rows = self.conn.execute(
+            "SELECT t.name, r.commit_sha, r.env_fingerprint, r.workload, r.overrides,"
+            " r.duration_s, r.gpus, r.outcome, r.complete, r.recorded_at, r.environment,"
+            " r.run_key FROM run r JOIN test t ON t.id = r.test_id")
+        newest: dict[TestId, tuple[Any, ...]] = {}
+        full: dict[TestId, tuple[Any, ...]] = {}
+        for row in rows:
+            name, ov = row[0], row[4]
+            held = newest.get(name)
+            if held is None or (row[9], row[11]) > (held[9], held[11]):
+                newest[name] = row
+            if ov is not None and (ov == "{}" or _full_overrides(ov)):
+                held = full.get(name)
+                if held is None or (row[9], row[11]) > (held[9], held[11]):
+                    full[name] = row
+        out: dict[TestId, RunRecord] = {}
+        for name, row in newest.items():
+            last = full.get(name)
+            out[name] = _record(row, listings.get(row[2]), None if last is None
+                                else _record(last, listings.get(last[2])))
         return out
 
     def unit_checksums(self) -> dict[UnitId, Checksum]:
@@ -661,7 +676,7 @@ class EvidenceStore:
             " FROM run r JOIN test t ON t.id = r.test_id LEFT JOIN env_listing l"
             f" ON l.fingerprint = r.env_fingerprint{where} ORDER BY r.recorded_at, r.run_key", args)
         for row in rows:
-            yield _record(*row)
+            yield _record(row, row[11])
 
     def stats(self) -> dict[str, int]:
         """Row counts per table, ``evidence`` the (test, unit) pairs held, and the file

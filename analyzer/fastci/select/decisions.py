@@ -92,29 +92,30 @@ class Reason:
 
 @dataclass(frozen=True)
 class Decision:
-    """The decision for one test."""
+    """The decision for one test (its derived properties are computed once: a plan asks
+    each of 100,000 decisions several times)."""
 
     test: TestId
     reasons: tuple[Reason, ...]
     est_gpu_s: float | None = None
     priority: float = 0.0
 
-    @property
+    @functools.cached_property
     def pruned(self) -> bool:
         """Whether the test was affected but pruned (:mod:`fastci.select.prune`)."""
         return any(r.kind is DecisionKind.PRUNED for r in self.reasons)
 
-    @property
+    @functools.cached_property
     def set_aside(self) -> bool:
         """Whether the test was affected but is skipped (pruned, or no changed line runs)."""
         return any(r.kind in SET_ASIDE_KINDS for r in self.reasons)
 
-    @property
+    @functools.cached_property
     def selected(self) -> bool:
         """Whether the test runs."""
         return not self.set_aside and not all(r.kind in SKIP_KINDS for r in self.reasons)
 
-    @property
+    @functools.cached_property
     def why(self) -> str:
         """The plan's one-line ``why``: the first reason, plus how many more."""
         if self.set_aside:
@@ -140,15 +141,21 @@ class Selection:
         """Test id -> its decision (derived from ``decisions``)."""
         return {d.test: d for d in self.decisions}
 
+    @functools.cached_property
+    def _split(self) -> tuple[tuple[Decision, ...], tuple[Decision, ...]]:
+        """(selected, skipped), each in decision order (derived from ``decisions``)."""
+        chosen = tuple(d for d in self.decisions if d.selected)
+        return chosen, tuple(d for d in self.decisions if not d.selected)
+
     @property
     def selected(self) -> list[Decision]:
         """Selected tests in run order."""
-        return [d for d in self.decisions if d.selected]
+        return list(self._split[0])
 
     @property
     def skipped(self) -> list[Decision]:
         """Skipped tests."""
-        return [d for d in self.decisions if not d.selected]
+        return list(self._split[1])
 
     @property
     def mode(self) -> str:
