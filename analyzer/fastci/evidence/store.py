@@ -12,8 +12,6 @@ that executed it (:mod:`fastci.evidence.postings`, written in batches by
 from __future__ import annotations
 
 import array
-import contextlib
-import gc
 import json
 import logging
 import os
@@ -26,6 +24,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from fastci.errors import StoreError
+from fastci.gcpause import no_gc
 from fastci.evidence import postings
 from fastci.evidence.batch import EvidenceBatch, chunks, pack_ids, unpack_ids
 from fastci.evidence.schema import SCHEMA, SCHEMA_VERSION
@@ -209,19 +208,6 @@ def _storable(key: str) -> bool:
 
 #: RunRecord's fields in order (:func:`_record`).
 _RUN_FIELDS = tuple(f.name for f in fields(RunRecord))
-
-
-@contextlib.contextmanager
-def no_gc() -> Iterator[None]:
-    """The cyclic garbage collector paused: making 100,000s of objects that hold no cycles
-    (run records, decisions) otherwise triggers collections that rescan them all."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _loads(text: str) -> Any:
