@@ -31,6 +31,7 @@ LOG = logging.getLogger(__name__)
 
 _CHUNK = 500
 _T = TypeVar("_T")
+_K = TypeVar("_K", str, bytes)
 _first = itemgetter(0)
 _second = itemgetter(1)
 
@@ -72,6 +73,10 @@ class EvidenceBatch:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
         self.pending = 0  # pairs added or dropped since the last flush
+        # Test rowid -> its evidence row's packed versions as replace() left them (None:
+        # no row), and the rows to write (None: delete) at write_rows().
+        self.rows: dict[int, bytes | None] = {}
+        self.writes: dict[int, tuple[int, bytes, bytes] | None] = {}
         self._reset()
 
     def _reset(self) -> None:
@@ -96,10 +101,12 @@ class EvidenceBatch:
             q = "SELECT uid, id FROM unit WHERE uid IN (%s)" % ",".join("?" * len(chunk))
             self.units.update(self.conn.execute(q, chunk))
         new = [u for u in missing if u not in self.units]
-        for uid in new:
-            cur = self.conn.execute("INSERT INTO unit (uid, path, checksum) VALUES (?,?,?)",
-                                    (uid, uid.partition("::")[0], ""))
-            self.units[uid] = int(cur.lastrowid or 0)
+        if new:
+            self.conn.executemany("INSERT INTO unit (uid, path, checksum) VALUES (?,?,'')",
+                                  ((uid, uid.partition("::")[0]) for uid in new))
+            for chunk in chunks(new):
+                q = "SELECT uid, id FROM unit WHERE uid IN (%s)" % ",".join("?" * len(chunk))
+                self.units.update(self.conn.execute(q, chunk))
 
     def _version_ids(self, keys: list[tuple[UnitId, Checksum]]) -> None:
         """Fill :attr:`versions` for ``keys`` (rows with empty posting lists for new ones)."""
@@ -122,6 +129,57 @@ class EvidenceBatch:
                                         " VALUES (?,?,x'')", (self.units[key[0]], key[1]))
                 self.versions[key] = vid = int(cur.lastrowid or 0)
                 self.created.append(vid)
+
+    def _intern(self, table: str, col: str, keys: list[_K], cache: dict[_K, int]) -> None:
+        """Fill ``cache`` (key -> id in ``table``, ``col`` the key) for ``keys``, rows made
+        for new ones (in the order of ``keys``)."""
+        missing = [k for k in dict.fromkeys(keys) if k not in cache]
+        query = f"SELECT {col}, id FROM {table} WHERE {col} IN (%s)"
+        for chunk in chunks(missing):
+            cache.update(self.conn.execute(query % ",".join("?" * len(chunk)), chunk))
+        new = [k for k in missing if k not in cache]
+        if new:
+            self.conn.executemany(f"INSERT INTO {table} ({col}) VALUES (?)", ((k,) for k in new))
+            for chunk in chunks(new):
+                cache.update(self.conn.execute(query % ",".join("?" * len(chunk)), chunk))
+
+    def prepare(self, recordings: Sequence[Mapping[UnitId, tuple[Checksum,
+                                                                   frozenset[ContextSig]]]],
+                tids: Iterable[int]) -> None:
+        """Intern at once what :meth:`replace` will need for ``recordings`` (their unit
+        versions and context sets) and read the evidence rows of tests ``tids``: a few
+        set-based queries instead of some per recording."""
+        keys: list[tuple[UnitId, Checksum]] = []
+        sets: set[frozenset[ContextSig]] = set()
+        for units in recordings:
+            keys += [k for k in zip(units, map(_first, units.values())) if k not in self.versions]
+            sets.update(s for s in map(_second, units.values()) if s not in self.ctxsets)
+        if keys:
+            self._version_ids(keys)
+        if sets:
+            new_sets = sorted(sets, key=sorted)
+            self._intern("context", "sig", sorted({c for s in new_sets for c in s}),
+                         self.contexts)
+            packed = {s: pack_ids(self.contexts[c] for c in s) for s in new_sets}
+            ids: dict[bytes, int] = {}
+            self._intern("ctxset", "ids", list(packed.values()), ids)
+            self.ctxsets.update((s, ids[p]) for s, p in packed.items())
+        wanted = sorted({t for t in tids if t not in self.rows})
+        self.rows.update((t, None) for t in wanted)
+        for chunk in chunks(wanted):
+            self.rows.update(self.conn.execute(
+                "SELECT test_id, versions FROM evidence WHERE test_id IN (%s)"
+                % ",".join("?" * len(chunk)), chunk))
+
+    def write_rows(self) -> None:
+        """Write the evidence rows :meth:`replace` made since the last call."""
+        self.conn.executemany("DELETE FROM evidence WHERE test_id = ?",
+                              [(t,) for t, row in self.writes.items() if row is None])
+        self.conn.executemany("INSERT OR REPLACE INTO evidence (test_id, pairs, versions, ctxsets)"
+                              " VALUES (?,?,?,?)",
+                              [(t, *row) for t, row in self.writes.items() if row is not None])
+        self.writes.clear()
+        self.rows.clear()
 
     def _context_id(self, sig: ContextSig) -> int:
         got = self.contexts.get(sig)
@@ -164,19 +222,19 @@ class EvidenceBatch:
         new = postings.as_ids(vids)
         order = np.argsort(new, kind="stable")
         new = new[order]
-        row = self.conn.execute("SELECT versions FROM evidence WHERE test_id = ?",
-                                (tid,)).fetchone()
+        if tid not in self.rows:
+            got = self.conn.execute("SELECT versions FROM evidence WHERE test_id = ?",
+                                    (tid,)).fetchone()
+            self.rows[tid] = got[0] if got else None
+        held = self.rows[tid]
         packed = postings.encode_sorted(new)
-        if len(new):
-            self.conn.execute(
-                "INSERT OR REPLACE INTO evidence (test_id, pairs, versions, ctxsets)"
-                " VALUES (?,?,?,?)",
-                (tid, len(new), packed, postings.encode_ids(postings.as_ids(sets)[order])))
-        elif row:
-            self.conn.execute("DELETE FROM evidence WHERE test_id = ?", (tid,))
-        if row and row[0] == packed:
+        # The row is written at write_rows() (replace() reads it from self.rows till then).
+        self.writes[tid] = (len(new), packed, postings.encode_ids(postings.as_ids(sets)[order])) \
+            if len(new) else None
+        self.rows[tid] = packed if len(new) else None
+        if held is not None and held == packed:
             return  # the same units, the same checksums: no posting list changes
-        old = postings.decode(row[0]) if row else postings.EMPTY
+        old = postings.decode(held) if held is not None else postings.EMPTY
         gone = np.setdiff1d(old, new, assume_unique=True)
         came = np.setdiff1d(new, old, assume_unique=True)
         if len(gone):
