@@ -82,6 +82,10 @@ class EvidenceBatch:
     def _reset(self) -> None:
         # (uid, checksum) -> unit version id; frozenset of sigs -> context set id.
         self.versions: dict[tuple[UnitId, Checksum], int] = {}
+        # uid -> one (checksum, version id) of :attr:`versions`: most units have one
+        # version, so a recording's versions are found by its unit ids (str keys, hashed
+        # once) with C-level passes (:meth:`_vids`).
+        self.primary: dict[UnitId, tuple[Checksum, int]] = {}
         self.ctxsets: dict[frozenset[ContextSig], int] = {}
         self.contexts: dict[ContextSig, int] = {}
         self.units: dict[UnitId, int] = {}
@@ -123,11 +127,13 @@ class EvidenceBatch:
                  % ",".join("?" * len(chunk)))
             for unit_id, checksum, vid in self.conn.execute(q, chunk):
                 self.versions[(names[unit_id], checksum)] = vid
+                self.primary[names[unit_id]] = (checksum, vid)
         for key in missing:
             if key not in self.versions:
                 cur = self.conn.execute("INSERT INTO unit_version (unit_id, checksum, tests)"
                                         " VALUES (?,?,x'')", (self.units[key[0]], key[1]))
                 self.versions[key] = vid = int(cur.lastrowid or 0)
+                self.primary[key[0]] = (key[1], vid)
                 self.created.append(vid)
 
     def _intern(self, table: str, col: str, keys: list[_K], cache: dict[_K, int]) -> None:
@@ -145,17 +151,25 @@ class EvidenceBatch:
 
     def prepare(self, recordings: Sequence[Mapping[UnitId, tuple[Checksum,
                                                                    frozenset[ContextSig]]]],
-                tids: Iterable[int]) -> None:
+                tids: Iterable[int]) -> list[list[int] | None]:
         """Intern at once what :meth:`replace` will need for ``recordings`` (their unit
         versions and context sets) and read the evidence rows of tests ``tids``: a few
-        set-based queries instead of some per recording."""
-        keys: list[tuple[UnitId, Checksum]] = []
+        set-based queries instead of some per recording. Returns each recording's
+        unit-version ids (in its units' order), for :meth:`replace`."""
+        found: list[list[int] | None] = []
+        missing: list[tuple[UnitId, Checksum]] = []
         sets: set[frozenset[ContextSig]] = set()
-        for units in recordings:
-            keys += [k for k in zip(units, map(_first, units.values())) if k not in self.versions]
-            sets.update(s for s in map(_second, units.values()) if s not in self.ctxsets)
-        if keys:
-            self._version_ids(keys)
+        versions, ctxsets = self.versions, self.ctxsets
+        for units in recordings:  # per unit only C-level passes: most are known
+            vids = self._vids(units)
+            found.append(vids)
+            if vids is None:
+                missing += [k for k in zip(units, map(_first, units.values()))
+                            if k not in versions]
+            if None in map(ctxsets.get, map(_second, units.values())):
+                sets.update(s for s in map(_second, units.values()) if s not in ctxsets)
+        if missing:
+            self._version_ids(missing)
         if sets:
             new_sets = sorted(sets, key=sorted)
             self._intern("context", "sig", sorted({c for s in new_sets for c in s}),
@@ -170,6 +184,20 @@ class EvidenceBatch:
             self.rows.update(self.conn.execute(
                 "SELECT test_id, versions FROM evidence WHERE test_id IN (%s)"
                 % ",".join("?" * len(chunk)), chunk))
+        return [vids if vids is not None else self._vids(units)
+                for vids, units in zip(found, recordings)]
+
+    def _vids(self, units: Mapping[UnitId, tuple[Checksum, frozenset[ContextSig]]]
+              ) -> list[int] | None:
+        """The version ids of ``units`` (in their order) as :attr:`versions` holds them;
+        None when some is not interned."""
+        got = list(map(self.primary.get, units))
+        if None not in got:
+            known: list[tuple[Checksum, int]] = got  # type: ignore[assignment]
+            if list(map(_first, known)) == list(map(_first, units.values())):
+                return list(map(_second, known))
+        vids = list(map(self.versions.get, zip(units, map(_first, units.values()))))
+        return None if None in vids else vids  # type: ignore[return-value]
 
     def write_rows(self) -> None:
         """Write the evidence rows :meth:`replace` made since the last call."""
@@ -204,16 +232,18 @@ class EvidenceBatch:
 
     # ------------------------------------------------------------ writing
 
-    def replace(self, tid: int, units: Mapping[UnitId, tuple[Checksum, frozenset[ContextSig]]]
-                ) -> None:
-        """Make ``units`` the held evidence of test ``tid`` (its row is written now, the
-        posting lists at :meth:`flush`)."""
+    def replace(self, tid: int, units: Mapping[UnitId, tuple[Checksum, frozenset[ContextSig]]],
+                vids: list[int] | None = None) -> None:
+        """Make ``units`` the held evidence of test ``tid`` (its row is written at
+        :meth:`write_rows`, the posting lists at :meth:`flush`); ``vids``: its unit-version
+        ids as :meth:`prepare` gave them."""
         values = list(units.values())
-        keys = list(zip(units, map(_first, values)))
         # The newest recording's checksum wins, an unknown ('') one too.
-        self.checksums.update(keys)
-        vids = list(map(self.versions.get, keys))
-        if None in vids:
+        self.checksums.update(zip(units, map(_first, values)))
+        if vids is None:
+            vids = self._vids(units)
+        if vids is None:
+            keys = list(zip(units, map(_first, values)))
             self._version_ids(keys)
             vids = [self.versions[k] for k in keys]
         sets = list(map(self.ctxsets.get, map(_second, values)))

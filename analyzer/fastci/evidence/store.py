@@ -748,7 +748,7 @@ class EvidenceStore:
         greater run key).
         """
         out: list[bool] = []
-        with self._tx():
+        with self._tx(), no_gc():
             batch = EvidenceBatch(self.conn)
             part: list[RunEvidence] = []
             for run in runs:
@@ -836,13 +836,17 @@ class EvidenceStore:
             wins.append((tid, rid, run))
         c.executemany("INSERT OR IGNORE INTO env_listing VALUES (?,?)", listings)
         c.executemany(_INSERT_RUN, run_rows)
-        batch.prepare([run.units for _, _, run in wins], [tid for tid, _, _ in wins])
+        vids = batch.prepare([run.units for _, _, run in wins], [tid for tid, _, _ in wins])
         last: dict[int, tuple[int, RunEvidence]] = {}
-        for tid, run_id, run in wins:
-            batch.replace(tid, run.units)
+        flushed = False
+        for (tid, run_id, run), these in zip(wins, vids):
+            # A flush deletes the versions interned for later runs that no test holds yet:
+            # after one, replace() interns again.
+            batch.replace(tid, run.units, None if flushed else these)
             last[tid] = (run_id, run)
             if batch.pending >= flush_pairs:
                 batch.flush()
+                flushed = True
         batch.write_rows()
         # Only each test's last winner's files remain (as one ingest after another leaves).
         for part in chunks(sorted(last)):
