@@ -89,8 +89,12 @@ class EvidenceBatch:
         self.ctxsets: dict[frozenset[ContextSig], int] = {}
         self.contexts: dict[ContextSig, int] = {}
         self.units: dict[UnitId, int] = {}
-        # The newest winning checksum of each unit (unit.checksum, for display).
-        self.checksums: dict[UnitId, Checksum] = {}
+        # Version id -> (uid, checksum), and as arrays: version id -> unit rowid, and unit
+        # rowid -> the version the newest winning recording executed (0: none), whose
+        # checksum becomes unit.checksum (for display) at flush().
+        self.vinfo: dict[int, tuple[UnitId, Checksum]] = {}
+        self.v2u: npt.NDArray[np.uint32] = np.zeros(0, np.uint32)
+        self.newest: npt.NDArray[np.uint32] = np.zeros(0, np.uint32)
         self.created: list[int] = []
         self.added: list[npt.NDArray[np.uint64]] = []
         self.dropped: list[npt.NDArray[np.uint64]] = []
@@ -122,19 +126,34 @@ class EvidenceBatch:
         for uid, checksum in missing:
             by_unit.setdefault(self.units[uid], []).append(checksum)
         names = {self.units[u]: u for u, _ in missing}
+        seen: list[int] = []  # every version entered into the caches
         for chunk in chunks(sorted(by_unit)):
             q = ("SELECT unit_id, checksum, id FROM unit_version WHERE unit_id IN (%s)"
                  % ",".join("?" * len(chunk)))
             for unit_id, checksum, vid in self.conn.execute(q, chunk):
                 self.versions[(names[unit_id], checksum)] = vid
                 self.primary[names[unit_id]] = (checksum, vid)
+                self.vinfo[vid] = (names[unit_id], checksum)
+                seen.append(vid)
         for key in missing:
             if key not in self.versions:
                 cur = self.conn.execute("INSERT INTO unit_version (unit_id, checksum, tests)"
                                         " VALUES (?,?,x'')", (self.units[key[0]], key[1]))
                 self.versions[key] = vid = int(cur.lastrowid or 0)
                 self.primary[key[0]] = (key[1], vid)
+                self.vinfo[vid] = key
                 self.created.append(vid)
+                seen.append(vid)
+        self._map_versions(seen)
+
+    def _map_versions(self, vids: list[int]) -> None:
+        """Enter the unit rowids of the versions ``vids`` into :attr:`v2u`."""
+        if not vids:
+            return
+        top = max(vids) + 1
+        if top > len(self.v2u):
+            self.v2u = np.concatenate([self.v2u, np.zeros(top - len(self.v2u), np.uint32)])
+        self.v2u[np.array(vids, dtype=np.int64)] = [self.units[self.vinfo[v][0]] for v in vids]
 
     def _intern(self, table: str, col: str, keys: list[_K], cache: dict[_K, int]) -> None:
         """Fill ``cache`` (key -> id in ``table``, ``col`` the key) for ``keys``, rows made
@@ -151,12 +170,13 @@ class EvidenceBatch:
 
     def prepare(self, recordings: Sequence[Mapping[UnitId, tuple[Checksum,
                                                                    frozenset[ContextSig]]]],
-                tids: Iterable[int]) -> list[list[int] | None]:
+                tids: Iterable[int]) -> list[tuple[list[int] | None, list[int]]]:
         """Intern at once what :meth:`replace` will need for ``recordings`` (their unit
         versions and context sets) and read the evidence rows of tests ``tids``: a few
         set-based queries instead of some per recording. Returns each recording's
-        unit-version ids (in its units' order), for :meth:`replace`."""
+        unit-version ids and context-set ids (in its units' order), for :meth:`replace`."""
         found: list[list[int] | None] = []
+        found_sets: list[list[int | None]] = []
         missing: list[tuple[UnitId, Checksum]] = []
         sets: set[frozenset[ContextSig]] = set()
         versions, ctxsets = self.versions, self.ctxsets
@@ -166,7 +186,9 @@ class EvidenceBatch:
             if vids is None:
                 missing += [k for k in zip(units, map(_first, units.values()))
                             if k not in versions]
-            if None in map(ctxsets.get, map(_second, units.values())):
+            these = list(map(ctxsets.get, map(_second, units.values())))
+            found_sets.append(these)
+            if None in these:
                 sets.update(s for s in map(_second, units.values()) if s not in ctxsets)
         if missing:
             self._version_ids(missing)
@@ -184,8 +206,10 @@ class EvidenceBatch:
             self.rows.update(self.conn.execute(
                 "SELECT test_id, versions FROM evidence WHERE test_id IN (%s)"
                 % ",".join("?" * len(chunk)), chunk))
-        return [vids if vids is not None else self._vids(units)
-                for vids, units in zip(found, recordings)]
+        return [(vids if vids is not None else self._vids(units),
+                 these if None not in these else  # type: ignore[misc]
+                 list(map(ctxsets.__getitem__, map(_second, units.values()))))
+                for vids, these, units in zip(found, found_sets, recordings)]
 
     def _vids(self, units: Mapping[UnitId, tuple[Checksum, frozenset[ContextSig]]]
               ) -> list[int] | None:
@@ -233,25 +257,30 @@ class EvidenceBatch:
     # ------------------------------------------------------------ writing
 
     def replace(self, tid: int, units: Mapping[UnitId, tuple[Checksum, frozenset[ContextSig]]],
-                vids: list[int] | None = None) -> None:
+                vids: list[int] | None = None, sets: list[int] | None = None) -> None:
         """Make ``units`` the held evidence of test ``tid`` (its row is written at
-        :meth:`write_rows`, the posting lists at :meth:`flush`); ``vids``: its unit-version
-        ids as :meth:`prepare` gave them."""
+        :meth:`write_rows`, the posting lists at :meth:`flush`); ``vids`` and ``sets``: its
+        unit-version and context-set ids as :meth:`prepare` gave them."""
         values = list(units.values())
-        # The newest recording's checksum wins, an unknown ('') one too.
-        self.checksums.update(zip(units, map(_first, values)))
         if vids is None:
             vids = self._vids(units)
         if vids is None:
             keys = list(zip(units, map(_first, values)))
             self._version_ids(keys)
             vids = [self.versions[k] for k in keys]
-        sets = list(map(self.ctxsets.get, map(_second, values)))
-        if None in sets:
-            sets = [self._ctxset_id(v[1]) for v in values]
+        if sets is None:
+            got = list(map(self.ctxsets.get, map(_second, values)))
+            sets = [self._ctxset_id(v[1]) for v in values] if None in got \
+                else got  # type: ignore[assignment]
         new = postings.as_ids(vids)
         order = np.argsort(new, kind="stable")
         new = new[order]
+        # The newest recording's checksum wins, an unknown ('') one too.
+        rows = self.v2u[new]
+        if len(rows) and int(rows.max()) >= len(self.newest):
+            grow = int(rows.max()) + 1 - len(self.newest)
+            self.newest = np.concatenate([self.newest, np.zeros(grow, np.uint32)])
+        self.newest[rows] = new
         if tid not in self.rows:
             got = self.conn.execute("SELECT versions FROM evidence WHERE test_id = ?",
                                     (tid,)).fetchone()
@@ -301,7 +330,7 @@ class EvidenceBatch:
         self._reset()
 
     def _write_checksums(self) -> None:
-        items = sorted(self.checksums.items())
+        items = sorted(self.vinfo[v] for v in self.newest[np.flatnonzero(self.newest)].tolist())
         self._unit_ids(u for u, _ in items)
         held: dict[int, str] = {}
         ids = sorted(self.units[u] for u, _ in items)

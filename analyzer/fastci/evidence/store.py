@@ -836,13 +836,13 @@ class EvidenceStore:
             wins.append((tid, rid, run))
         c.executemany("INSERT OR IGNORE INTO env_listing VALUES (?,?)", listings)
         c.executemany(_INSERT_RUN, run_rows)
-        vids = batch.prepare([run.units for _, _, run in wins], [tid for tid, _, _ in wins])
+        ids = batch.prepare([run.units for _, _, run in wins], [tid for tid, _, _ in wins])
         last: dict[int, tuple[int, RunEvidence]] = {}
         flushed = False
-        for (tid, run_id, run), these in zip(wins, vids):
+        for (tid, run_id, run), (vids, sets) in zip(wins, ids):
             # A flush deletes the versions interned for later runs that no test holds yet:
-            # after one, replace() interns again.
-            batch.replace(tid, run.units, None if flushed else these)
+            # after one, replace() interns again (context sets are never deleted).
+            batch.replace(tid, run.units, None if flushed else vids, sets)
             last[tid] = (run_id, run)
             if batch.pending >= flush_pairs:
                 batch.flush()
