@@ -82,10 +82,11 @@ class EvidenceBatch:
     def _reset(self) -> None:
         # (uid, checksum) -> unit version id; frozenset of sigs -> context set id.
         self.versions: dict[tuple[UnitId, Checksum], int] = {}
-        # uid -> one (checksum, version id) of :attr:`versions`: most units have one
+        # uid -> one version id of :attr:`versions` and its checksum: most units have one
         # version, so a recording's versions are found by its unit ids (str keys, hashed
         # once) with C-level passes (:meth:`_vids`).
-        self.primary: dict[UnitId, tuple[Checksum, int]] = {}
+        self.primary: dict[UnitId, int] = {}
+        self.primary_checksum: dict[UnitId, Checksum] = {}
         self.ctxsets: dict[frozenset[ContextSig], int] = {}
         self.contexts: dict[ContextSig, int] = {}
         self.units: dict[UnitId, int] = {}
@@ -132,7 +133,8 @@ class EvidenceBatch:
                  % ",".join("?" * len(chunk)))
             for unit_id, checksum, vid in self.conn.execute(q, chunk):
                 self.versions[(names[unit_id], checksum)] = vid
-                self.primary[names[unit_id]] = (checksum, vid)
+                self.primary[names[unit_id]] = vid
+                self.primary_checksum[names[unit_id]] = checksum
                 self.vinfo[vid] = (names[unit_id], checksum)
                 seen.append(vid)
         for key in missing:
@@ -140,7 +142,8 @@ class EvidenceBatch:
                 cur = self.conn.execute("INSERT INTO unit_version (unit_id, checksum, tests)"
                                         " VALUES (?,?,x'')", (self.units[key[0]], key[1]))
                 self.versions[key] = vid = int(cur.lastrowid or 0)
-                self.primary[key[0]] = (key[1], vid)
+                self.primary[key[0]] = vid
+                self.primary_checksum[key[0]] = key[1]
                 self.vinfo[vid] = key
                 self.created.append(vid)
                 seen.append(vid)
@@ -215,11 +218,9 @@ class EvidenceBatch:
               ) -> list[int] | None:
         """The version ids of ``units`` (in their order) as :attr:`versions` holds them;
         None when some is not interned."""
-        got = list(map(self.primary.get, units))
-        if None not in got:
-            known: list[tuple[Checksum, int]] = got  # type: ignore[assignment]
-            if list(map(_first, known)) == list(map(_first, units.values())):
-                return list(map(_second, known))
+        # (an unknown unit's None never equals a checksum)
+        if list(map(self.primary_checksum.get, units)) == list(map(_first, units.values())):
+            return list(map(self.primary.__getitem__, units))
         vids = list(map(self.versions.get, zip(units, map(_first, units.values()))))
         return None if None in vids else vids  # type: ignore[return-value]
 
