@@ -517,3 +517,29 @@ def test_validate_plan_and_the_pytest_plugin_take_a_deep_plan_safely(tmp_path: P
     assert res.returncode == 0, out
     assert "INTERNALERROR" not in out and "RAN a" in out
     assert "fastci: plan.json: not valid JSON: nested too deeply; running every test" in out
+
+
+_JSON_LEAF = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6)
+_JSON = st.recursive(
+    _JSON_LEAF,
+    lambda inner: (st.lists(inner, max_size=3) | st.tuples(inner, inner)
+                   | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+                   | st.dictionaries(st.integers() | st.booleans() | st.none(), inner, max_size=2)),
+    max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSON)
+def test_plan_json_text_is_json_dumps_indent_2(value: Any) -> None:
+    """The plan writer's fast pretty-printer writes json.dumps(indent=2)'s very text."""
+    from fastci.plan.model import _pretty
+
+    assert _pretty(value, "\n") == json.dumps(value, indent=2)
+
+
+def test_plan_to_json_is_json_dumps_of_its_dict() -> None:
+    plan = Plan(mode="selective", reason="r\u00e9ason \"q\"", base="abc", head=None,
+                tests=(PlannedTest("//a:t", {"steps": 2, "lr": 0.5}, 0.5, "why \u2603", 1.25),
+                       PlannedTest("//a:u", {}, 1.0, "", None)),
+                skipped=(SkippedTest("//b:t", "no\nchange"),))
+    assert plan.to_json() == json.dumps(plan.to_dict(), indent=2) + "\n"

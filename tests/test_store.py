@@ -289,3 +289,30 @@ def test_paths_that_are_not_utf8_are_unknown_to_the_store(store: EvidenceStore) 
     assert store.tests_for_modules([odd]) == {odd: set()}
     assert store.tests_for_units([f"{odd}::f"]) == {f"{odd}::f": set()}
     assert store.file_digests([odd]) == []
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["//t:a", "//t:b", "//t:c"]),
+                          st.sampled_from([1.0, 2.0, 3.0]), st.sampled_from(["k1", "k2", "k3"]),
+                          st.sampled_from([None, {}, {"steps": 1}]), st.booleans()),
+                max_size=12))
+def test_latest_runs_are_the_last_runs_of_test_in_their_order(tmp_path_factory: pytest.TempPathFactory,
+                                                              runs: list) -> None:
+    """latest_runs() (selected in SQL) is each test's last run in runs_of_test's order (ties:
+    the greater run key) with its newest full-workload run as last_full."""
+    with EvidenceStore.open(tmp_path_factory.mktemp("s") / "e.db", create=True) as s:
+        for test, at, key, overrides, result in runs:
+            if result:
+                s.record_result(test, outcome="passed", duration_s=at, commit=None, gpus=1,
+                                workload={"steps": 4}, source="result", recorded_at=at,
+                                run_key=f"{test}:{key}", overrides=overrides)
+            else:
+                s.ingest(RunEvidence(test, f"{test}:{key}", "passed", True, at, 1,
+                                     {"steps": 4}, at, overrides=overrides))
+        latest = s.latest_runs()
+        assert set(latest) == {t for t, *_ in runs}
+        for test, got in latest.items():
+            history = s.runs_of_test(test)
+            fulls = [r for r in history if r.full]
+            assert got == history[-1].__class__(**{**history[-1].__dict__,
+                                                   "last_full": fulls[-1] if fulls else None})

@@ -105,7 +105,8 @@ def check(store: EvidenceStore, model: Model) -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(runs_st(), min_size=1, max_size=6), min_size=1, max_size=5),
-       st.lists(st.sampled_from(["one", "batch", "batch-flush-often"]), min_size=5, max_size=5))
+       st.lists(st.sampled_from(["one", "batch", "batch-flush-often", "batch-small-chunks"]),
+                min_size=5, max_size=5))
 def test_every_read_matches_the_model(batches: list[list[RunEvidence]], how: list[str]) -> None:
     model = Model()
     with tempfile.TemporaryDirectory() as tmp:
@@ -116,7 +117,8 @@ def test_every_read_matches_the_model(batches: list[list[RunEvidence]], how: lis
                 got = [store.ingest(r) for r in batch]
             else:
                 got = store.ingest_many(iter(batch),
-                                        flush_pairs=1 if mode == "batch-flush-often" else 10**9)
+                                        flush_pairs=1 if mode != "batch" else 10**9,
+                                        chunk=2 if mode == "batch-small-chunks" else 2000)
             assert got == expected
             check(store, model)
         # An export imported into an empty store holds the same evidence.

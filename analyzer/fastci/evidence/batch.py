@@ -31,6 +31,7 @@ LOG = logging.getLogger(__name__)
 
 _CHUNK = 500
 _T = TypeVar("_T")
+_K = TypeVar("_K", str, bytes)
 _first = itemgetter(0)
 _second = itemgetter(1)
 
@@ -72,16 +73,29 @@ class EvidenceBatch:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
         self.pending = 0  # pairs added or dropped since the last flush
+        # Test rowid -> its evidence row's packed versions as replace() left them (None:
+        # no row), and the rows to write (None: delete) at write_rows().
+        self.rows: dict[int, bytes | None] = {}
+        self.writes: dict[int, tuple[int, bytes, bytes] | None] = {}
         self._reset()
 
     def _reset(self) -> None:
         # (uid, checksum) -> unit version id; frozenset of sigs -> context set id.
         self.versions: dict[tuple[UnitId, Checksum], int] = {}
+        # uid -> one version id of :attr:`versions` and its checksum: most units have one
+        # version, so a recording's versions are found by its unit ids (str keys, hashed
+        # once) with C-level passes (:meth:`_vids`).
+        self.primary: dict[UnitId, int] = {}
+        self.primary_checksum: dict[UnitId, Checksum] = {}
         self.ctxsets: dict[frozenset[ContextSig], int] = {}
         self.contexts: dict[ContextSig, int] = {}
         self.units: dict[UnitId, int] = {}
-        # The newest winning checksum of each unit (unit.checksum, for display).
-        self.checksums: dict[UnitId, Checksum] = {}
+        # Version id -> (uid, checksum), and as arrays: version id -> unit rowid, and unit
+        # rowid -> the version the newest winning recording executed (0: none), whose
+        # checksum becomes unit.checksum (for display) at flush().
+        self.vinfo: dict[int, tuple[UnitId, Checksum]] = {}
+        self.v2u: npt.NDArray[np.uint32] = np.zeros(0, np.uint32)
+        self.newest: npt.NDArray[np.uint32] = np.zeros(0, np.uint32)
         self.created: list[int] = []
         self.added: list[npt.NDArray[np.uint64]] = []
         self.dropped: list[npt.NDArray[np.uint64]] = []
@@ -96,10 +110,12 @@ class EvidenceBatch:
             q = "SELECT uid, id FROM unit WHERE uid IN (%s)" % ",".join("?" * len(chunk))
             self.units.update(self.conn.execute(q, chunk))
         new = [u for u in missing if u not in self.units]
-        for uid in new:
-            cur = self.conn.execute("INSERT INTO unit (uid, path, checksum) VALUES (?,?,?)",
-                                    (uid, uid.partition("::")[0], ""))
-            self.units[uid] = int(cur.lastrowid or 0)
+        if new:
+            self.conn.executemany("INSERT INTO unit (uid, path, checksum) VALUES (?,?,'')",
+                                  ((uid, uid.partition("::")[0]) for uid in new))
+            for chunk in chunks(new):
+                q = "SELECT uid, id FROM unit WHERE uid IN (%s)" % ",".join("?" * len(chunk))
+                self.units.update(self.conn.execute(q, chunk))
 
     def _version_ids(self, keys: list[tuple[UnitId, Checksum]]) -> None:
         """Fill :attr:`versions` for ``keys`` (rows with empty posting lists for new ones)."""
@@ -111,17 +127,112 @@ class EvidenceBatch:
         for uid, checksum in missing:
             by_unit.setdefault(self.units[uid], []).append(checksum)
         names = {self.units[u]: u for u, _ in missing}
+        seen: list[int] = []  # every version entered into the caches
         for chunk in chunks(sorted(by_unit)):
             q = ("SELECT unit_id, checksum, id FROM unit_version WHERE unit_id IN (%s)"
                  % ",".join("?" * len(chunk)))
             for unit_id, checksum, vid in self.conn.execute(q, chunk):
                 self.versions[(names[unit_id], checksum)] = vid
+                self.primary[names[unit_id]] = vid
+                self.primary_checksum[names[unit_id]] = checksum
+                self.vinfo[vid] = (names[unit_id], checksum)
+                seen.append(vid)
         for key in missing:
             if key not in self.versions:
                 cur = self.conn.execute("INSERT INTO unit_version (unit_id, checksum, tests)"
                                         " VALUES (?,?,x'')", (self.units[key[0]], key[1]))
                 self.versions[key] = vid = int(cur.lastrowid or 0)
+                self.primary[key[0]] = vid
+                self.primary_checksum[key[0]] = key[1]
+                self.vinfo[vid] = key
                 self.created.append(vid)
+                seen.append(vid)
+        self._map_versions(seen)
+
+    def _map_versions(self, vids: list[int]) -> None:
+        """Enter the unit rowids of the versions ``vids`` into :attr:`v2u`."""
+        if not vids:
+            return
+        top = max(vids) + 1
+        if top > len(self.v2u):
+            self.v2u = np.concatenate([self.v2u, np.zeros(top - len(self.v2u), np.uint32)])
+        self.v2u[np.array(vids, dtype=np.int64)] = [self.units[self.vinfo[v][0]] for v in vids]
+
+    def _intern(self, table: str, col: str, keys: list[_K], cache: dict[_K, int]) -> None:
+        """Fill ``cache`` (key -> id in ``table``, ``col`` the key) for ``keys``, rows made
+        for new ones (in the order of ``keys``)."""
+        missing = [k for k in dict.fromkeys(keys) if k not in cache]
+        query = f"SELECT {col}, id FROM {table} WHERE {col} IN (%s)"
+        for chunk in chunks(missing):
+            cache.update(self.conn.execute(query % ",".join("?" * len(chunk)), chunk))
+        new = [k for k in missing if k not in cache]
+        if new:
+            self.conn.executemany(f"INSERT INTO {table} ({col}) VALUES (?)", ((k,) for k in new))
+            for chunk in chunks(new):
+                cache.update(self.conn.execute(query % ",".join("?" * len(chunk)), chunk))
+
+    def prepare(self, recordings: Sequence[Mapping[UnitId, tuple[Checksum,
+                                                                   frozenset[ContextSig]]]],
+                tids: Iterable[int]) -> list[tuple[list[int] | None, list[int]]]:
+        """Intern at once what :meth:`replace` will need for ``recordings`` (their unit
+        versions and context sets) and read the evidence rows of tests ``tids``: a few
+        set-based queries instead of some per recording. Returns each recording's
+        unit-version ids and context-set ids (in its units' order), for :meth:`replace`."""
+        found: list[list[int] | None] = []
+        found_sets: list[list[int | None]] = []
+        missing: list[tuple[UnitId, Checksum]] = []
+        sets: set[frozenset[ContextSig]] = set()
+        versions, ctxsets = self.versions, self.ctxsets
+        for units in recordings:  # per unit only C-level passes: most are known
+            vids = self._vids(units)
+            found.append(vids)
+            if vids is None:
+                missing += [k for k in zip(units, map(_first, units.values()))
+                            if k not in versions]
+            these = list(map(ctxsets.get, map(_second, units.values())))
+            found_sets.append(these)
+            if None in these:
+                sets.update(s for s in map(_second, units.values()) if s not in ctxsets)
+        if missing:
+            self._version_ids(missing)
+        if sets:
+            new_sets = sorted(sets, key=sorted)
+            self._intern("context", "sig", sorted({c for s in new_sets for c in s}),
+                         self.contexts)
+            packed = {s: pack_ids(self.contexts[c] for c in s) for s in new_sets}
+            ids: dict[bytes, int] = {}
+            self._intern("ctxset", "ids", list(packed.values()), ids)
+            self.ctxsets.update((s, ids[p]) for s, p in packed.items())
+        wanted = sorted({t for t in tids if t not in self.rows})
+        self.rows.update((t, None) for t in wanted)
+        for chunk in chunks(wanted):
+            self.rows.update(self.conn.execute(
+                "SELECT test_id, versions FROM evidence WHERE test_id IN (%s)"
+                % ",".join("?" * len(chunk)), chunk))
+        return [(vids if vids is not None else self._vids(units),
+                 these if None not in these else  # type: ignore[misc]
+                 list(map(ctxsets.__getitem__, map(_second, units.values()))))
+                for vids, these, units in zip(found, found_sets, recordings)]
+
+    def _vids(self, units: Mapping[UnitId, tuple[Checksum, frozenset[ContextSig]]]
+              ) -> list[int] | None:
+        """The version ids of ``units`` (in their order) as :attr:`versions` holds them;
+        None when some is not interned."""
+        # (an unknown unit's None never equals a checksum)
+        if list(map(self.primary_checksum.get, units)) == list(map(_first, units.values())):
+            return list(map(self.primary.__getitem__, units))
+        vids = list(map(self.versions.get, zip(units, map(_first, units.values()))))
+        return None if None in vids else vids  # type: ignore[return-value]
+
+    def write_rows(self) -> None:
+        """Write the evidence rows :meth:`replace` made since the last call."""
+        self.conn.executemany("DELETE FROM evidence WHERE test_id = ?",
+                              [(t,) for t, row in self.writes.items() if row is None])
+        self.conn.executemany("INSERT OR REPLACE INTO evidence (test_id, pairs, versions, ctxsets)"
+                              " VALUES (?,?,?,?)",
+                              [(t, *row) for t, row in self.writes.items() if row is not None])
+        self.writes.clear()
+        self.rows.clear()
 
     def _context_id(self, sig: ContextSig) -> int:
         got = self.contexts.get(sig)
@@ -146,37 +257,44 @@ class EvidenceBatch:
 
     # ------------------------------------------------------------ writing
 
-    def replace(self, tid: int, units: Mapping[UnitId, tuple[Checksum, frozenset[ContextSig]]]
-                ) -> None:
-        """Make ``units`` the held evidence of test ``tid`` (its row is written now, the
-        posting lists at :meth:`flush`)."""
+    def replace(self, tid: int, units: Mapping[UnitId, tuple[Checksum, frozenset[ContextSig]]],
+                vids: list[int] | None = None, sets: list[int] | None = None) -> None:
+        """Make ``units`` the held evidence of test ``tid`` (its row is written at
+        :meth:`write_rows`, the posting lists at :meth:`flush`); ``vids`` and ``sets``: its
+        unit-version and context-set ids as :meth:`prepare` gave them."""
         values = list(units.values())
-        keys = list(zip(units, map(_first, values)))
-        # The newest recording's checksum wins, an unknown ('') one too.
-        self.checksums.update(keys)
-        vids = list(map(self.versions.get, keys))
-        if None in vids:
+        if vids is None:
+            vids = self._vids(units)
+        if vids is None:
+            keys = list(zip(units, map(_first, values)))
             self._version_ids(keys)
             vids = [self.versions[k] for k in keys]
-        sets = list(map(self.ctxsets.get, map(_second, values)))
-        if None in sets:
-            sets = [self._ctxset_id(v[1]) for v in values]
+        if sets is None:
+            got = list(map(self.ctxsets.get, map(_second, values)))
+            sets = [self._ctxset_id(v[1]) for v in values] if None in got \
+                else got  # type: ignore[assignment]
         new = postings.as_ids(vids)
         order = np.argsort(new, kind="stable")
         new = new[order]
-        row = self.conn.execute("SELECT versions FROM evidence WHERE test_id = ?",
-                                (tid,)).fetchone()
+        # The newest recording's checksum wins, an unknown ('') one too.
+        rows = self.v2u[new]
+        if len(rows) and int(rows.max()) >= len(self.newest):
+            grow = int(rows.max()) + 1 - len(self.newest)
+            self.newest = np.concatenate([self.newest, np.zeros(grow, np.uint32)])
+        self.newest[rows] = new
+        if tid not in self.rows:
+            got = self.conn.execute("SELECT versions FROM evidence WHERE test_id = ?",
+                                    (tid,)).fetchone()
+            self.rows[tid] = got[0] if got else None
+        held = self.rows[tid]
         packed = postings.encode_sorted(new)
-        if len(new):
-            self.conn.execute(
-                "INSERT OR REPLACE INTO evidence (test_id, pairs, versions, ctxsets)"
-                " VALUES (?,?,?,?)",
-                (tid, len(new), packed, postings.encode_ids(postings.as_ids(sets)[order])))
-        elif row:
-            self.conn.execute("DELETE FROM evidence WHERE test_id = ?", (tid,))
-        if row and row[0] == packed:
+        # The row is written at write_rows() (replace() reads it from self.rows till then).
+        self.writes[tid] = (len(new), packed, postings.encode_ids(postings.as_ids(sets)[order])) \
+            if len(new) else None
+        self.rows[tid] = packed if len(new) else None
+        if held is not None and held == packed:
             return  # the same units, the same checksums: no posting list changes
-        old = postings.decode(row[0]) if row else postings.EMPTY
+        old = postings.decode(held) if held is not None else postings.EMPTY
         gone = np.setdiff1d(old, new, assume_unique=True)
         came = np.setdiff1d(new, old, assume_unique=True)
         if len(gone):
@@ -213,7 +331,7 @@ class EvidenceBatch:
         self._reset()
 
     def _write_checksums(self) -> None:
-        items = sorted(self.checksums.items())
+        items = sorted(self.vinfo[v] for v in self.newest[np.flatnonzero(self.newest)].tolist())
         self._unit_ids(u for u, _ in items)
         held: dict[int, str] = {}
         ids = sorted(self.units[u] for u, _ in items)

@@ -17,13 +17,14 @@ import logging
 import os
 import sqlite3
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from fastci.errors import StoreError
+from fastci.gcpause import no_gc
 from fastci.evidence import postings
 from fastci.evidence.batch import EvidenceBatch, chunks, pack_ids, unpack_ids
 from fastci.evidence.schema import SCHEMA, SCHEMA_VERSION
@@ -40,6 +41,11 @@ TABLES = frozenset({"meta", "test", "unit", "context", "ctxset", "unit_version",
 #: Pairs added or dropped in one batch before its posting lists are written (bounds the
 #: memory of a huge import; a posting list is rewritten once per this many pair changes).
 FLUSH_PAIRS = 20_000_000
+#: Runs decided per round of set-based reads and writes in ``ingest_many``.
+INGEST_CHUNK = 2000
+_INSERT_RUN = ("INSERT INTO run (id, test_id, run_key, commit_sha, env_fingerprint, environment,"
+               " workload, overrides, duration_s, gpus, outcome, complete, recorded_at, source,"
+               " has_evidence) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
 __all__ = ["EvidenceStore", "RunEvidence", "RunRecord", "StoreLockedError", "pack_ids",
            "unpack_ids", "real_overrides", "lock_holders", "DEFAULT_PATH", "LOCK_WAIT_S"]
 
@@ -205,6 +211,38 @@ def _storable(key: str) -> bool:
     return True
 
 
+#: RunRecord's fields in order (:func:`_record`).
+_RUN_FIELDS = tuple(f.name for f in fields(RunRecord))
+
+
+def _loads(text: str) -> Any:
+    """``json.loads``, without its cost for the empty object most runs hold."""
+    return {} if text == "{}" else json.loads(text)
+
+
+def _full_overrides(text: str) -> bool:
+    """Whether a run's ``overrides`` JSON says it ran at full workload (:attr:`RunRecord.full`)."""
+    value = json.loads(text)
+    return value is not None and not value
+
+
+def _record(row: Sequence[Any], listing: str | None,
+            last_full: RunRecord | None = None) -> RunRecord:
+    """A run row (the first 11 columns of :meth:`EvidenceStore._runs`) and its environment's
+    package listing as a record.
+
+    Made as the dataclass's own ``__init__`` makes it (its fields in the instance's
+    ``__dict__``), without its per-field ``object.__setattr__``: a plan makes 200,000 of
+    them at 100,000 tests.
+    """
+    rec: RunRecord = object.__new__(RunRecord)
+    name, commit, env, wl, ov, dur, gpus, outcome, complete, at, ej = row[:11]
+    rec.__dict__.update(zip(_RUN_FIELDS, (
+        name, commit, env, _loads(wl), dur, gpus, outcome, bool(complete), at,
+        None if ov is None else _loads(ov), last_full, ej, listing or "")))
+    return rec
+
+
 #: A unit version as a read finds it: (the key asked for, version id, unit id, checksum,
 #: the posting list: sorted test rowids).
 _Posting = tuple[str, int, UnitId, Checksum, postings.Ids]
@@ -362,13 +400,36 @@ class EvidenceStore:
         return dict(self._latest)
 
     def _latest_runs(self) -> dict[TestId, RunRecord]:
-        newest: dict[TestId, RunRecord] = {}
-        full: dict[TestId, RunRecord] = {}
-        for rec in self._runs("", ()):
-            newest[rec.test] = rec
-            if rec.full:
-                full[rec.test] = rec
-        return {t: replace(r, last_full=full.get(t)) for t, r in newest.items()}
+        with no_gc():
+            return self._latest_runs_of_rows()
+
+    def _latest_runs_of_rows(self) -> dict[TestId, RunRecord]:
+        # One pass over the run rows picks each test's newest run and newest full-workload
+        # run by the order of _runs (recorded_at, then run_key: UTF-8 byte order is code
+        # point order, and run keys are unique), whether full as RunRecord.full says; only
+        # those rows are decoded. Package listings are read once, not once per run.
+        listings = dict(self.conn.execute("SELECT fingerprint, packages_list FROM env_listing"))
+        rows = self.conn.execute(
+            "SELECT t.name, r.commit_sha, r.env_fingerprint, r.workload, r.overrides,"
+            " r.duration_s, r.gpus, r.outcome, r.complete, r.recorded_at, r.environment,"
+            " r.run_key FROM run r JOIN test t ON t.id = r.test_id")
+        newest: dict[TestId, tuple[Any, ...]] = {}
+        full: dict[TestId, tuple[Any, ...]] = {}
+        for row in rows:
+            name, ov = row[0], row[4]
+            held = newest.get(name)
+            if held is None or (row[9], row[11]) > (held[9], held[11]):
+                newest[name] = row
+            if ov is not None and (ov == "{}" or _full_overrides(ov)):
+                held = full.get(name)
+                if held is None or (row[9], row[11]) > (held[9], held[11]):
+                    full[name] = row
+        out: dict[TestId, RunRecord] = {}
+        for name, row in newest.items():
+            last = full.get(name)
+            out[name] = _record(row, listings.get(row[2]), None if last is None
+                                else _record(last, listings.get(last[2])))
+        return out
 
     def unit_checksums(self) -> dict[UnitId, Checksum]:
         """Unit id -> checksum at (the newest) record time."""
@@ -605,10 +666,8 @@ class EvidenceStore:
             " r.gpus, r.outcome, r.complete, r.recorded_at, r.environment, l.packages_list"
             " FROM run r JOIN test t ON t.id = r.test_id LEFT JOIN env_listing l"
             f" ON l.fingerprint = r.env_fingerprint{where} ORDER BY r.recorded_at, r.run_key", args)
-        for name, commit, env, wl, ov, dur, gpus, outcome, complete, at, ej, listing in rows:
-            yield RunRecord(name, commit, env, json.loads(wl), dur, gpus, outcome, bool(complete),
-                            at, None if ov is None else json.loads(ov), environment_json=ej,
-                            packages_list=listing or "")
+        for row in rows:
+            yield _record(row, row[11])
 
     def stats(self) -> dict[str, int]:
         """Row counts per table, ``evidence`` the (test, unit) pairs held, and the file
@@ -643,19 +702,27 @@ class EvidenceStore:
         return self.conn.execute("SELECT 1 FROM run WHERE run_key = ?", (run_key,)).fetchone() \
             is not None
 
+    @staticmethod
+    def _run_row(rid: int | None, test_id: int, key: str, commit: str | None, env_fp: str,
+                 environment: Mapping[str, Any], workload: Mapping[str, Any],
+                 overrides: Mapping[str, Any] | None, duration_s: float, gpus: int,
+                 outcome: str, complete: bool, at: float, source: str,
+                 has_evidence: bool) -> tuple[Any, ...]:
+        """The values of a ``run`` row (:data:`_INSERT_RUN`; ``rid`` None: SQLite's next)."""
+        return (rid, test_id, key, commit, env_fp, json.dumps(dict(environment), sort_keys=True),
+                _json(workload),
+                None if overrides is None else _json(real_overrides(workload, overrides)),
+                float(duration_s), int(gpus), outcome, int(complete), float(at), source,
+                int(has_evidence))
+
     def _insert_run(self, test_id: int, key: str, commit: str | None, env_fp: str,
                     environment: Mapping[str, Any], workload: Mapping[str, Any],
                     overrides: Mapping[str, Any] | None, duration_s: float, gpus: int,
                     outcome: str, complete: bool, at: float, source: str,
                     has_evidence: bool) -> int:
-        cur = self.conn.execute(
-            "INSERT INTO run (test_id, run_key, commit_sha, env_fingerprint, environment, workload,"
-            " overrides, duration_s, gpus, outcome, complete, recorded_at, source, has_evidence)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (test_id, key, commit, env_fp, json.dumps(dict(environment), sort_keys=True),
-             _json(workload), None if overrides is None else _json(real_overrides(workload, overrides)),
-             float(duration_s), int(gpus), outcome, int(complete), float(at), source,
-             int(has_evidence)))
+        cur = self.conn.execute(_INSERT_RUN, self._run_row(
+            None, test_id, key, commit, env_fp, environment, workload, overrides, duration_s,
+            gpus, outcome, complete, at, source, has_evidence))
         return int(cur.lastrowid or 0)
 
     def ingest(self, run: RunEvidence) -> bool:
@@ -666,59 +733,138 @@ class EvidenceStore:
         return self.ingest_many([run])[0]
 
     def ingest_many(self, runs: Iterable[RunEvidence], *,
-                    flush_pairs: int = FLUSH_PAIRS) -> list[bool]:
+                    flush_pairs: int = FLUSH_PAIRS, chunk: int = INGEST_CHUNK) -> list[bool]:
         """Add recorded runs in one transaction, as :meth:`ingest` one after another would
         (in this order; whether each was new), rewriting each touched posting list once
-        per batch instead of once per run. ``runs`` is read once, lazily: a full-suite
-        recording need not be held in memory. Every ``flush_pairs`` pair changes the posting
-        lists are written (memory stays bounded; the result is the same).
+        per batch instead of once per run. ``runs`` is read once, lazily, ``chunk`` runs at
+        a time: a full-suite recording need not be held in memory. Every ``flush_pairs``
+        pair changes the posting lists are written (memory stays bounded; the result is
+        the same).
+
+        Per chunk, set-based: which run keys are known, the tests' ids and the evidence
+        each holds are read in a few queries, the unit versions and context sets of the
+        winning runs interned at once, and the rows written with ``executemany``; each run
+        is decided in order exactly as :meth:`ingest` decides it (newest wins, ties: the
+        greater run key).
         """
         out: list[bool] = []
-        with self._tx():
+        with self._tx(), no_gc():
             batch = EvidenceBatch(self.conn)
+            part: list[RunEvidence] = []
             for run in runs:
-                out.append(self._ingest_one(run, batch))
-                if batch.pending >= flush_pairs:
-                    batch.flush()
+                part.append(run)
+                if len(part) >= chunk:
+                    out += self._ingest_chunk(part, batch, flush_pairs)
+                    part = []
+            if part:
+                out += self._ingest_chunk(part, batch, flush_pairs)
             batch.flush()
         return out
 
-    def _ingest_one(self, run: RunEvidence, batch: EvidenceBatch) -> bool:
-        if self.has_run(run.run_key):
-            return False
-        tid = self._id("test", "name", run.test)
-        environment = dict(run.environment)
-        listing = environment.pop("packages_list", "")
-        if listing and run.env_fingerprint:
-            self.conn.execute("INSERT OR IGNORE INTO env_listing VALUES (?,?)",
-                              (run.env_fingerprint, str(listing)))
-        rid = self._insert_run(tid, run.run_key, run.commit, run.env_fingerprint,
-                               environment, run.workload, run.overrides, run.duration_s,
-                               run.gpus, run.outcome, run.complete, run.recorded_at,
-                               run.source, True)
-        held = self.conn.execute(
-            "SELECT t.evidence_at, r.run_key FROM test t LEFT JOIN run r"
-            " ON r.id = t.evidence_run WHERE t.id = ?", (tid,)).fetchone()
-        # The newest recording wins whatever the order of ingestion (ties: the
-        # greater run key), so shards merge into the same store in any order.
-        if held[1] is not None and (held[0], held[1]) > (run.recorded_at, run.run_key):
-            LOG.info("%s: run %s is older than the evidence held; kept as history",
-                     run.test, run.run_key)
-            return True
-        for table in ("file_read", "source", "dist_import"):
-            self.conn.execute(f"DELETE FROM {table} WHERE test_id = ?", (tid,))
-        batch.replace(tid, run.units)
-        self.conn.executemany("INSERT INTO file_read VALUES (?,?,?)",
-                              [(p, tid, d) for p, d in sorted(run.files.items())
-                               if _storable(p)])
-        self.conn.executemany("INSERT INTO source VALUES (?,?,?)",
-                              [(p, tid, d) for p, d in sorted(run.sources.items())
-                               if _storable(p)])
-        self.conn.executemany("INSERT INTO dist_import VALUES (?,?,?)",
-                              [(tid, n, v) for n, v in sorted(run.distributions.items())])
-        self.conn.execute("UPDATE test SET evidence_run = ?, evidence_at = ? WHERE id = ?",
-                          (rid, run.recorded_at, tid))
-        return True
+    def _known_keys(self, keys: Iterable[str]) -> set[str]:
+        """Those of ``keys`` some run has."""
+        out: set[str] = set()
+        for part in chunks(sorted(set(keys))):
+            out.update(r[0] for r in self.conn.execute(
+                "SELECT run_key FROM run WHERE run_key IN (%s)" % ",".join("?" * len(part)),
+                part))
+        return out
+
+    def _test_ids(self, names: Iterable[TestId]) -> dict[TestId, int]:
+        """Test name -> rowid, rows made for new names (in the order of ``names``, the ids
+        one ``_id`` after another would give)."""
+        out: dict[TestId, int] = {}
+        wanted = list(dict.fromkeys(names))
+        query = "SELECT name, id FROM test WHERE name IN (%s)"
+        for part in chunks(sorted(wanted)):
+            out.update(self.conn.execute(query % ",".join("?" * len(part)), part))
+        new = [n for n in wanted if n not in out]
+        if new:
+            self.conn.executemany("INSERT INTO test (name) VALUES (?)", ((n,) for n in new))
+            for part in chunks(sorted(new)):
+                out.update(self.conn.execute(query % ",".join("?" * len(part)), part))
+        return out
+
+    def _held_runs(self, tids: Iterable[int]) -> dict[int, tuple[float, str]]:
+        """Test rowid -> (recorded_at, run key) of the run whose evidence it holds (absent:
+        none held)."""
+        out: dict[int, tuple[float, str]] = {}
+        for part in chunks(sorted(set(tids))):
+            for tid, at, key in self.conn.execute(
+                    "SELECT t.id, t.evidence_at, r.run_key FROM test t LEFT JOIN run r"
+                    " ON r.id = t.evidence_run WHERE t.id IN (%s)" % ",".join("?" * len(part)),
+                    part):
+                if key is not None:
+                    out[tid] = (at, key)
+        return out
+
+    def _ingest_chunk(self, runs: list[RunEvidence], batch: EvidenceBatch,
+                      flush_pairs: int) -> list[bool]:
+        c = self.conn
+        known = self._known_keys(r.run_key for r in runs)
+        out: list[bool] = []
+        for run in runs:  # a key twice in the chunk: the second is known by then
+            out.append(run.run_key not in known)
+            known.add(run.run_key)
+        tids = self._test_ids(r.test for r, new in zip(runs, out) if new)
+        held = self._held_runs(tids.values())
+        rid = int(c.execute("SELECT coalesce(max(id), 0) FROM run").fetchone()[0])
+        run_rows: list[tuple[Any, ...]] = []
+        listings: list[tuple[str, str]] = []
+        wins: list[tuple[int, int, RunEvidence]] = []
+        for run, new in zip(runs, out):
+            if not new:
+                continue
+            tid = tids[run.test]
+            environment = dict(run.environment)
+            listing = environment.pop("packages_list", "")
+            if listing and run.env_fingerprint:
+                listings.append((run.env_fingerprint, str(listing)))
+            rid += 1  # what SQLite gives: one more than the greatest rowid
+            run_rows.append(self._run_row(rid, tid, run.run_key, run.commit, run.env_fingerprint,
+                                          environment, run.workload, run.overrides,
+                                          run.duration_s, run.gpus, run.outcome, run.complete,
+                                          run.recorded_at, run.source, True))
+            # The newest recording wins whatever the order of ingestion (ties: the
+            # greater run key), so shards merge into the same store in any order.
+            mine = (run.recorded_at, run.run_key)
+            if tid in held and held[tid] > mine:
+                LOG.info("%s: run %s is older than the evidence held; kept as history",
+                         run.test, run.run_key)
+                continue
+            held[tid] = mine
+            wins.append((tid, rid, run))
+        c.executemany("INSERT OR IGNORE INTO env_listing VALUES (?,?)", listings)
+        c.executemany(_INSERT_RUN, run_rows)
+        ids = batch.prepare([run.units for _, _, run in wins], [tid for tid, _, _ in wins])
+        last: dict[int, tuple[int, RunEvidence]] = {}
+        flushed = False
+        for (tid, run_id, run), (vids, sets) in zip(wins, ids):
+            # A flush deletes the versions interned for later runs that no test holds yet:
+            # after one, replace() interns again (context sets are never deleted).
+            batch.replace(tid, run.units, None if flushed else vids, sets)
+            last[tid] = (run_id, run)
+            if batch.pending >= flush_pairs:
+                batch.flush()
+                flushed = True
+        batch.write_rows()
+        # Only each test's last winner's files remain (as one ingest after another leaves).
+        for part in chunks(sorted(last)):
+            marks = ",".join("?" * len(part))
+            for table in ("file_read", "source", "dist_import"):
+                c.execute(f"DELETE FROM {table} WHERE test_id IN ({marks})", part)
+        c.executemany("INSERT INTO file_read VALUES (?,?,?)",
+                      [(p, tid, d) for tid, (_, run) in last.items()
+                       for p, d in sorted(run.files.items()) if _storable(p)])
+        c.executemany("INSERT INTO source VALUES (?,?,?)",
+                      [(p, tid, d) for tid, (_, run) in last.items()
+                       for p, d in sorted(run.sources.items()) if _storable(p)])
+        c.executemany("INSERT INTO dist_import VALUES (?,?,?)",
+                      [(tid, n, v) for tid, (_, run) in last.items()
+                       for n, v in sorted(run.distributions.items())])
+        c.executemany("UPDATE test SET evidence_run = ?, evidence_at = ? WHERE id = ?",
+                      [(run_id, run.recorded_at, tid) for tid, (run_id, run) in last.items()])
+        return out
 
     def add_run(self, run: RunEvidence) -> bool:
         """Add ``run`` as history only, as it was recorded elsewhere (an export's run whose

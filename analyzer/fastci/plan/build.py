@@ -34,6 +34,7 @@ from fastci.changes.scan import ChangeSet, scan
 from fastci import config as config_mod
 from fastci.config import Config
 from fastci.errors import FastCIError
+from fastci.gcpause import gc_paused
 from fastci.integrations.git.repository import WORKTREE, Git
 from fastci.plan.model import Plan, PlannedTest, SkippedTest
 from fastci.plan.reduce import Choice, choose
@@ -171,6 +172,7 @@ def to_plan(selection: Selection, *, base: str | None, head: str | None,
     return Plan(mode="selective", reason=reason, tests=tests, skipped=skipped, base=base, head=head)
 
 
+@gc_paused
 def analyze(root: Path, config: Config, *, base: str | None = None, head: str = WORKTREE,
             declared: Mapping[TestId, DeclaredTest] | DeclaredProvider | None
             | Literal["runner"] = BY_RUNNER,

@@ -28,6 +28,7 @@ claim about any tree: it is obeyed as written, with a warning (:func:`untied_not
 from __future__ import annotations
 
 import json
+import json.encoder
 import math
 import os
 import re
@@ -155,12 +156,41 @@ class Plan:
         return out
 
     def to_json(self) -> str:
-        """Serialize as pretty, stable JSON text (ends with a newline)."""
-        return json.dumps(self.to_dict(), indent=2) + "\n"
+        """Serialize as pretty, stable JSON text (ends with a newline): ``json.dumps(...,
+        indent=2)``'s text, made faster (:func:`_pretty`)."""
+        return _pretty(self.to_dict(), "\n") + "\n"
 
     def planned(self, test: TestId) -> PlannedTest | None:
         """Return the entry of ``test`` in ``tests``, if any."""
         return next((t for t in self.tests if t.id == test), None)
+
+
+def _pretty(obj: Any, newline: str) -> str:
+    """``json.dumps(obj, indent=2)`` at the indentation ``newline`` (a newline and the
+    spaces of the current level), the same text: the stdlib's indenting encoder is pure
+    Python and a plan at 100,000 tests holds 100,000 skipped entries. Strings are escaped
+    by the stdlib's own C escaper; any value other than a dict with string keys, a list, a
+    string or ``None`` is written by ``json.dumps`` itself (numbers, booleans, the rest).
+    """
+    if type(obj) is str:
+        return _escape(obj)
+    if type(obj) is dict and all(type(k) is str for k in obj):
+        if not obj:
+            return "{}"
+        inner = newline + "  "
+        return "{" + inner + ("," + inner).join(
+            f"{_escape(k)}: {_pretty(v, inner)}" for k, v in obj.items()) + newline + "}"
+    if type(obj) is list:
+        if not obj:
+            return "[]"
+        inner = newline + "  "
+        return "[" + inner + ("," + inner).join(_pretty(v, inner) for v in obj) + newline + "]"
+    if obj is None:
+        return "null"
+    return json.dumps(obj, indent=2).replace("\n", newline)
+
+
+_escape = json.encoder.encode_basestring_ascii
 
 
 def _test_dict(t: PlannedTest) -> dict[str, Any]:
@@ -249,6 +279,8 @@ def _chars(text: str) -> int:
 
 def _too_long(where: str, text: str) -> str | None:
     """The problem when ``text`` is over :data:`MAX_STRING_CHARS`, else None (twin: ``_too_long``)."""
+    if 2 * len(text) <= MAX_STRING_CHARS:  # a character is at most 2 UTF-16 code units
+        return None
     size = len(text) if len(text) > MAX_STRING_CHARS else _chars(text)
     if size <= MAX_STRING_CHARS:
         return None

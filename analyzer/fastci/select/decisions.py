@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import functools
 from dataclasses import dataclass
+from typing import Any, Callable, Generic, TypeVar, overload
 
 from fastci.types import RelPath, TestId, UnitId
 
@@ -90,31 +91,64 @@ class Reason:
         return out
 
 
+_T = TypeVar("_T")
+
+
+class _once(Generic[_T]):
+    """``functools.cached_property`` without its lock (Python 3.11 takes one per first
+    read, a cost on each of a plan's 100,000 decisions): the value is computed on first
+    read and kept in the instance's ``__dict__``, where later reads find it first. For
+    frozen dataclasses of values, computed from their fields (the same whichever thread
+    computes it first)."""
+
+    def __init__(self, fn: Callable[[Any], _T]) -> None:
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> "_once[_T]": ...
+
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> _T: ...
+
+    def __get__(self, obj: object | None, owner: type | None = None) -> "_T | _once[_T]":
+        if obj is None:
+            return self
+        value = self.fn(obj)
+        obj.__dict__[self.name] = value
+        return value
+
+
 @dataclass(frozen=True)
 class Decision:
-    """The decision for one test."""
+    """The decision for one test (its derived properties are computed once: a plan asks
+    each of 100,000 decisions several times)."""
 
     test: TestId
     reasons: tuple[Reason, ...]
     est_gpu_s: float | None = None
     priority: float = 0.0
 
-    @property
+    @_once
     def pruned(self) -> bool:
         """Whether the test was affected but pruned (:mod:`fastci.select.prune`)."""
         return any(r.kind is DecisionKind.PRUNED for r in self.reasons)
 
-    @property
+    @_once
     def set_aside(self) -> bool:
         """Whether the test was affected but is skipped (pruned, or no changed line runs)."""
         return any(r.kind in SET_ASIDE_KINDS for r in self.reasons)
 
-    @property
+    @_once
     def selected(self) -> bool:
         """Whether the test runs."""
         return not self.set_aside and not all(r.kind in SKIP_KINDS for r in self.reasons)
 
-    @property
+    @_once
     def why(self) -> str:
         """The plan's one-line ``why``: the first reason, plus how many more."""
         if self.set_aside:
@@ -140,15 +174,21 @@ class Selection:
         """Test id -> its decision (derived from ``decisions``)."""
         return {d.test: d for d in self.decisions}
 
+    @_once
+    def _split(self) -> tuple[tuple[Decision, ...], tuple[Decision, ...]]:
+        """(selected, skipped), each in decision order (derived from ``decisions``)."""
+        chosen = tuple(d for d in self.decisions if d.selected)
+        return chosen, tuple(d for d in self.decisions if not d.selected)
+
     @property
     def selected(self) -> list[Decision]:
         """Selected tests in run order."""
-        return [d for d in self.decisions if d.selected]
+        return list(self._split[0])
 
     @property
     def skipped(self) -> list[Decision]:
         """Skipped tests."""
-        return [d for d in self.decisions if not d.selected]
+        return list(self._split[1])
 
     @property
     def mode(self) -> str:
