@@ -81,3 +81,18 @@ def test_changed_lines_and_titles_and_seeds() -> None:
     assert parse_changed_lines(diff) == {"m.py": {4, 5, 11}}
     assert patch_title("diff --git a/x b/x\nSubject: no\n", "name") == "name"
     assert fault_seed(0, "a") == fault_seed(0, "a") != fault_seed(0, "b") != fault_seed(1, "b")
+
+
+def test_a_fault_that_undoes_the_change_is_dropped() -> None:
+    from fastci.eval.faults import generate
+    from fastci.eval.harness import not_reverting
+
+    base = "def f(x):\n    return x > 1\n"
+    head = "def f(x):\n    return x >= 1\n"  # the change flips the comparison
+    mutants = generate({"m.py": head}, ["m.py::f"], count=10, seed=0)
+    back = [m for m in mutants if m.mutated == base]
+    assert back, "the compare operator flips >= back to >"
+    kept = not_reverting(mutants, {"m.py": base.encode()})
+    assert kept and not any(m.mutated == base for m in kept)
+    assert len(kept) == len(mutants) - len(back)
+    assert not_reverting(mutants, {"m.py": None}) == mutants  # a new file: nothing to undo

@@ -46,6 +46,7 @@ from fastci.config import load as load_config
 from fastci.eval import metrics
 from fastci.eval.changes import Change, fault_seed, resolve
 from fastci.eval.execute import Executor, TestRun, executor_for
+from fastci.eval.faults import Mutant, changed_units_of, generate
 from fastci.eval.results import (ChangeResult, TestOutcome, Arm, EvalResultsError, merge,
                                  read_results, write_results)
 from fastci.eval.workspace import Worktree
@@ -291,15 +292,16 @@ class Evaluator:
 
     def faults_of(self, change: Change) -> list[Change]:
         """``options.faults`` seeded mutants per unit ``change`` changes (its tree in place)."""
-        from fastci.eval.faults import changed_units_of, generate
-
         paths = [p for p in self.tree.changed_paths(change.base) if p.endswith(".py")]
         sources = {p: (self.tree.read(p, change.base), self.tree.read(p)) for p in paths}
         units = changed_units_of(sources, ignore=tuple(self.config.ignore))
         texts = {p: new.decode("utf-8", "replace") for p, (_old, new) in sources.items()
                  if new is not None}
-        mutants = generate(texts, units, count=self.options.faults * len(units),
+        want = self.options.faults * len(units)
+        # Drawn with spares: a mutant that undoes the change is dropped, the next one taken.
+        mutants = generate(texts, units, count=2 * want,
                            seed=fault_seed(self.options.seed, change.id))
+        mutants = not_reverting(mutants, {p: old for p, (old, _new) in sources.items()})[:want]
         return [Change(f"fault:{change.id}:{m.name}", "fault", f"{m.operator}: {m.description}",
                        change.base, commit=change.commit,
                        patches=(*change.patches, m.diff()), parent=change.id,
@@ -311,6 +313,14 @@ class Evaluator:
             self.tree.reset()
         finally:
             self.executor.close()
+
+
+def not_reverting(mutants: Sequence[Mutant],
+                  base: Mapping[RelPath, bytes | None]) -> list[Mutant]:
+    """``mutants`` but those that put their file back as it is at the base: a fault that
+    undoes the change (flipping back the comparison a patch flipped) is no fault of it."""
+    return [m for m in mutants
+            if base.get(m.path) is None or m.mutated.encode("utf-8") != base[m.path]]
 
 
 def planned_tests(plan: Plan, tests: Mapping[TestId, int]) -> dict[TestId, dict[str, Any]]:
