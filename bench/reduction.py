@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import re
 import shutil
 import sqlite3
 import subprocess
@@ -42,6 +41,7 @@ from typing import Callable, Mapping, Sequence
 
 from bench.selection import CHANGES, patch_header
 from fastci.config import Config
+from fastci.eval.workspace import parse_changed_lines
 from fastci.evidence.calibration import CalibrationStore
 from fastci.evidence.ingest import Checksums, results_from_bep
 from fastci.evidence.store import EvidenceStore
@@ -109,20 +109,10 @@ class Row:
 
 def changed_lines(ws: Path) -> dict[str, set[int]]:
     """Head-side lines of the working tree's changes to tracked ``.py`` files
-    (``git diff -U0``); a hunk that only deletes counts the line after it."""
+    (``git diff -U0``; :func:`fastci.eval.workspace.parse_changed_lines`)."""
     out = subprocess.run(["git", "-C", str(ws), "diff", "-U0", "--no-color", "--", "*.py"],
                          capture_output=True, text=True, check=True).stdout
-    lines: dict[str, set[int]] = {}
-    path = ""
-    for line in out.splitlines():
-        if line.startswith("+++ "):
-            path = line[6:] if line.startswith("+++ b/") else ""
-        m = re.match(r"@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@", line)
-        if m and path:
-            start, count = int(m.group(1)), int(m.group(2) or "1")
-            lines.setdefault(path, set()).update(range(start, start + count) if count
-                                                 else {start + 1})
-    return lines
+    return parse_changed_lines(out)
 
 
 def run_arm(sc, tests: Mapping[str, Mapping[str, object]], gpus: Mapping[str, int], *,  # type: ignore[no-untyped-def]

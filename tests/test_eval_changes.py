@@ -60,10 +60,11 @@ def test_a_patch_file_applies_to_the_base(repo: Path, tmp_path: Path) -> None:
     tree = Worktree.open(repo, tmp_path / "w" / "tree")
     tree.checkout(change.base)
     tree.apply(change.patches[0], change.id)
-    assert tree.changed_paths(change.base) == ["a.py"]
-    assert tree.changed_lines(change.base) == {"a.py": {1}}
+    snap = tree.snapshot(change.base)
+    assert snap.paths == ["a.py"]
+    assert snap.lines == {"a.py": {1}}
     tree.reset()
-    assert tree.changed_paths(change.base) == []
+    assert tree.snapshot(change.base).paths == []
     with pytest.raises(WorkspaceError, match="does not apply"):
         tree.apply("--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-nothing\n+x\n", "bad.patch")
     assert _git(repo, "status", "--porcelain") == ""  # the user's checkout is untouched

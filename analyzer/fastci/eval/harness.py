@@ -49,8 +49,9 @@ from fastci.eval.execute import Executor, TestRun, executor_for
 from fastci.eval.faults import Mutant, changed_units_of, generate
 from fastci.eval.results import (ChangeResult, TestOutcome, Arm, EvalResultsError, merge,
                                  read_results, write_results)
-from fastci.eval.workspace import Worktree
+from fastci.eval.workspace import Snapshot, Worktree
 from fastci.evidence.ingest import TestResult, find_traces, ingest
+from fastci.errors import FastCIError
 from fastci.evidence.store import EvidenceStore
 from fastci.integrations.git.repository import WORKTREE
 from fastci.integrations.git.tree import evidence_commit
@@ -187,6 +188,8 @@ class Evaluator:
         from fastci.evidence.environment import current_fingerprint
 
         self.cache = BaselineCache(self.out / "baseline", current_fingerprint())
+        #: What the tree of each evaluated change looked like (its faults' sources).
+        self.snapshots: dict[str, Snapshot] = {}
         #: Tests failing under run-all, per evaluated change (faults compare with their parent).
         self.failing: dict[str, frozenset[TestId]] = {}
 
@@ -220,9 +223,9 @@ class Evaluator:
             found = {t: g for t, g in found.items() if matches(t, self.options.tests)}
         return found
 
-    def baseline(self, tests: Mapping[TestId, int]) -> Baseline:
-        """Run-all of the tree in place (cached per tree)."""
-        key = self.cache.key(self.tree.tree_id(), self.executor.name, list(tests))
+    def baseline(self, tests: Mapping[TestId, int], tree: str) -> Baseline:
+        """Run-all of the tree in place, whose git tree id is ``tree`` (cached per tree)."""
+        key = self.cache.key(tree, self.executor.name, list(tests))
         got = self.cache.get(key)
         if got is not None and set(got.runs) == set(tests):
             return got
@@ -253,10 +256,14 @@ class Evaluator:
     def plan(self, change: Change) -> tuple[Plan, float]:
         """FastCI's plan for the tree in place against ``change.base``, and its time."""
         t0 = time.perf_counter()
-        with EvidenceStore.open(self.store_path, create=True) as store:
-            analysis = analyze(self.tree.path, self.config, base=change.base, head=WORKTREE,
-                               store=store)
-        return analysis.plan, time.perf_counter() - t0
+        try:
+            with EvidenceStore.open(self.store_path, create=True) as store:
+                plan = analyze(self.tree.path, self.config, base=change.base, head=WORKTREE,
+                               store=store).plan
+        except FastCIError as exc:
+            # What `fastci plan` leaves behind when it fails: a plan that runs everything.
+            plan = Plan.run_all(f"fastci plan failed: {exc}")
+        return plan, time.perf_counter() - t0
 
     # ----------------------------------------------------------------------- one change
 
@@ -265,10 +272,11 @@ class Evaluator:
         started = time.perf_counter()
         self.put_in_place(change)
         stamp = evidence_commit(self.tree.path)
-        changed = self.tree.changed_lines(change.base)
+        snap = self.tree.snapshot(change.base)
+        self.snapshots[change.id] = snap
         tests = self.tests_now()
         plan, analysis_s = self.plan(change)
-        base = self.baseline(tests)
+        base = self.baseline(tests, snap.tree)
         planned = planned_tests(plan, tests)
         reduced = {t: o for t, o in planned.items() if o}
         t0 = time.perf_counter()
@@ -280,7 +288,7 @@ class Evaluator:
         # sits on would "detect" any fault on top of it.
         known = self.failing.get(change.parent, frozenset()) if change.kind == "fault" \
             else frozenset()
-        result = compare(change, plan, tests, base, planned, ran, changed,
+        result = compare(change, plan, tests, base, planned, ran, snap.lines,
                          slots=self.options.gpu_slots, analysis_s=analysis_s,
                          settings=self.settings, known_failing=known)
         self.failing[change.id] = frozenset(t for t, r in base.runs.items() if r.failed)
@@ -291,8 +299,9 @@ class Evaluator:
         return dataclasses.replace(result, timing=timing)
 
     def faults_of(self, change: Change) -> list[Change]:
-        """``options.faults`` seeded mutants per unit ``change`` changes (its tree in place)."""
-        paths = [p for p in self.tree.changed_paths(change.base) if p.endswith(".py")]
+        """``options.faults`` seeded mutants per unit ``change`` changes (its tree in place,
+        just evaluated)."""
+        paths = [p for p in self.snapshots[change.id].paths if p.endswith(".py")]
         sources = {p: (self.tree.read(p, change.base), self.tree.read(p)) for p in paths}
         units = changed_units_of(sources, ignore=tuple(self.config.ignore))
         texts = {p: new.decode("utf-8", "replace") for p, (_old, new) in sources.items()
@@ -446,7 +455,8 @@ def run_evaluation(repo: Path, options: EvalOptions, *,
                  f"{first.base[:12]} first")
             t0 = time.perf_counter()
             evaluator.tree.checkout(first.base)
-            evaluator.ingest(evaluator.baseline(evaluator.tests_now()),
+            tree = evaluator.tree.snapshot(first.base).tree
+            evaluator.ingest(evaluator.baseline(evaluator.tests_now(), tree),
                              evidence_commit(evaluator.tree.path))
             ev.warmup_s = time.perf_counter() - t0
             echo(f"fastci eval: base recorded in {ev.warmup_s:.0f} s")

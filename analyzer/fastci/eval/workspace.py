@@ -96,36 +96,20 @@ class Worktree:
             why = (proc.stderr.strip().splitlines() or ["?"])[0]
             raise WorkspaceError(f"{name} does not apply: {why}")
 
-    def tree_id(self) -> str:
-        """The git tree id of the content in place (untracked files included)."""
+    def snapshot(self, base: str) -> Snapshot:
+        """The content in place compared with ``base``: its tree id, changed paths and
+        changed Python lines, from one staging of the worktree (untracked files
+        included; the index is reset afterwards)."""
         git(self.path, "add", "-A")
         try:
-            return git(self.path, "write-tree").strip()
+            tree = git(self.path, "write-tree").strip()
+            names = git(self.path, "diff", "--cached", "--name-only", "--no-renames", base)
+            diff = git(self.path, "diff", "--cached", "-U0", "--no-color", "--no-renames", base,
+                       "--", "*.py")
         finally:
             git(self.path, "reset", "-q")
-
-    def changed_paths(self, base: str) -> list[RelPath]:
-        """Files that differ from ``base`` (added, modified, deleted), sorted."""
-        git(self.path, "add", "-A")
-        try:
-            out = git(self.path, "diff", "--cached", "--name-only", "--no-renames", base)
-        finally:
-            git(self.path, "reset", "-q")
-        return sorted(line for line in out.splitlines() if line)
-
-    def changed_lines(self, base: str) -> dict[RelPath, set[int]]:
-        """Lines of the tree in place that differ from ``base``, per Python file.
-
-        The new side of each hunk (``git diff -U0``); a hunk that only deletes counts
-        the line after the deletion, the line where the removed code ran before.
-        """
-        git(self.path, "add", "-A")
-        try:
-            out = git(self.path, "diff", "--cached", "-U0", "--no-color", "--no-renames", base,
-                      "--", "*.py")
-        finally:
-            git(self.path, "reset", "-q")
-        return parse_changed_lines(out)
+        return Snapshot(tree, sorted(line for line in names.splitlines() if line),
+                        parse_changed_lines(diff))
 
     def read(self, rel: RelPath, rev: str | None = None) -> bytes | None:
         """A file's bytes in place (``rev`` None) or at ``rev``; None when it is absent."""
@@ -137,11 +121,23 @@ class Worktree:
         return proc.stdout if proc.returncode == 0 else None
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """What :meth:`Worktree.snapshot` saw: the git tree id of the content in place, the
+    files that differ from the base (sorted), and the changed lines per Python file (the
+    new side of each hunk; a hunk that only deletes counts the line after the deletion,
+    where the removed code ran before)."""
+
+    tree: str
+    paths: list[RelPath]
+    lines: dict[RelPath, set[int]]
+
+
 _HUNK = re.compile(r"@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
 
 
 def parse_changed_lines(diff: str) -> dict[RelPath, set[int]]:
-    """New-side lines of a ``git diff -U0`` (see :meth:`Worktree.changed_lines`)."""
+    """New-side lines of a ``git diff -U0`` (see :class:`Snapshot`)."""
     lines: dict[RelPath, set[int]] = {}
     path = ""
     for line in diff.splitlines():
