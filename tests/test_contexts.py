@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -154,3 +155,114 @@ def test_self_configs_carry_parallel_degrees(mod: ModuleType, tmp_path: Path) ->
     block.ctx = mod.ParallelConfig(tp=4)  # how microllm keeps its ParallelContext
     sigs = collect(tmp_path, lambda: block(1))["Block.forward"]
     assert any("self=Block[train=1]:ctx=ParallelConfig(tp=4,pp=1,dtype='bf16')" in s for s in sigs)
+
+
+def test_subclassed_scalars_and_dataclass_classes_keep_their_tokens(mod: ModuleType) -> None:
+    """The exact-type shortcuts in ``abstract`` answer as the general rules do."""
+    import enum
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    class Name(str):
+        pass
+
+    assert abstract(7) == "7" and abstract(True) == "True" and abstract(None) == "None"
+    assert abstract(0.1 + 0.2) == "0.3" and abstract(Level.HIGH) == "3"
+    assert abstract(Name("ab")) == "'ab'" and abstract("y" * 300) == "str[l]"
+    # A dataclass instance by its fields, a dataclass class by its type's name.
+    assert abstract(mod.ParallelConfig(tp=2)) == "ParallelConfig(tp=2,pp=1,dtype='bf16')"
+    assert abstract(mod.ParallelConfig) == "fn:ParallelConfig"
+    assert abstract([mod.ParallelConfig()]) == "list[s]"
+
+
+def test_the_plugin_calls_the_active_profiler_directly(mod: ModuleType, tmp_path: Path) -> None:
+    """``activate`` puts the profiler's bound method on the tracers; ``stop`` takes it off."""
+    from fastci.evidence import covplugin
+
+    prof = ContextProfiler(PathMapper(tmp_path, extra_roots=[]))
+    prof.start()
+    try:
+        assert covplugin.ACTIVE is prof
+        assert covplugin._Tracer("f.py").dynamic_source_filename == prof.dynamic_source_filename
+    finally:
+        prof.stop()
+    assert covplugin.ACTIVE is None
+    idle = covplugin._Tracer("f.py").dynamic_source_filename
+    assert idle(None, sys._getframe()) is None and idle("f.py", sys._getframe()) == "f.py"
+    # Through the real tracer: each call is inspected (the first ones all are).
+    sigs = collect(tmp_path, lambda: [mod.scalar(n) for n in range(3)])
+    assert {s.split("|")[0] for s in sigs["scalar"]} == {f"args(n={n})" for n in range(3)}
+
+
+def test_rank_label_is_asked_again_for_a_new_default_group() -> None:
+    class Group:
+        pass
+
+    class FakeDist:
+        class distributed_c10d:  # noqa: N801 (torch's module name)
+            class GroupMember:
+                WORLD: object = Group()
+
+        asked = 0
+        rank, size = 0, 2
+
+        def is_available(self) -> bool:
+            return True
+
+        def is_initialized(self) -> bool:
+            return True
+
+        def get_rank(self) -> int:
+            FakeDist.asked += 1
+            return self.rank
+
+        def get_world_size(self) -> int:
+            return self.size
+
+    dist = FakeDist()
+    assert contexts._rank_label(dist) == "rank=0/2"
+    assert contexts._rank_label(dist) == "rank=0/2" and FakeDist.asked == 1  # kept
+    FakeDist.distributed_c10d.GroupMember.WORLD = Group()  # destroyed and re-created
+    dist.rank, dist.size = 1, 4
+    assert contexts._rank_label(dist) == "rank=n/4" and FakeDist.asked == 2
+
+
+def test_coverage_skips_only_files_it_would_never_trace(tmp_path: Path) -> None:
+    """The per-folder pre-filter answers "not traced" only where coverage.py would."""
+    from fastci.evidence import covplugin
+
+    repo, outside = tmp_path / "repo", tmp_path / "elsewhere"
+    (repo / ".venv" / "lib").mkdir(parents=True)
+    (repo / "pkg").mkdir()
+    outside.mkdir()
+    for path in (repo / "pkg" / "a.py", repo / ".venv" / "lib" / "b.py", outside / "c.py"):
+        path.write_text("x = 1\n")
+    # A file in an omitted folder that links into the measured tree: coverage.py decides.
+    (repo / ".venv" / "lib" / "linked.py").symlink_to(repo / "pkg" / "a.py")
+    cov = make_coverage([str(repo)], ["*/.venv/*", "*/site-packages/*"], contexts=False)
+    where = (cov._fastci_roots, cov._fastci_omit)  # type: ignore[attr-defined]
+    assert os.sep + ".venv" + os.sep in where[1]
+    assert covplugin._excluded(str(outside / "c.py"), where)
+    assert covplugin._excluded(str(repo / ".venv" / "lib" / "b.py"), where)
+    assert not covplugin._excluded(str(repo / "pkg" / "a.py"), where)
+    assert not covplugin._excluded(str(repo / ".venv" / "lib" / "linked.py"), where)
+    assert not covplugin._excluded("<string>", where) and not covplugin._excluded("rel.py", where)
+    # End to end: the measured file's lines are recorded, the others' are not.
+    sys.path.insert(0, str(repo / "pkg"))
+    sys.path.insert(0, str(outside))
+    try:
+        cov.start()
+        try:
+            importlib.import_module("a")
+            importlib.import_module("c")
+        finally:
+            cov.stop()
+    finally:
+        sys.path.remove(str(repo / "pkg"))
+        sys.path.remove(str(outside))
+        sys.modules.pop("a", None)
+        sys.modules.pop("c", None)
+    measured = {os.path.realpath(f) for f in cov.get_data().measured_files()}
+    assert os.path.realpath(repo / "pkg" / "a.py") in measured
+    assert os.path.realpath(outside / "c.py") not in measured

@@ -110,7 +110,7 @@ class CollectionRecorder:
         self._install_import_hooks()
         files_mod.set_open_sink(self._on_open)
         files_mod.set_exec_sink(self._on_exec)
-        covplugin.ACTIVE = self
+        covplugin.activate(self)
         cov.start()
         cov.switch_context(self._label(0))
 
@@ -122,7 +122,7 @@ class CollectionRecorder:
         files_mod.set_exec_sink(None)
         files_mod.set_open_sink(None)
         if covplugin.ACTIVE is self:
-            covplugin.ACTIVE = None
+            covplugin.activate(None)
         cov, self._cov = self._cov, None
         cov.stop()
         self._data = cov.get_data()
@@ -172,6 +172,11 @@ class CollectionRecorder:
         """The collector that :meth:`enter_node` returned ``depth`` for is done."""
         if self._collecting:
             self._truncate(depth)
+
+    def dynamic_source_filename(self, filename: str | None, frame: FrameType) -> str | None:
+        """The coverage plug-in's hook (:func:`fastci.evidence.covplugin.activate`)."""
+        self.on_call(frame)
+        return filename
 
     def on_call(self, frame: FrameType) -> None:
         """A call of repo code (from the coverage plug-in): switch context lazily here."""

@@ -29,6 +29,7 @@ import contextlib
 import dataclasses
 import enum
 import sys
+import weakref
 from types import CodeType, FrameType
 from typing import Any, Iterator
 
@@ -71,14 +72,47 @@ def _size_class(numel: int) -> str:
     return "s" if numel <= SMALL_NUMEL else "l"
 
 
+# Per-process caches of answers that depend on a type or a dtype only (never on a value):
+# a class's dataclass field names (None: not a dataclass), a dtype's short name.
+_DC_FIELDS: dict[type, tuple[str, ...] | None] = {}
+_DTYPE_TOKEN: dict[Any, str] = {}
+
+
+def _dataclass_fields(cls: type) -> tuple[str, ...] | None:
+    """The first :data:`_MAX_FIELDS` field names of dataclass ``cls``; None if it is none."""
+    try:
+        return _DC_FIELDS[cls]
+    except KeyError:
+        pass
+    names: tuple[str, ...] | None = None
+    if dataclasses.is_dataclass(cls):
+        names = tuple(f.name for f in dataclasses.fields(cls))[:_MAX_FIELDS]
+    try:
+        _DC_FIELDS[cls] = names
+    except TypeError:  # an unhashable metaclass: answer without caching
+        pass
+    return names
+
+
 def _tensor(value: Any) -> str:
-    dtype = str(value.dtype).replace("torch.", "")
-    return (f"T({_DTYPE_SHORT.get(dtype, dtype)},{value.dim()}d,{value.device.type},"
-            f"{_size_class(value.numel())})")
+    dt = value.dtype
+    tok = _DTYPE_TOKEN.get(dt)
+    if tok is None:
+        name = str(dt).replace("torch.", "")
+        tok = _DTYPE_TOKEN[dt] = _DTYPE_SHORT.get(name, name)
+    return f"T({tok},{value.dim()}d,{value.device.type},{_size_class(value.numel())})"
 
 
 def abstract(value: Any, depth: int = 0) -> str:
     """Abstract one argument value into a stable, value-free (for tensors) token."""
+    cls = type(value)
+    # The exact built-in scalar types first (most arguments): the same tokens as below.
+    if cls is int:
+        return str(value)
+    if cls is str:
+        return repr(value) if len(value) <= _MAX_STR else f"str[{'l' if len(value) > 256 else 's'}]"
+    if cls is float:
+        return format(value, ".4g")
     if value is None or isinstance(value, bool):
         return repr(value)
     if isinstance(value, int):
@@ -89,7 +123,6 @@ def abstract(value: Any, depth: int = 0) -> str:
         return repr(value) if len(value) <= _MAX_STR else f"str[{'l' if len(value) > 256 else 's'}]"
     if isinstance(value, enum.Enum):
         return f"{type(value).__name__}.{value.name}"
-    cls = type(value)
     mod = cls.__module__
     if mod.startswith("torch"):
         torch = sys.modules.get("torch")
@@ -102,13 +135,11 @@ def abstract(value: Any, depth: int = 0) -> str:
                 return f"dev({value.type})"
     if mod == "numpy" and hasattr(value, "dtype") and hasattr(value, "ndim"):
         return f"A({value.dtype},{value.ndim}d,{_size_class(int(value.size))})"
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    names = _dataclass_fields(cls)
+    if names is not None:  # a dataclass instance (a dataclass itself has type ``type``)
         if depth > 0:
             return cls.__name__
-        fields = []
-        for f in dataclasses.fields(value)[:_MAX_FIELDS]:
-            fields.append(f"{f.name}={abstract(getattr(value, f.name, None), 1)}")
-        return f"{cls.__name__}({','.join(fields)})"
+        return f"{cls.__name__}({','.join(f'{n}={abstract(getattr(value, n, None), 1)}' for n in names)})"
     if isinstance(value, (tuple, list)):
         if len(value) <= 4 and depth == 0 and all(
                 isinstance(v, (int, float, str, bool)) or v is None for v in value):
@@ -123,7 +154,7 @@ def _self_token(value: Any) -> str:
     """``self``: a dataclass by its fields; else its class, ``nn.Module.training`` and the
     dataclass-valued attributes it holds (``self.cfg``, ``self.ctx``: where tp/pp live)."""
     cls = type(value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    if _dataclass_fields(cls) is not None:
         return abstract(value)
     token = cls.__name__
     training = getattr(value, "training", None)
@@ -131,10 +162,9 @@ def _self_token(value: Any) -> str:
         token += f"[train={int(training)}]"
     attrs = getattr(value, "__dict__", None)
     if isinstance(attrs, dict):
-        held = sorted((k, v) for k, v in attrs.items()
-                      if dataclasses.is_dataclass(v) and not isinstance(v, type))
-        for name, obj in held[:_MAX_SELF_CONFIGS]:
-            token += f":{name}={abstract(obj)}"
+        held = sorted(k for k, v in attrs.items() if _dataclass_fields(type(v)) is not None)
+        for name in held[:_MAX_SELF_CONFIGS]:
+            token += f":{name}={abstract(attrs[name])}"
     return token
 
 
@@ -167,6 +197,29 @@ def call_signature(frame: FrameType, caller: str) -> str:
     return "|".join(parts)
 
 
+# The rank label of the default process group last seen: (the group object, its label).
+_RANK: list[Any] = [None, ""]
+
+
+def _rank_label(dist: Any) -> str:
+    """``rank=0/W`` or ``rank=n/W`` of the default process group, "" without one.
+
+    ``get_rank``/``get_world_size`` walk torch's group bookkeeping in Python; a group's
+    rank and size never change, so the label is kept while the default group is the
+    same object (a destroyed and re-created group is a new object: asked again).
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return ""
+    c10d = getattr(dist, "distributed_c10d", None)
+    world = getattr(getattr(c10d, "GroupMember", None), "WORLD", None)
+    if world is None or world is not _RANK[0]:
+        label = f"rank={'0' if dist.get_rank() == 0 else 'n'}/{dist.get_world_size()}"
+        if world is None:
+            return label
+        _RANK[:] = [world, label]
+    return str(_RANK[1])
+
+
 def _process_labels() -> list[str]:
     out = []
     torch = sys.modules.get("torch")
@@ -174,8 +227,10 @@ def _process_labels() -> list[str]:
         try:
             out.append(f"grad={int(torch.is_grad_enabled())}")
             dist = getattr(torch, "distributed", None)
-            if dist is not None and dist.is_available() and dist.is_initialized():
-                out.append(f"rank={'0' if dist.get_rank() == 0 else 'n'}/{dist.get_world_size()}")
+            if dist is not None:
+                rank = _rank_label(dist)
+                if rank:
+                    out.append(rank)
         except Exception:
             pass
     for k in sorted(_labels):
@@ -184,6 +239,7 @@ def _process_labels() -> list[str]:
 
 
 _MISSING = object()
+_UIDS: "weakref.WeakKeyDictionary[PathMapper, dict[CodeType, object]]" = weakref.WeakKeyDictionary()
 
 
 class _CodeState:
@@ -206,7 +262,9 @@ class ContextProfiler:
         self.max_contexts = max_contexts
         self._states: dict[CodeType, _CodeState | None] = {}
         self._done: list[_CodeState] = []
-        self._uids: dict[CodeType, object] = {}
+        # Code object -> unit id (None: not repo code), shared by the profilers of one
+        # mapper: pytest runs one recorder per test, and the answer never changes.
+        self._uids: dict[CodeType, object] = _UIDS.setdefault(mapper, {})
         self._saved: list[tuple[dict[CodeType, _CodeState | None], list[_CodeState]]] = []
 
     def _info(self, code: CodeType) -> _CodeState | None:
@@ -214,6 +272,25 @@ class ContextProfiler:
         st = None if rel is None else _CodeState(rel, code.co_qualname)
         self._states[code] = st
         return st
+
+    def dynamic_source_filename(self, filename: str | None, frame: FrameType) -> str | None:
+        """One call of repo code, as coverage.py's C tracer reports it to the plug-in.
+
+        :func:`fastci.evidence.covplugin.activate` makes this bound method the
+        tracers' ``dynamic_source_filename``, so a call costs one Python frame: the
+        common case (a call that is not sampled) is a dict lookup and a counter.
+        Answers ``filename`` as the plug-in does (see :mod:`fastci.evidence.covplugin`).
+        """
+        code = frame.f_code
+        try:
+            st = self._states[code]
+        except KeyError:
+            st = self._info(code)
+        if st is not None:
+            n = st.calls = st.calls + 1
+            if n <= self.full_calls or not n & (n - 1):
+                self._sample(code, st, frame)
+        return filename
 
     def _caller(self, frame: FrameType) -> str:
         """The nearest enclosing repo unit on the stack (skips torch/stdlib frames)."""
@@ -234,30 +311,22 @@ class ContextProfiler:
         return "-"
 
     def on_call(self, frame: FrameType) -> None:
-        """Inspect one call of repo code (called by the coverage plug-in)."""
-        code = frame.f_code
-        states = self._states
-        try:
-            st = states[code]
-        except KeyError:
-            st = self._info(code)
-        if st is None:
-            return
-        st.calls += 1
-        n = st.calls
-        if n > self.full_calls and n & (n - 1):
-            return
+        """Inspect one call of repo code (the line-mode profile hook, the collection recorder)."""
+        self.dynamic_source_filename(None, frame)
+
+    def _sample(self, code: CodeType, st: _CodeState, frame: FrameType) -> None:
+        """Add the signature of this call of ``code``; retire the unit once it has enough."""
         try:
             st.sigs.add(call_signature(frame, self._caller(frame)))
         except Exception:  # an odd object must never break the test
             st.sigs.add("?")
         if len(st.sigs) >= self.max_contexts:
             self._done.append(st)
-            states[code] = None
+            self._states[code] = None
 
     def start(self) -> None:
         """Become the active profiler of the coverage plug-in."""
-        covplugin.ACTIVE = self
+        covplugin.activate(self)
 
     def begin_segment(self) -> None:
         """Collect into fresh state until :meth:`end_segment` (segments nest)."""
@@ -273,7 +342,7 @@ class ContextProfiler:
     def stop(self) -> dict[tuple[str, str], tuple[set[str], int]]:
         """Deactivate; return (path, qualname) -> (signatures, calls seen)."""
         if covplugin.ACTIVE is self:
-            covplugin.ACTIVE = None
+            covplugin.activate(None)
         return self._collect()
 
     def _collect(self) -> dict[tuple[str, str], tuple[set[str], int]]:
