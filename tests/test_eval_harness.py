@@ -192,3 +192,27 @@ def test_a_corrupt_results_file_is_kept_and_named(repo: Path, tmp_path: Path,
     assert rc != 0
     assert "results.jsonl:1: not JSON" in capsys.readouterr().err
     assert (out / "results.jsonl").read_text() == "{not json\n"
+
+
+def test_a_failed_analysis_is_evaluated_as_running_everything(
+        repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When FastCI's analysis fails, the evaluation scores the run-all plan that
+    `fastci plan` leaves behind (the safe side), names the error, and misses nothing."""
+    from fastci.errors import StoreError
+    from fastci.eval import harness
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise StoreError("evidence.db: not a FastCI store")
+
+    monkeypatch.setattr(harness, "analyze", broken)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("FASTCI_PROGRESS", "0")
+    out = tmp_path / "out"
+    rc = cli.main(["eval", "HEAD", "--root", str(repo), "--out", str(out),
+                   "--workdir", str(tmp_path / "work")])
+    (bug,) = read_results(out / "results.jsonl")
+    assert bug.plan_mode == "all" and "not a FastCI store" in bug.plan_reason
+    assert sorted(t.id for t in bug.tests if t.planned) == sorted(t.id for t in bug.tests)
+    assert bug.fastci.tests == bug.run_all.tests == 4
+    assert bug.detected and not bug.missed and rc == 0
+    assert sorted(bug.fastci.failing) == ["test_lib.py::test_both", "test_lib.py::test_mul"]
