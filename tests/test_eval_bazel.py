@@ -82,3 +82,24 @@ def test_evidence_is_refreshed_between_commits(evaluated: tuple[Path, Path, int]
     assert "failed" in next(t.why for t in comment.tests if t.id == B)
     assert comment.run_all.failing == (B,) and comment.fastci.failing == (B,)
     assert not comment.missed and comment.changed_lines == 0
+
+
+def test_the_executor_hands_the_planner_what_bazel_query_declares(
+        evaluated: tuple[Path, Path, int]) -> None:
+    """The plan of an evaluated change reuses the executor's `bazel query` (one query per
+    change, not two): it must be exactly what the planner's own query declares."""
+    from fastci.config import load
+    from fastci.eval.execute import BazelExecutor
+    from fastci.plan.build import bazel_declared
+
+    ws = evaluated[0]
+    config = load(ws)
+    executor = BazelExecutor(ws, config)
+    try:
+        assert executor.declared() is None  # nothing read yet: the planner asks itself
+        assert set(executor.universe()) == {"//gputests:a_test", B, "//gputests:c_test"}
+        declared = executor.declared()
+        assert declared is not None and declared == bazel_declared(ws, config, bazel=executor.bazel)
+        assert all(d.srcs for d in declared.values())
+    finally:
+        executor.close()

@@ -40,7 +40,9 @@ from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.bazel.testlogs import test_dir
 from fastci.evidence.recorder import LINES_ENV
+from fastci.plan.build import declared_test, label_to_path
 from fastci.run.calibrate import PLUGIN, decode_run, node_arg
+from fastci.select import DeclaredTest
 from fastci.types import RelPath, TestId
 
 LOG = logging.getLogger(__name__)
@@ -73,6 +75,11 @@ class Executor(Protocol):
     def universe(self) -> dict[TestId, int]:
         """Every test of the suite and its GPUs, as the runner declares them now."""
 
+    def declared(self) -> Mapping[TestId, DeclaredTest] | None:
+        """The declarations the last :meth:`universe` read, as the planner takes them
+        (so the plan of the same tree does not ask the runner again); None: the
+        planner finds them itself."""
+
     def run(self, tests: Mapping[TestId, Mapping[str, Any]], *,
             keep: Path | None = None) -> dict[TestId, TestRun]:
         """Run ``tests`` (id -> overrides) once; traces copied under ``keep``."""
@@ -94,9 +101,17 @@ class BazelExecutor:
         # repository's tests run with, not whatever a fresh worktree would find.
         self.bazel = Bazel(workspace, config.bazel, python=python,
                            env=dict(os.environ, FASTCI_PYTHON=python))
+        self._declared: dict[TestId, DeclaredTest] | None = None
 
     def universe(self) -> dict[TestId, int]:
-        return {d.id: int(d.gpus) for d in list_gpu_tests(self.bazel, self.config.targets)}
+        decls = list_gpu_tests(self.bazel, self.config.targets)
+        # What analyze's own `bazel query` (plan.build.bazel_declared) would read.
+        self._declared = {d.id: declared_test(d, tuple(
+            p for p in map(label_to_path, d.srcs) if p is not None)) for d in decls}
+        return {d.id: int(d.gpus) for d in decls}
+
+    def declared(self) -> Mapping[TestId, DeclaredTest] | None:
+        return self._declared
 
     def run(self, tests: Mapping[TestId, Mapping[str, Any]], *,
             keep: Path | None = None) -> dict[TestId, TestRun]:
@@ -151,6 +166,9 @@ class PytestExecutor:
 
         found = collect(self.root, [], python=self.python, pytest_args=self.pytest_args)
         return {t: int(getattr(d, "gpus", 0) or 0) for t, d in found.items()}
+
+    def declared(self) -> Mapping[TestId, DeclaredTest] | None:
+        return None  # a pytest plan takes its tests from the store and the calibration
 
     def run(self, tests: Mapping[TestId, Mapping[str, Any]], *,
             keep: Path | None = None) -> dict[TestId, TestRun]:

@@ -55,8 +55,9 @@ from fastci.errors import FastCIError
 from fastci.evidence.store import EvidenceStore
 from fastci.integrations.git.repository import WORKTREE
 from fastci.integrations.git.tree import evidence_commit
-from fastci.plan.build import analyze, choose_runner, runner_python
+from fastci.plan.build import BY_RUNNER, analyze, choose_runner, runner_python
 from fastci.plan.model import Plan, by_priority
+from fastci.select import DeclaredTest
 from fastci.types import RelPath, TestId
 
 LOG = logging.getLogger(__name__)
@@ -253,13 +254,19 @@ class Evaluator:
         with EvidenceStore.open(self.store_path) as store:
             return not store.test_ids()
 
-    def plan(self, change: Change) -> tuple[Plan, float]:
-        """FastCI's plan for the tree in place against ``change.base``, and its time."""
+    def plan(self, change: Change,
+             declared: Mapping[TestId, DeclaredTest] | None = None) -> tuple[Plan, float]:
+        """FastCI's plan for the tree in place against ``change.base``, and its time.
+
+        ``declared``: the tree's declared tests, when the executor has just read them
+        (:meth:`Executor.declared`); None: the planner asks the runner itself.
+        """
         t0 = time.perf_counter()
         try:
             with EvidenceStore.open(self.store_path, create=True) as store:
                 plan = analyze(self.tree.path, self.config, base=change.base, head=WORKTREE,
-                               store=store).plan
+                               store=store,
+                               declared=BY_RUNNER if declared is None else declared).plan
         except FastCIError as exc:
             # What `fastci plan` leaves behind when it fails: a plan that runs everything.
             plan = Plan.run_all(f"fastci plan failed: {exc}")
@@ -275,7 +282,7 @@ class Evaluator:
         snap = self.tree.snapshot(change.base)
         self.snapshots[change.id] = snap
         tests = self.tests_now()
-        plan, analysis_s = self.plan(change)
+        plan, analysis_s = self.plan(change, self.executor.declared())
         base = self.baseline(tests, snap.tree)
         planned = planned_tests(plan, tests)
         reduced = {t: o for t, o in planned.items() if o}
