@@ -40,7 +40,7 @@ from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.bazel.testlogs import test_dir
 from fastci.evidence.recorder import LINES_ENV
-from fastci.plan.build import declared_test, label_to_path
+from fastci.plan.build import declared_tests
 from fastci.run.calibrate import PLUGIN, decode_run, node_arg
 from fastci.select import DeclaredTest
 from fastci.types import RelPath, TestId
@@ -104,11 +104,9 @@ class BazelExecutor:
         self._declared: dict[TestId, DeclaredTest] | None = None
 
     def universe(self) -> dict[TestId, int]:
-        decls = list_gpu_tests(self.bazel, self.config.targets)
         # What analyze's own `bazel query` (plan.build.bazel_declared) would read.
-        self._declared = {d.id: declared_test(d, tuple(
-            p for p in map(label_to_path, d.srcs) if p is not None)) for d in decls}
-        return {d.id: int(d.gpus) for d in decls}
+        self._declared = declared_tests(list_gpu_tests(self.bazel, self.config.targets))
+        return {t: d.gpus for t, d in self._declared.items()}
 
     def declared(self) -> Mapping[TestId, DeclaredTest] | None:
         return self._declared

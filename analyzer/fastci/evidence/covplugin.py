@@ -107,8 +107,16 @@ class _Coverage(coverage.Coverage):
       real paths and leaves every other file to coverage.py.
     """
 
-    _fastci_roots: tuple[str, ...] = ()
-    _fastci_omit: tuple[str, ...] = ()
+    def __init__(self, *, source: list[str], omit: list[str], **kwargs: Any) -> None:
+        super().__init__(source=source, omit=omit, **kwargs)
+        # The measured roots, real and absolute, each ending with the separator.
+        self._fastci_roots = tuple(sorted({os.path.join(r, "") for src in source for r in
+                                           (os.path.abspath(src), os.path.realpath(src))}))
+        # ``*/NAME/*`` patterns: any file with a folder NAME on its path is omitted.
+        self._fastci_omit = tuple(sorted(
+            os.sep + pat[2:-2] + os.sep for pat in omit
+            if pat.startswith("*/") and pat.endswith("/*") and len(pat) > 4
+            and not any(c in pat[2:-2] for c in "*?[]/")))
 
     def _post_save_work(self) -> None:
         pass
@@ -171,14 +179,6 @@ def make_coverage(sources: list[str], omit: list[str], *, contexts: bool,
     """An in-memory Coverage measuring ``sources``; with ``contexts`` it loads the plug-in,
     with ``branch`` it records arcs."""
     cov = _Coverage(data_file=None, config_file=False, source=sources, omit=omit, branch=branch)
-    roots = {os.path.join(r, "") for src in sources
-             for r in (os.path.abspath(src), os.path.realpath(src))}
-    cov._fastci_roots = tuple(sorted(roots))
-    # ``*/NAME/*`` patterns: any file with a folder NAME on its path is omitted.
-    cov._fastci_omit = tuple(sorted(
-        os.sep + pat[2:-2] + os.sep for pat in omit
-        if pat.startswith("*/") and pat.endswith("/*") and len(pat) > 4
-        and not any(c in pat[2:-2] for c in "*?[]/")))
     cov.set_option("run:disable_warnings", [
         "no-data-collected", "module-not-measured", "module-not-imported", "couldnt-parse",
         "already-imported", "no-ctracer", "module-not-python"])

@@ -28,7 +28,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping, Sequence
 
 from fastci.changes.scan import ChangeSet, scan
 from fastci import config as config_mod
@@ -134,8 +134,13 @@ def bazel_declared(root: Path, config: Config, *, bazel: Any = None) -> dict[Tes
     from fastci.integrations.bazel.query import list_gpu_tests  # imported lazily: it shells out
     from fastci.integrations.bazel.runner import Bazel
 
+    return declared_tests(list_gpu_tests(bazel or Bazel(root, config.bazel), config.targets))
+
+
+def declared_tests(decls: Iterable[TestDecl]) -> dict[TestId, DeclaredTest]:
+    """``bazel query``'s test declarations as the selector takes them, by test id."""
     out: dict[TestId, DeclaredTest] = {}
-    for d in list_gpu_tests(bazel or Bazel(root, config.bazel), config.targets):
+    for d in decls:
         # A source in another repository has no path here: no change of ours can touch it.
         srcs = tuple(p for p in map(label_to_path, d.srcs) if p is not None)
         out[d.id] = declared_test(d, srcs)
