@@ -13,6 +13,10 @@
   minutes): the example suite at its floors (target <= 1.15x plain; ``coverage run``
   follows its child processes as the recorder does) and CPU-light project tests
   (target: recorded <= 1.10x coverage run).
+* Both also time the *tracing floor*: coverage.py's C tracer on in the same
+  processes but measuring no file (an empty source folder). On Python 3.11 every
+  recorder built on ``sys.settrace`` pays at least this; the recorder's own work
+  is what it adds on top.
 * Indexing the repo's units, cold and from the content-digest cache.
 * Ingest: synthetic traces (30 files x 10 units x 3 contexts each) into a fresh
   store: traces/s and store bytes per test.
@@ -57,16 +61,19 @@ except ImportError:
     name = f"torch {'MLP' if device == 'cpu' else '6-layer transformer'} loop on {device}, {w['steps']} steps"
     repo = out
 t0, c0 = time.perf_counter(), time.process_time()
-if mode == "coverage":
+if mode in ("coverage", "floor"):
+    # floor: coverage.py's C tracer on, measuring no file (an empty source folder).
     import coverage
-    cov = coverage.Coverage(data_file=None, config_file=False, source=[str(repo)])
+    src = out / "empty-source" if mode == "floor" else repo
+    src.mkdir(exist_ok=True)
+    cov = coverage.Coverage(data_file=None, config_file=False, source=[str(src)])
     cov.start()
 elif mode == "recorder":
     from fastci.evidence.recorder import Recorder
     rec = Recorder("bench", out / "traces", repo_root=repo, workload=w, gpus=0)
     rec.start()
 work()
-if mode == "coverage":
+if mode in ("coverage", "floor"):
     cov.stop(); cov.get_data()
 elif mode == "recorder":
     rec.stop("passed")
@@ -107,7 +114,7 @@ def overhead(work: Path, device: str = "cpu") -> list[str]:
     (work / "fallback_loop.py").write_text(_FALLBACK)
     (work / "wl.py").write_text(_WORKLOAD)
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    times: dict[str, list[float]] = {"plain": [], "coverage": [], "recorder": []}
+    times: dict[str, list[float]] = {"plain": [], "floor": [], "coverage": [], "recorder": []}
     cpu: dict[str, list[float]] = {m: [] for m in times}
     name = ""
     for _ in range(REPEATS):
@@ -132,7 +139,9 @@ def overhead(work: Path, device: str = "cpu") -> list[str]:
             + f"; recorder / plain = {ratio_of(times, 'recorder', 'plain'):.2f}x",
             "  CPU:  " + ", ".join(f"{m} {med_cpu[m]:.2f} s" for m in times),
             f"  recorder / plain = {ratio:.2f}x CPU (target <= {TARGET}x: {verdict}); "
-            f"recorder / coverage alone = {ratio_of(cpu, 'recorder', 'coverage'):.2f}x"]
+            f"recorder / coverage alone = {ratio_of(cpu, 'recorder', 'coverage'):.2f}x; "
+            f"floor (coverage.py's tracer on, measuring no file) / plain = "
+            f"{ratio_of(cpu, 'floor', 'plain'):.2f}x"]
 
 
 #: Recording the example suite at its floors: at most this times the plain run's wall time.
@@ -201,7 +210,15 @@ def recording(work: Path) -> list[str]:
                   f"data_file = {work / 'suite-cov' / 'data'}\nsource = {REPO}\n"
                   "omit =\n    */.venv/*\n    */site-packages/*\n    */dist-packages/*\n")
     (work / "suite-cov").mkdir(exist_ok=True)
+    # The floor of any recorder built on Python 3.11's sys.settrace: coverage.py's C
+    # tracer on in the same processes, measuring no file (an empty source folder).
+    empty = work / "empty-source"
+    empty.mkdir(exist_ok=True)
+    floor_rc = work / "coveragerc-floor"
+    floor_rc.write_text(rc.read_text().replace(f"source = {REPO}", f"source = {empty}"))
     r = _Rounds({"plain": suite,
+                 "floor": [sys.executable, "-m", "coverage", "run", f"--rcfile={floor_rc}",
+                           "-m", "pytest", *suite[3:]],
                  "coverage": [sys.executable, "-m", "coverage", "run", f"--rcfile={rc}",
                               "-m", "pytest", *suite[3:]],
                  "recorded": [*suite, "--fastci-record", "--fastci-trace-dir",
@@ -212,11 +229,13 @@ def recording(work: Path) -> list[str]:
                  f"{r.wall('recorded'):.2f} s; per round: coverage run "
                  f"{r.ratio('coverage', 'plain'):.2f}x plain, recorded {ratio:.2f}x plain "
                  f"({r.ratio('recorded', 'plain', cpu=True):.2f}x in CPU time), "
-                 f"{r.ratio('recorded', 'coverage'):.2f}x coverage run "
-                 f"(target <= {SUITE_TARGET}x plain: "
+                 f"{r.ratio('recorded', 'coverage'):.2f}x coverage run; tracing floor "
+                 f"{r.ratio('floor', 'plain'):.2f}x plain (target <= {SUITE_TARGET}x plain: "
                  f"{'OK' if ratio <= SUITE_TARGET else OVER_TARGET})")
     own = [*pytest, *PROJECT_TESTS]
     r = _Rounds({"plain": own,
+                 "floor": [sys.executable, "-m", "coverage", "run", f"--source={empty}",
+                           f"--data-file={work / 'floor.data'}", "-m", "pytest", *own[3:]],
                  "coverage": [sys.executable, "-m", "coverage", "run",
                               f"--data-file={work / 'cov.data'}", "-m", "pytest", *own[3:]],
                  "recorded": [*own, "--fastci-record", "--fastci-trace-dir",
@@ -227,7 +246,8 @@ def recording(work: Path) -> list[str]:
                  f"{r.wall('recorded'):.2f} s; per round: coverage run "
                  f"{r.ratio('coverage', 'plain'):.2f}x plain, recorded "
                  f"{r.ratio('recorded', 'plain'):.2f}x plain, {ratio:.2f}x coverage run "
-                 f"({r.ratio('recorded', 'coverage', cpu=True):.2f}x in CPU time) "
+                 f"({r.ratio('recorded', 'coverage', cpu=True):.2f}x in CPU time); tracing "
+                 f"floor {r.ratio('floor', 'plain'):.2f}x plain "
                  f"(target <= {PROJECT_TARGET}x coverage run: "
                  f"{'OK' if ratio <= PROJECT_TARGET else OVER_TARGET})")
     return lines
