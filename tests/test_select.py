@@ -159,3 +159,23 @@ def test_label_to_path() -> None:
     assert label_to_path("@r//p:x.py") is None
     with pytest.raises(LabelError, match="is not a valid Bazel label"):
         label_to_path("//pkg:")
+
+
+def test_decisions_sharing_reasons_equal_decisions_made_one_by_one() -> None:
+    """``Decision.sharing`` (used for the tests no change reaches) gives the decisions the
+    constructor gives, derived properties included, for reasons that skip and that run."""
+    import dataclasses
+
+    from fastci.select.decisions import Decision, Reason
+
+    for kind in (DecisionKind.NOT_AFFECTED, DecisionKind.CHANGED_UNIT, DecisionKind.PRUNED):
+        reasons = (Reason(kind, f"{kind.value} here", via="a rule"),)
+        make = Decision.sharing(reasons)
+        for est in (None, 0.0, 12.5):
+            shared, plain = make("//t:a", est), Decision("//t:a", reasons, est)
+            assert shared == plain and hash(shared) == hash(plain)
+            assert [(d.selected, d.set_aside, d.pruned, d.why) for d in (shared, plain)] == \
+                [(plain.selected, plain.set_aside, plain.pruned, plain.why)] * 2
+            moved = dataclasses.replace(shared, priority=0.5)
+            assert moved == Decision("//t:a", reasons, est, 0.5) and moved.why == plain.why
+    assert make("//t:a", 1.0) is not make("//t:a", 1.0)

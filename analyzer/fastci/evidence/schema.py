@@ -152,5 +152,5 @@ CREATE TABLE run (
     source TEXT NOT NULL,            -- bazel | pytest | result
     has_evidence INTEGER NOT NULL
 );
-CREATE INDEX run_by_test ON run (test_id, recorded_at);
+CREATE INDEX run_by_test ON run (test_id, recorded_at, run_key);
 """

@@ -211,6 +211,21 @@ def _storable(key: str) -> bool:
     return True
 
 
+#: A run row as :func:`_record` reads it (then the run's id).
+_RUN_COLUMNS = (
+    "SELECT t.name, r.commit_sha, r.env_fingerprint, r.workload, r.overrides, r.duration_s,"
+    " r.gpus, r.outcome, r.complete, r.recorded_at, r.environment, r.run_key, r.id"
+    " FROM run r JOIN test t ON t.id = r.test_id")
+#: Each test's newest run (a run row), and the id of its newest run at full workload.
+_LATEST_RUNS = (
+    "SELECT t.name, r.commit_sha, r.env_fingerprint, r.workload, r.overrides, r.duration_s,"
+    " r.gpus, r.outcome, r.complete, r.recorded_at, r.environment, r.run_key, r.id,"
+    " CASE WHEN r.overrides = '{}' THEN r.id ELSE"
+    " (SELECT f.id FROM run f WHERE f.test_id = t.id AND f.overrides = '{}'"
+    "  ORDER BY f.recorded_at DESC, f.run_key DESC LIMIT 1) END"
+    " FROM test t JOIN run r ON r.id = (SELECT n.id FROM run n WHERE n.test_id = t.id"
+    "  ORDER BY n.recorded_at DESC, n.run_key DESC LIMIT 1)")
+
 #: RunRecord's fields in order (:func:`_record`).
 _RUN_FIELDS = tuple(f.name for f in fields(RunRecord))
 
@@ -218,12 +233,6 @@ _RUN_FIELDS = tuple(f.name for f in fields(RunRecord))
 def _loads(text: str) -> Any:
     """``json.loads``, without its cost for the empty object most runs hold."""
     return {} if text == "{}" else json.loads(text)
-
-
-def _full_overrides(text: str) -> bool:
-    """Whether a run's ``overrides`` JSON says it ran at full workload (:attr:`RunRecord.full`)."""
-    value = json.loads(text)
-    return value is not None and not value
 
 
 def _record(row: Sequence[Any], listing: str | None,
@@ -404,31 +413,35 @@ class EvidenceStore:
             return self._latest_runs_of_rows()
 
     def _latest_runs_of_rows(self) -> dict[TestId, RunRecord]:
-        # One pass over the run rows picks each test's newest run and newest full-workload
-        # run by the order of _runs (recorded_at, then run_key: UTF-8 byte order is code
-        # point order, and run keys are unique), whether full as RunRecord.full says; only
-        # those rows are decoded. Package listings are read once, not once per run.
+        # SQLite finds each test's newest run and newest full-workload run through the
+        # run_by_test index (newest: the greatest (recorded_at, run_key); TEXT compares
+        # by UTF-8 bytes, which is code point order, and run keys are unique); only those
+        # rows reach Python. Full is the writer's one spelling of "no overrides", '{}'
+        # (real_overrides, _json). When the newest run is also the newest full one (the
+        # usual case) its row is decoded once. Package listings are read once.
         listings = dict(self.conn.execute("SELECT fingerprint, packages_list FROM env_listing"))
-        rows = self.conn.execute(
-            "SELECT t.name, r.commit_sha, r.env_fingerprint, r.workload, r.overrides,"
-            " r.duration_s, r.gpus, r.outcome, r.complete, r.recorded_at, r.environment,"
-            " r.run_key FROM run r JOIN test t ON t.id = r.test_id")
-        newest: dict[TestId, tuple[Any, ...]] = {}
-        full: dict[TestId, tuple[Any, ...]] = {}
-        for row in rows:
-            name, ov = row[0], row[4]
-            held = newest.get(name)
-            if held is None or (row[9], row[11]) > (held[9], held[11]):
-                newest[name] = row
-            if ov is not None and (ov == "{}" or _full_overrides(ov)):
-                held = full.get(name)
-                if held is None or (row[9], row[11]) > (held[9], held[11]):
-                    full[name] = row
+        rows = self.conn.execute(_LATEST_RUNS).fetchall()
+        other_full = [row[13] for row in rows if row[13] is not None and row[13] != row[12]]
+        full_rows: dict[int, tuple[Any, ...]] = {}
+        for i in range(0, len(other_full), 500):
+            chunk = other_full[i:i + 500]
+            full_rows.update((row[12], row) for row in self.conn.execute(
+                f"{_RUN_COLUMNS} WHERE r.id IN ({','.join('?' * len(chunk))})", chunk))
         out: dict[TestId, RunRecord] = {}
-        for name, row in newest.items():
-            last = full.get(name)
-            out[name] = _record(row, listings.get(row[2]), None if last is None
-                                else _record(last, listings.get(last[2])))
+        for row in rows:
+            listing = listings.get(row[2])
+            full_id = row[13]
+            if full_id is None:
+                out[row[0]] = _record(row, listing)
+            elif full_id == row[12]:
+                last = _record(row, listing)
+                rec: RunRecord = object.__new__(RunRecord)
+                rec.__dict__.update(last.__dict__)
+                rec.__dict__["last_full"] = last
+                out[row[0]] = rec
+            else:
+                full = full_rows[full_id]
+                out[row[0]] = _record(row, listing, _record(full, listings.get(full[2])))
         return out
 
     def unit_checksums(self) -> dict[UnitId, Checksum]:

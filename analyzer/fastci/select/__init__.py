@@ -109,15 +109,16 @@ def select_tests(changes: ChangeSet, store: EvidenceReader, config: Config, *,
     decisions = []
     quiet = "no changed unit, file or rule reaches it" + (
         f" ({changes.summary()})" if changes.files or changes.others else " (nothing changed)")
-    unaffected = Reason(DecisionKind.NOT_AFFECTED, quiet,
-                        via="evidence: none of its recorded units or files changed")
+    unaffected = Decision.sharing((Reason(
+        DecisionKind.NOT_AFFECTED, quiet, via="evidence: none of its recorded units or files changed"),))
+    get_run, get_decl, get_hits = runs.get, (declared or {}).get, hits.get
     for test in sorted(universe):
-        decl = (declared or {}).get(test)
-        reasons = hits.get(test, [])
-        reasons = reasons + widen
-        if not reasons:
-            reasons = [unaffected]
-        decisions.append(Decision(test, tuple(reasons), estimate_gpu_s(runs.get(test), decl)))
+        est = estimate_gpu_s(get_run(test), get_decl(test))
+        found = get_hits(test)
+        if found or widen:
+            decisions.append(Decision(test, tuple((found or []) + widen), est))
+        else:
+            decisions.append(unaffected(test, est))
     for test in sorted(removed):
         decisions.append(Decision(test, (Reason(
             DecisionKind.NOT_DECLARED, f"{test} is in the evidence but no longer declared in "
