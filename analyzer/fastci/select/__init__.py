@@ -100,7 +100,8 @@ def select_tests(changes: ChangeSet, store: EvidenceReader, config: Config, *,
     with_evidence = {t: r for t, r in runs.items() if t in universe and t in evidence_tests}
     imported = store.distributions_of_tests(sorted(with_evidence)) if current and any(
         r.env_fingerprint != current.get("fingerprint") for r in with_evidence.values()) else {}
-    for rule_hits in (test_rules(universe, runs, declared, src_changed, evidence_tests),
+    ordered = sorted(universe)  # (test_rules sorts what it is given: once, here)
+    for rule_hits in (test_rules(ordered, runs, declared, src_changed, evidence_tests),
                       environment_rules(with_evidence, current, imported),
                       change_hits, ignored_read_rules(changes, store)):
         for test, reasons in rule_hits.items():
@@ -112,7 +113,7 @@ def select_tests(changes: ChangeSet, store: EvidenceReader, config: Config, *,
     unaffected = Decision.sharing((Reason(
         DecisionKind.NOT_AFFECTED, quiet, via="evidence: none of its recorded units or files changed"),))
     get_run, get_decl, get_hits = runs.get, (declared or {}).get, hits.get
-    for test in sorted(universe):
+    for test in ordered:
         est = estimate_gpu_s(get_run(test), get_decl(test))
         found = get_hits(test)
         if found or widen:
