@@ -103,6 +103,11 @@ def _tensor(value: Any) -> str:
     return f"T({tok},{value.dim()}d,{value.device.type},{_size_class(value.numel())})"
 
 
+def _str_token(value: str) -> str:
+    """A short string by value, a long one by its size class."""
+    return repr(value) if len(value) <= _MAX_STR else f"str[{'l' if len(value) > 256 else 's'}]"
+
+
 def abstract(value: Any, depth: int = 0) -> str:
     """Abstract one argument value into a stable, value-free (for tensors) token."""
     cls = type(value)
@@ -110,7 +115,7 @@ def abstract(value: Any, depth: int = 0) -> str:
     if cls is int:
         return str(value)
     if cls is str:
-        return repr(value) if len(value) <= _MAX_STR else f"str[{'l' if len(value) > 256 else 's'}]"
+        return _str_token(value)
     if cls is float:
         return format(value, ".4g")
     if value is None or isinstance(value, bool):
@@ -120,7 +125,7 @@ def abstract(value: Any, depth: int = 0) -> str:
     if isinstance(value, float):
         return format(value, ".4g")
     if isinstance(value, str):
-        return repr(value) if len(value) <= _MAX_STR else f"str[{'l' if len(value) > 256 else 's'}]"
+        return _str_token(value)
     if isinstance(value, enum.Enum):
         return f"{type(value).__name__}.{value.name}"
     mod = cls.__module__

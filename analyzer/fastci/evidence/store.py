@@ -211,15 +211,14 @@ def _storable(key: str) -> bool:
     return True
 
 
-#: A run row as :func:`_record` reads it (then the run's id).
-_RUN_COLUMNS = (
-    "SELECT t.name, r.commit_sha, r.env_fingerprint, r.workload, r.overrides, r.duration_s,"
-    " r.gpus, r.outcome, r.complete, r.recorded_at, r.environment, r.run_key, r.id"
-    " FROM run r JOIN test t ON t.id = r.test_id")
-#: Each test's newest run (a run row), and the id of its newest run at full workload.
+#: The columns of a run row as :func:`_record` reads them (then the run's id, column 11).
+_ROW = ("t.name, r.commit_sha, r.env_fingerprint, r.workload, r.overrides, r.duration_s,"
+        " r.gpus, r.outcome, r.complete, r.recorded_at, r.environment, r.id")
+#: Run rows by id.
+_RUN_ROWS = f"SELECT {_ROW} FROM run r JOIN test t ON t.id = r.test_id"
+#: Each test's newest run (a run row), then the id of its newest run at full workload.
 _LATEST_RUNS = (
-    "SELECT t.name, r.commit_sha, r.env_fingerprint, r.workload, r.overrides, r.duration_s,"
-    " r.gpus, r.outcome, r.complete, r.recorded_at, r.environment, r.run_key, r.id,"
+    f"SELECT {_ROW},"
     " CASE WHEN r.overrides = '{}' THEN r.id ELSE"
     " (SELECT f.id FROM run f WHERE f.test_id = t.id AND f.overrides = '{}'"
     "  ORDER BY f.recorded_at DESC, f.run_key DESC LIMIT 1) END"
@@ -421,19 +420,19 @@ class EvidenceStore:
         # usual case) its row is decoded once. Package listings are read once.
         listings = dict(self.conn.execute("SELECT fingerprint, packages_list FROM env_listing"))
         rows = self.conn.execute(_LATEST_RUNS).fetchall()
-        other_full = [row[13] for row in rows if row[13] is not None and row[13] != row[12]]
+        other_full = [row[12] for row in rows if row[12] is not None and row[12] != row[11]]
         full_rows: dict[int, tuple[Any, ...]] = {}
         for i in range(0, len(other_full), 500):
             chunk = other_full[i:i + 500]
-            full_rows.update((row[12], row) for row in self.conn.execute(
-                f"{_RUN_COLUMNS} WHERE r.id IN ({','.join('?' * len(chunk))})", chunk))
+            full_rows.update((row[11], row) for row in self.conn.execute(
+                f"{_RUN_ROWS} WHERE r.id IN ({','.join('?' * len(chunk))})", chunk))
         out: dict[TestId, RunRecord] = {}
         for row in rows:
             listing = listings.get(row[2])
-            full_id = row[13]
+            full_id = row[12]
             if full_id is None:
                 out[row[0]] = _record(row, listing)
-            elif full_id == row[12]:
+            elif full_id == row[11]:
                 last = _record(row, listing)
                 rec: RunRecord = object.__new__(RunRecord)
                 rec.__dict__.update(last.__dict__)

@@ -144,6 +144,12 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of this plan (optional fields left out when unset)."""
+        out = self._dict_before_skipped()
+        out["skipped"] = [{"id": s.id, "why": _fit(s.why)} for s in self.skipped]
+        return out
+
+    def _dict_before_skipped(self) -> dict[str, Any]:
+        """:meth:`to_dict` up to its last key, ``skipped``."""
         out: dict[str, Any] = {"version": PLAN_VERSION}
         if self.base is not None:
             out["base"] = self.base
@@ -154,7 +160,6 @@ class Plan:
         out["mode"] = self.mode
         out["reason"] = _fit(self.reason)
         out["tests"] = [_test_dict(t) for t in self.tests]
-        out["skipped"] = [{"id": s.id, "why": _fit(s.why)} for s in self.skipped]
         return out
 
     @gc_paused
@@ -163,11 +168,11 @@ class Plan:
         indent=2)``'s text, made faster (:func:`_pretty`). The cyclic collector is paused
         meanwhile (:mod:`fastci.gcpause`): the dicts made for 100,000 tests would start
         collections that walk every object the analysis made (0.4 s at that scale)."""
-        out = self.to_dict()
-        if not out["skipped"]:
-            return _pretty(out, "\n") + "\n"
+        if not self.skipped:
+            return _pretty(self.to_dict(), "\n") + "\n"
         # The skipped entries (100,000 at scale) are written straight from the plan, as
         # _pretty writes each {"id": ..., "why": ...} at that depth: the same text.
+        out = self._dict_before_skipped()
         out["skipped"] = [None]
         head, tail = _pretty(out, "\n").rsplit("null", 1)
         esc = _escape
