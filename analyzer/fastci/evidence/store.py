@@ -211,9 +211,11 @@ def _storable(key: str) -> bool:
     return True
 
 
-#: The columns of a run row as :func:`_record` reads them (then the run's id, column 11).
-_ROW = ("t.name, r.commit_sha, r.env_fingerprint, r.workload, r.overrides, r.duration_s,"
-        " r.gpus, r.outcome, r.complete, r.recorded_at, r.environment, r.id")
+#: The 11 columns of a run (joined with its test) that :func:`_record` reads.
+_RECORD_COLUMNS = ("t.name, r.commit_sha, r.env_fingerprint, r.workload, r.overrides,"
+                   " r.duration_s, r.gpus, r.outcome, r.complete, r.recorded_at, r.environment")
+#: A run row for latest_runs: the record's columns, then the run's id (column 11).
+_ROW = f"{_RECORD_COLUMNS}, r.id"
 #: Run rows by id.
 _RUN_ROWS = f"SELECT {_ROW} FROM run r JOIN test t ON t.id = r.test_id"
 #: Each test's newest run (a run row), then the id of its newest run at full workload.
@@ -236,7 +238,7 @@ def _loads(text: str) -> Any:
 
 def _record(row: Sequence[Any], listing: str | None,
             last_full: RunRecord | None = None) -> RunRecord:
-    """A run row (the first 11 columns of :meth:`EvidenceStore._runs`) and its environment's
+    """A run row (its first 11 columns: :data:`_RECORD_COLUMNS`) and its environment's
     package listing as a record.
 
     Made as the dataclass's own ``__init__`` makes it (its fields in the instance's
@@ -674,10 +676,8 @@ class EvidenceStore:
     def _runs(self, where: str, args: tuple[str, ...]) -> Iterator[RunRecord]:
         """Runs (joined with their test) matching ``where``, oldest first."""
         rows = self.conn.execute(
-            "SELECT t.name, r.commit_sha, r.env_fingerprint, r.workload, r.overrides, r.duration_s,"
-            " r.gpus, r.outcome, r.complete, r.recorded_at, r.environment, l.packages_list"
-            " FROM run r JOIN test t ON t.id = r.test_id LEFT JOIN env_listing l"
-            f" ON l.fingerprint = r.env_fingerprint{where} ORDER BY r.recorded_at, r.run_key", args)
+            f"SELECT {_RECORD_COLUMNS}, l.packages_list FROM run r JOIN test t ON t.id = r.test_id"
+            f" LEFT JOIN env_listing l ON l.fingerprint = r.env_fingerprint{where} ORDER BY r.recorded_at, r.run_key", args)
         for row in rows:
             yield _record(row, row[11])
 
