@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -9,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastci.select.decisions import Decision, DecisionKind, Reason
-from fastci.select.priority import STRATEGIES, RiskFacts, apfdc, order, risk
+from fastci.select.priority import (STRATEGIES, RiskFacts, apfdc, input_rarity, input_tokens,
+                                    order, risk)
 
 
 def unit(test: str, n: int = 1) -> Decision:
@@ -117,5 +119,99 @@ def test_a_plan_lists_its_tests_in_the_configured_order(tmp_path: Any) -> None:
 
         assert ids("reasons") == ["//t:narrow", "//t:broad"]  # same kind: cheaper first
         assert ids("risk") == ["//t:broad", "//t:narrow"]  # two changed units beat one
+    finally:
+        store.close()
+
+
+def test_input_tokens_read_nested_values_and_blank_per_call_data() -> None:
+    contexts = ["args(x=T(f32,3d,cpu,s);pos=0;cfg=Cfg(tp=2,layers=4))|caller=m.py::step|grad=1",
+                "args(x=T(f32,3d,cpu,s);pos=17;cfg=Cfg(tp=2,layers=4))|caller=m.py::step|grad=1"]
+    got = input_tokens(contexts)
+    assert {"x=T(f32,3d,cpu,s)", "tp=2", "layers=4", "caller=m.py::step", "grad=1"} <= got
+    # pos takes two values within this one run: per-call data, not an input.
+    assert "pos=#" in got and not any(t.startswith("pos=0") or t == "pos=17" for t in got)
+    assert input_tokens([]) == frozenset()
+
+
+def test_input_rarity_weighs_what_few_tests_give_the_changed_unit() -> None:
+    common = frozenset({"cache=None", "tp=1"})
+    facts = [RiskFacts(unit(f"//t:{i}"), inputs={"u0": common}) for i in range(3)]
+    odd = RiskFacts(unit("//t:decode"), inputs={"u0": frozenset({"cache=KVCache", "tp=1"})})
+    blind = RiskFacts(unit("//t:blind"))  # no contexts known: no rarity, not an error
+    got = input_rarity([*facts, odd, blind])
+    assert got[:3] == [pytest.approx(got[0])] * 3
+    # tp=1 is everyone's input (weight 0); cache=None is 3 of 4, cache=KVCache 1 of 4.
+    assert got[3] == pytest.approx(math.log(4 / 1)) and got[0] == pytest.approx(math.log(4 / 3))
+    assert got[4] == 0.0
+    # Several changed units add up.
+    two = [RiskFacts(unit("//t:a"), inputs={"u0": frozenset({"a"}), "u1": frozenset({"b"})}),
+           RiskFacts(unit("//t:b"), inputs={"u0": frozenset({"c"}), "u1": frozenset({"b"})})]
+    assert input_rarity(two) == [pytest.approx(math.log(2)), pytest.approx(math.log(2))]
+
+
+def test_rare_inputs_runs_the_test_on_the_unusual_path_first() -> None:
+    """Many tests drive the changed unit the common way, one through a path no other
+    takes: that one runs first, however expensive; history and directness still count."""
+    tests = [unit(f"//t:common{i}") for i in range(4)] + [unit("//t:decode")]
+    inputs = {d.test: {"u0": frozenset({"q_offset=0", "cache=None"})} for d in tests}
+    inputs["//t:decode"] = {"u0": frozenset({"q_offset=0", "cache=None", "cache=KVCache(length=#)"})}
+    cost = {d.test: 1.0 for d in tests} | {"//t:decode": 30.0}
+    got = order(tests, lambda d: RiskFacts(d, cost[d.test], inputs=inputs[d.test]),
+                STRATEGIES["rare_inputs"])
+    assert got[0].test == "//t:decode"
+    assert [d.test for d in got[1:]] == [f"//t:common{i}" for i in range(4)]  # ties: by id
+    # Without contexts the strategy is risk's order (cheaper first among equals).
+    plain = order(tests, lambda d: RiskFacts(d, cost[d.test]), STRATEGIES["rare_inputs"])
+    assert plain[-1].test == "//t:decode"
+    # The test's own state comes first: a test that failed last time, then one the
+    # change edits, lead an unusual input; recent failures add to the risk.
+    failed = Decision("//t:common3", (Reason(DecisionKind.FAILED_LAST, "failed"),
+                                      *unit("//t:common3").reasons))
+    edited = Decision("//t:common2", (Reason(DecisionKind.MODIFIED_TEST, "edited"),
+                                      *unit("//t:common2").reasons))
+    swapped = [failed if d.test == "//t:common3" else edited if d.test == "//t:common2" else d
+               for d in tests]
+    got = order(swapped, lambda d: RiskFacts(d, cost[d.test], inputs=inputs[d.test]),
+                STRATEGIES["rare_inputs"])
+    assert [d.test for d in got[:3]] == ["//t:common3", "//t:common2", "//t:decode"]
+    recent = {d.test: ("failed", "failed") if d.test == "//t:common0" else () for d in tests}
+    got = order(tests, lambda d: RiskFacts(d, cost[d.test], recent[d.test], inputs=inputs[d.test]),
+                STRATEGIES["rare_inputs"])
+    assert [d.test for d in got[:2]] == ["//t:decode", "//t:common0"]
+
+
+def test_a_plan_orders_by_rare_inputs_from_the_stores_contexts(tmp_path: Any,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastci.config import Config
+    from fastci.plan import build
+    from fastci.evidence.store import EvidenceStore
+    from fastci.plan.build import analyze
+    from fastci.select import DeclaredTest
+    from selection_support import MODEL, Repo, env_now, ingest, units_of
+
+    repo = Repo(tmp_path / "repo")
+    base = repo.commit({"pkg/model.py": MODEL})
+    units = units_of(repo.root, ["pkg/model.py"])
+    scale = {u: c for u, c in units.items() if u.endswith(("::scale", "::<module>"))}
+    store = EvidenceStore.open(tmp_path / "e.db", create=True)
+    try:
+        common = ("args(x=int;mode='train')|caller=pkg/model.py::<module>",)
+        for t in ("//t:a", "//t:b", "//t:c"):
+            ingest(store, t, scale, commit=base, duration_s=1.0, contexts=common)
+        ingest(store, "//t:z_odd", scale, commit=base, duration_s=20.0,
+               contexts=common + ("args(x=float;mode='eval')|caller=pkg/model.py::<module>",))
+        declared = {t: DeclaredTest(t, 1, {}) for t in ("//t:a", "//t:b", "//t:c", "//t:z_odd")}
+        repo.write({"pkg/model.py": MODEL.replace("return x * 2", "return x * 3")})
+
+        def ids(strategy: str) -> list[str]:
+            plan = analyze(repo.root, Config(priority=strategy), base=base, declared=declared,
+                           env_fingerprint=env_now(), store=store).plan
+            return [t.id for t in plan.tests]
+
+        assert ids("reasons")[-1] == "//t:z_odd"  # same kind: cheaper first
+        assert ids("rare_inputs") == ["//t:z_odd", "//t:a", "//t:b", "//t:c"]
+        # Above the bound on selected tests the contexts are not read: risk's order.
+        monkeypatch.setattr(build, "INPUTS_MAX_TESTS", 3)
+        assert ids("rare_inputs") == ids("risk") == ["//t:a", "//t:b", "//t:c", "//t:z_odd"]
     finally:
         store.close()

@@ -316,3 +316,23 @@ def test_latest_runs_are_the_last_runs_of_test_in_their_order(tmp_path_factory: 
             fulls = [r for r in history if r.full]
             assert got == history[-1].__class__(**{**history[-1].__dict__,
                                                    "last_full": fulls[-1] if fulls else None})
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.sampled_from(["//t:a", "//t:b", "//t:c"]),
+                          st.sampled_from([1.0, 2.0, 3.0]), st.integers(0, 30),
+                          st.sampled_from(["passed", "failed", "skipped", "error"])),
+                max_size=30, unique_by=lambda r: (r[0], r[2])),
+       st.integers(1, 4))
+def test_recent_outcomes_are_the_last_runs_of_test_newest_first(
+        tmp_path_factory: pytest.TempPathFactory, runs: list, n: int) -> None:
+    """recent_outcomes() (one windowed query) gives what runs_of_test() ends with, reversed."""
+    with EvidenceStore.open(tmp_path_factory.mktemp("s") / "e.db", create=True) as s:
+        for test, at, key, outcome in runs:
+            s.record_result(test, outcome=outcome, duration_s=1.0, commit=None, gpus=1,
+                            workload={}, source="result", recorded_at=at,
+                            run_key=f"{test}:{key:02d}")
+        got = s.recent_outcomes(["//t:a", "//t:b", "//t:c", "//t:none"], n)
+        assert set(got) == {t for t, *_ in runs}
+        for test, outcomes in got.items():
+            assert outcomes == tuple(r.outcome for r in reversed(s.runs_of_test(test)))[:n]

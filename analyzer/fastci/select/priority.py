@@ -11,6 +11,11 @@ flakiness; its expected cost); tests run highest score first, and the plan's
 * ``risk_per_cost`` — :func:`risk` per expected GPU-second (a square root, so a
   cheap, barely affected test does not jump ahead of an expensive, directly
   affected one).
+* ``rare_inputs`` — :func:`risk` plus how unusual the inputs are with which the test
+  drives the changed units (:func:`input_rarity`): when a bug fails many tests, any
+  order finds one early; when it fails few, it lives on a path few tests take, and
+  the contexts those tests recorded for the changed unit (arguments, parallel
+  degrees, dtypes, caller) hold values the others do not. A tie-break on cost.
 
 :func:`apfdc` measures an order on real outcomes: the cost-cognizant average
 percentage of faults detected (each failing test a fault of severity 1), 1.0 when
@@ -20,13 +25,15 @@ every failure comes first at no cost.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Protocol, Sequence
 
+from fastci.select.contexts import NUMERIC, TOKEN, varying_numbers
 from fastci.select.decisions import Decision, DecisionKind, Selection
-from fastci.types import TestId
+from fastci.types import TestId, UnitId
 
-__all__ = ["STRATEGIES", "DEFAULT", "Strategy", "RiskFacts", "apfdc", "order", "reorder", "risk"]
+__all__ = ["STRATEGIES", "DEFAULT", "Strategy", "RiskFacts", "apfdc", "order", "reorder", "risk",
+           "input_tokens", "input_rarity"]
 
 #: Evidence that a reason's test is affected, in [0, 1): the more direct, the higher.
 DIRECTNESS = {
@@ -63,12 +70,16 @@ class RiskFacts:
         changed_lines_ran: how many lines that every run reaching the changed code
             executes its full-workload calibration ran (:mod:`fastci.select.lines`);
             None: no line evidence speaks for every reason of the test.
+        inputs: per changed unit the test reached, the ``name=value`` tokens of the
+            contexts its evidence recorded there (:func:`input_tokens`); empty when
+            not read.
     """
 
     decision: Decision
     cost: float | None = None
     recent: tuple[str, ...] = ()
     changed_lines_ran: int | None = None
+    inputs: Mapping[UnitId, frozenset[str]] = field(default_factory=dict)
 
 
 class Strategy(Protocol):
@@ -78,6 +89,49 @@ class Strategy(Protocol):
     def name(self) -> str: ...
 
     def score(self, facts: RiskFacts) -> float: ...
+
+
+class SetStrategy(Strategy, Protocol):
+    """A strategy whose scores depend on the other selected tests too."""
+
+    def scores(self, facts: Sequence[RiskFacts]) -> list[float]: ...
+
+
+def input_tokens(contexts: Iterable[str]) -> frozenset[str]:
+    """The ``name=value`` tokens (:data:`~fastci.select.contexts.TOKEN`) of one unit's
+    contexts in one test: the values of its arguments, of the configs and parallel
+    state they carry, its caller and process labels. A number that varies within the
+    test's own run of the unit is per-call data (:func:`varying_numbers`): its token
+    reads ``name=#``, so a step counter is not an unusual input."""
+    contexts = list(contexts)
+    data = varying_numbers(contexts)
+    out: set[str] = set()
+    for sig in contexts:
+        for m in TOKEN.finditer(sig):
+            name, value = m.group(1), m.group(2)
+            out.add(f"{name}=#" if name in data and NUMERIC.match(value) else f"{name}={value}")
+    return frozenset(out)
+
+
+def input_rarity(facts: Sequence[RiskFacts]) -> list[float]:
+    """How unusual each test's inputs to the changed code are among the selected tests.
+
+    For each changed unit, a token's weight is ``log(n / df)``: ``n`` the selected
+    tests with contexts recorded there, ``df`` those whose contexts hold the token (an
+    input every test gives weighs 0). A test's rarity is the sum of the weights of its
+    tokens over the changed units it reached (inverse document frequency, the tests
+    as documents).
+    """
+    holders: dict[UnitId, dict[str, int]] = {}
+    for f in facts:
+        for unit, tokens in f.inputs.items():
+            counts = holders.setdefault(unit, {})
+            for tok in tokens:
+                counts[tok] = counts.get(tok, 0) + 1
+    reached = {unit: sum(1 for f in facts if unit in f.inputs) for unit in holders}
+    return [sum(math.log(reached[unit] / holders[unit][tok])
+                for unit, tokens in f.inputs.items() for tok in tokens)
+            for f in facts]
 
 
 def _failed(outcome: str) -> bool:
@@ -142,10 +196,39 @@ class _RiskPerCost:
         return risk(facts) / math.sqrt(max(cost, 1.0))
 
 
-STRATEGIES: dict[str, Strategy] = {s.name: s for s in (_Reasons(), _Risk(), _RiskPerCost())}
+#: Reasons about the test itself rather than the code it reaches, in ``reasons``' order.
+_OWN_KINDS = (DecisionKind.FAILED_LAST, DecisionKind.MODIFIED_TEST, DecisionKind.NEW_TEST)
+#: What one step of :func:`_own_state` weighs: more than any risk plus rarity.
+_OWN_STATE = 1e6
+
+
+def _own_state(facts: RiskFacts) -> int:
+    """3 when the test failed last, 2 when the change modifies it, 1 when it is new, else 0."""
+    kinds = {r.kind for r in facts.decision.reasons}
+    return max((len(_OWN_KINDS) - i for i, k in enumerate(_OWN_KINDS) if k in kinds), default=0)
+
+
+@dataclass(frozen=True)
+class _RareInputs:
+    name: str = "rare_inputs"
+
+    def score(self, facts: RiskFacts) -> float:
+        return self.scores([facts])[0]
+
+    def scores(self, facts: Sequence[RiskFacts]) -> list[float]:
+        # The test's own state first (it failed last time, the change edits or adds it:
+        # ``reasons``' first groups), then risk plus rarity.
+        return [_OWN_STATE * _own_state(f) + risk(f) + r
+                for f, r in zip(facts, input_rarity(facts))]
+
+
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (_Reasons(), _Risk(), _RiskPerCost(),
+                                                        _RareInputs())}
 #: The strategies that read :func:`risk`: recent outcomes and line facts (``reasons``
 #: reads neither, so planning does not compute them for it).
-RISK_BASED = frozenset({"risk", "risk_per_cost"})
+RISK_BASED = frozenset({"risk", "risk_per_cost", "rare_inputs"})
+#: The strategies that read the contexts of the changed units (:attr:`RiskFacts.inputs`).
+INPUT_BASED = frozenset({"rare_inputs"})
 #: The default until the benchmark says otherwise (docs/SELECTION.md, "Order").
 DEFAULT = "reasons"
 
@@ -154,11 +237,13 @@ def order(decisions: Sequence[Decision], facts: Callable[[Decision], RiskFacts],
           strategy: Strategy) -> list[Decision]:
     """``decisions`` (selected ones) highest score first, each with its ``priority``
     (1.0 for the first, falling evenly)."""
+    known = [facts(d) for d in decisions]
+    batch = getattr(strategy, "scores", None)
+    values = batch(known) if batch is not None else [strategy.score(f) for f in known]
     scored = []
-    for d in decisions:
-        f = facts(d)
+    for d, f, value in zip(decisions, known, values):
         cost = f.cost if f.cost is not None else math.inf
-        scored.append((-strategy.score(f), cost, d.test, d))
+        scored.append((-value, cost, d.test, d))
     scored.sort(key=lambda s: s[:3])
     n = len(scored)
     return [replace(d, priority=round(1.0 - i / max(n, 1), 4))
