@@ -48,7 +48,7 @@ from fastci.evidence.store import EvidenceStore
 from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo
 from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.integrations.bazel.testlogs import test_dir
-from fastci.plan.build import analyze, declared_test, prioritized
+from fastci.plan.build import analyze, declared_test, strategy_orders
 from fastci.run.calibrate import CalibrationReport, calibrate_bazel, decode_run, scrub_traces
 from fastci.select.priority import STRATEGIES, apfdc
 
@@ -194,14 +194,6 @@ def calibrated(sc, decls, echo: Callable[[str], None]) -> tuple[Path, Calibratio
         cost = sum(r.gpu_s for t in store.tests() for r in store.rungs(t)
                    if r.commit == sc.commit)
     return path, report, cost
-
-
-def strategy_orders(analysis, store) -> dict[str, list[str]]:  # type: ignore[no-untyped-def]
-    """The selected tests in each prioritization strategy's order, as ``fastci plan`` would
-    order them with ``priority:`` set to it (:func:`fastci.plan.build.prioritized`)."""
-    return {name: [d.test for d in prioritized(analysis.selection, store, analysis.choices,
-                                               name, analysis.lines).selected]
-            for name in STRATEGIES}
 
 
 def bench_change(sc, patch: Path, cfg: Config, declared, gpus: Mapping[str, int]) -> Row:  # type: ignore[no-untyped-def]

@@ -130,6 +130,28 @@ def test_the_plan_is_selective_and_catches_the_bug(evaluated: tuple[Path, Path, 
     assert bug.changed_lines == 1 and bug.retained_lines == 1
     assert bug.fastci.ttff_s is not None and bug.fastci.apfdc is not None
     assert bug.settings["gpu_slots"] == 2 and bug.settings["runner"] == "pytest"
+    # Every strategy's order of the planned tests, scored on run-all's runs; both
+    # planned tests fail, so any order finds the change with its first test.
+    from fastci.select.priority import STRATEGIES
+
+    assert set(bug.strategies) == set(STRATEGIES)
+    for measures in bug.strategies.values():
+        assert 0.5 <= measures["tests"] <= measures["change"] <= 1.0
+    assert docs.strategies == {}  # nothing failed: nothing to score
+
+
+def test_strategy_apfdc_scores_each_order_on_the_same_runs() -> None:
+    from fastci.eval.harness import strategy_apfdc
+    from fastci.eval.metrics import Job
+
+    jobs = [Job("a", 1, 10.0, False), Job("b", 2, 5.0, True), Job("c", 0, 30.0, True)]
+    got = strategy_apfdc({"first": ["b", "a", "c"], "last": ["a", "c", "b"], "none": ["a"]},
+                         jobs, ["b", "c"])
+    # Slot costs: a 10, b 10 (5 s x 2 GPUs), c 30; total 50.
+    assert got["first"] == {"change": pytest.approx(1 - 5 / 50),
+                            "tests": pytest.approx((45 + 15) / 100)}
+    assert got["last"]["change"] == pytest.approx((40 - 15) / 50)
+    assert "none" not in got  # its order holds no failing test
 
 
 def test_reports_are_written(evaluated: tuple[Path, Path, int, str]) -> None:

@@ -87,6 +87,31 @@ def test_markdown_headline_is_the_totals_computed_by_hand() -> None:
     assert head["Missed failing tests"] == "2"
     assert head["Mean APFDc (FastCI)"] == "0.800"
     assert head["Mean time to first failure (s)"] == "FastCI 5.0, run-all 21.0"
+    assert not any(k.startswith("APFDc of") for k in head)  # no line holds strategies
+
+
+def test_markdown_headline_averages_each_strategys_apfdc() -> None:
+    fault = replace(FAULT, strategies={"risk": {"change": 0.9, "tests": 0.5},
+                                       "reasons": {"change": 0.4, "tests": 0.3}})
+    patch = replace(PATCH, strategies={"risk": {"change": 0.7, "tests": 0.7}})
+    head = _headline(summary_markdown([COMMIT, fault, patch, NOTED]))
+    assert head["APFDc of the risk order"] == \
+        "0.800 (first failure; 2 changes), 0.600 (each failing test)"
+    assert head["APFDc of the reasons order"] == \
+        "0.400 (first failure; 1 change), 0.300 (each failing test)"
+
+
+def test_results_lines_keep_strategies_and_refuse_malformed_ones() -> None:
+    from fastci.eval.results import EvalResultsError, from_json
+
+    fault = replace(FAULT, strategies={"risk": {"change": 0.9, "tests": 0.5}})
+    assert from_json(fault.to_json()) == fault
+    raw = json.loads(fault.to_json())
+    del raw["strategies"]  # a line written before strategies were measured
+    assert from_json(json.dumps(raw)).strategies == {}
+    raw["strategies"] = {"risk": "high"}
+    with pytest.raises(EvalResultsError, match="strategies"):
+        from_json(json.dumps(raw))
 
 
 def test_markdown_per_change_table_escapes_pipes() -> None:

@@ -55,7 +55,7 @@ from fastci.errors import FastCIError
 from fastci.evidence.store import EvidenceStore
 from fastci.integrations.git.repository import WORKTREE
 from fastci.integrations.git.tree import evidence_commit
-from fastci.plan.build import BY_RUNNER, analyze, choose_runner, runner_python
+from fastci.plan.build import BY_RUNNER, analyze, choose_runner, runner_python, strategy_orders
 from fastci.plan.model import Plan, by_priority
 from fastci.select import DeclaredTest
 from fastci.types import RelPath, TestId
@@ -254,23 +254,28 @@ class Evaluator:
         with EvidenceStore.open(self.store_path) as store:
             return not store.test_ids()
 
-    def plan(self, change: Change,
-             declared: Mapping[TestId, DeclaredTest] | None = None) -> tuple[Plan, float]:
-        """FastCI's plan for the tree in place against ``change.base``, and its time.
+    def plan(self, change: Change, declared: Mapping[TestId, DeclaredTest] | None = None
+             ) -> tuple[Plan, float, dict[str, list[TestId]]]:
+        """FastCI's plan for the tree in place against ``change.base``, its time, and the
+        plan's selected tests in every prioritization strategy's order (not timed: what
+        the evaluation compares strategies with; {} when the plan was not selective).
 
         ``declared``: the tree's declared tests, when the executor has just read them
         (:meth:`Executor.declared`); None: the planner asks the runner itself.
         """
         t0 = time.perf_counter()
+        orders: dict[str, list[TestId]] = {}
         try:
             with EvidenceStore.open(self.store_path, create=True) as store:
-                plan = analyze(self.tree.path, self.config, base=change.base, head=WORKTREE,
-                               store=store,
-                               declared=BY_RUNNER if declared is None else declared).plan
+                analysis = analyze(self.tree.path, self.config, base=change.base, head=WORKTREE,
+                                   store=store,
+                                   declared=BY_RUNNER if declared is None else declared)
+                plan, analysis_s = analysis.plan, time.perf_counter() - t0
+                orders = strategy_orders(analysis, store)
         except FastCIError as exc:
             # What `fastci plan` leaves behind when it fails: a plan that runs everything.
-            plan = Plan.run_all(f"fastci plan failed: {exc}")
-        return plan, time.perf_counter() - t0
+            plan, analysis_s = Plan.run_all(f"fastci plan failed: {exc}"), time.perf_counter() - t0
+        return plan, analysis_s, orders
 
     # ----------------------------------------------------------------------- one change
 
@@ -282,7 +287,7 @@ class Evaluator:
         snap = self.tree.snapshot(change.base)
         self.snapshots[change.id] = snap
         tests = self.tests_now()
-        plan, analysis_s = self.plan(change, self.executor.declared())
+        plan, analysis_s, orders = self.plan(change, self.executor.declared())
         base = self.baseline(tests, snap.tree)
         planned = planned_tests(plan, tests)
         reduced = {t: o for t, o in planned.items() if o}
@@ -297,7 +302,7 @@ class Evaluator:
             else frozenset()
         result = compare(change, plan, tests, base, planned, ran, snap.lines,
                          slots=self.options.gpu_slots, analysis_s=analysis_s,
-                         settings=self.settings, known_failing=known)
+                         settings=self.settings, known_failing=known, orders=orders)
         self.failing[change.id] = frozenset(t for t, r in base.runs.items() if r.failed)
         total = time.perf_counter() - started
         timing = {"runs": runs_s, "analysis": analysis_s,
@@ -358,11 +363,15 @@ def compare(change: Change, plan: Plan, tests: Mapping[TestId, int], base: Basel
             planned: Mapping[TestId, Mapping[str, Any]], ran: Mapping[TestId, TestRun],
             changed: Mapping[RelPath, set[int]], *, slots: int, analysis_s: float,
             settings: Mapping[str, Any],
-            known_failing: frozenset[TestId] = frozenset()) -> ChangeResult:
+            known_failing: frozenset[TestId] = frozenset(),
+            orders: Mapping[str, Sequence[TestId]] | None = None) -> ChangeResult:
     """The measures of one change from its runs (pure).
 
     ``known_failing``: tests whose failure is not the change's (a fault's parent
     already fails them); they count as failures nowhere, and the note says so.
+    ``orders``: the plan's selected tests in each prioritization strategy's order; each
+    is scored on run-all's measured costs and failures of those tests
+    (:func:`strategy_apfdc`), so every strategy is judged on the same runs.
     """
     missing = TestRun("not run", 0.0)
     all_runs = {t: base.runs.get(t, missing) for t in sorted(tests)}
@@ -372,7 +381,8 @@ def compare(change: Change, plan: Plan, tests: Mapping[TestId, int], base: Basel
         return [metrics.Job(t, tests[t], r.duration_s, r.failed and t not in known_failing)
                 for t, r in runs.items()]
 
-    all_arm = metrics.measure_arm(jobs(all_runs), slots)
+    all_jobs = jobs(all_runs)
+    all_arm = metrics.measure_arm(all_jobs, slots)
     plan_arm = metrics.measure_arm(jobs(plan_runs), slots, lead_s=analysis_s)
     seen, kept = metrics.retention(changed, [r.lines for r in all_runs.values()],
                                    [r.lines for r in plan_runs.values()])
@@ -413,8 +423,28 @@ def compare(change: Change, plan: Plan, tests: Mapping[TestId, int], base: Basel
         analysis_s=round(analysis_s, 3), run_all=arm(all_arm, len(all_runs)),
         fastci=arm(plan_arm, len(plan_runs)), changed_lines=seen, retained_lines=kept,
         missed=tuple(missed), tests=tuple(rows), parent=change.parent,
+        strategies=strategy_apfdc(orders or {}, all_jobs, all_arm.failing),
         fault=fault, run_all_cached=base.cached, recorded_at=time.time(),
         fastci_version=__version__, note=note)
+
+
+def strategy_apfdc(orders: Mapping[str, Sequence[TestId]], jobs: Sequence[metrics.Job],
+                   failing: Sequence[TestId]) -> dict[str, dict[str, float]]:
+    """Per strategy, the APFDc of its order over run-all's measured slot costs
+    (:func:`metrics.slot_cost`): ``change`` (the change as one fault, found by its first
+    failing test: what a developer waits for) and ``tests`` (each failing test a
+    fault). Strategies whose order holds no failing test are left out."""
+    from fastci.select.priority import apfdc
+
+    cost = {j.test: metrics.slot_cost(j) for j in jobs}
+    out: dict[str, dict[str, float]] = {}
+    for name, order in orders.items():
+        ran = [t for t in order if t in cost]
+        one = apfdc(ran, cost, failing, one_fault=True)
+        each = apfdc(ran, cost, failing)
+        if one is not None and each is not None:
+            out[name] = {"change": round(one, 4), "tests": round(each, 4)}
+    return out
 
 
 # --------------------------------------------------------------------------- the whole run

@@ -26,7 +26,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from fastci.eval.plots import Plot, draw_plots
 from fastci.eval.results import ChangeResult, Totals, totals
@@ -100,7 +100,20 @@ def _headline(t: Totals, not_evaluated: int) -> list[tuple[str, str]]:
         ("Mean APFDc (FastCI)", "-" if t.mean_apfdc is None else f"{t.mean_apfdc:.3f}"),
         ("Mean time to first failure (s)",
          f"FastCI {_s(t.mean_ttff_s)}, run-all {_s(t.mean_all_ttff_s)}"),
+        *((f"APFDc of the {name} order", _strategy_cell(measures))
+          for name, measures in t.strategy_apfdc.items()),
     ]
+
+
+def _strategy_cell(measures: Mapping[str, tuple[float, int]]) -> str:
+    """A strategy's mean APFDc: the change as one fault, then each failing test a fault."""
+    one, each = measures.get("change"), measures.get("tests")
+    parts = []
+    if one is not None:
+        parts.append(f"{one[0]:.3f} (first failure; {one[1]} change{'s' * (one[1] != 1)})")
+    if each is not None:
+        parts.append(f"{each[0]:.3f} (each failing test)")
+    return ", ".join(parts) or "-"
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,10 @@ class ChangeResult:
         recorded_at: when the line was written (seconds since the epoch).
         fastci_version: the FastCI version that wrote it.
         note: what went wrong, if anything ("" otherwise).
+        strategies: per prioritization strategy, the APFDc of its order of the plan's
+            selected tests on run-all's measured costs and failures: ``change`` (the
+            change one fault, found by its first failing test) and ``tests`` (each
+            failing test a fault); empty when nothing the plan selected failed.
         schema: :data:`SCHEMA_VERSION`.
     """
 
@@ -140,6 +144,7 @@ class ChangeResult:
     recorded_at: float = 0.0
     fastci_version: str = ""
     note: str = ""
+    strategies: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     schema: int = SCHEMA_VERSION
 
     @property
@@ -204,7 +209,14 @@ def from_json(line: str, where: str = "<line>") -> ChangeResult:
             if not isinstance(t, dict) or set(t) - _TEST_FIELDS:
                 raise EvalResultsError(f"{where}: tests[{i}] is not a test row")
             tests.append(TestOutcome(**t))
+        strategies = raw.get("strategies", {})
+        if not isinstance(strategies, dict) or not all(
+                isinstance(v, dict) and all(isinstance(x, (int, float)) for x in v.values())
+                for v in strategies.values()):
+            raise EvalResultsError(f"{where}: strategies: expected name -> {{measure: number}}")
         return ChangeResult(**{**raw, "run_all": _arm(raw["run_all"], f"{where}: run_all"),
+                               "strategies": {str(k): {str(m): float(x) for m, x in v.items()}
+                                              for k, v in strategies.items()},
                                "fastci": _arm(raw["fastci"], f"{where}: fastci"),
                                "tests": tuple(tests),
                                "missed": tuple(dict(m) for m in raw.get("missed", ()))})
@@ -259,6 +271,8 @@ class Totals:
     mean_apfdc: float | None
     mean_ttff_s: float | None  # over changes where the plan saw a failure
     mean_all_ttff_s: float | None
+    #: strategy -> measure (``change``, ``tests``) -> (mean APFDc, changes it is over).
+    strategy_apfdc: Mapping[str, Mapping[str, tuple[float, int]]] = field(default_factory=dict)
 
     @property
     def gpu_saved(self) -> float:
@@ -294,4 +308,15 @@ def totals(results: Sequence[ChangeResult]) -> Totals:
         missed_tests=sum(len(r.missed) for r in ok),
         mean_apfdc=_mean([r.fastci.apfdc for r in ok if r.fastci.apfdc is not None]),
         mean_ttff_s=_mean([r.fastci.ttff_s for r in ok if r.fastci.ttff_s is not None]),
-        mean_all_ttff_s=_mean([r.run_all.ttff_s for r in ok if r.run_all.ttff_s is not None]))
+        mean_all_ttff_s=_mean([r.run_all.ttff_s for r in ok if r.run_all.ttff_s is not None]),
+        strategy_apfdc=_strategy_means(ok))
+
+
+def _strategy_means(results: Sequence[ChangeResult]) -> dict[str, dict[str, tuple[float, int]]]:
+    values: dict[str, dict[str, list[float]]] = {}
+    for r in results:
+        for name, measures in r.strategies.items():
+            for measure, v in measures.items():
+                values.setdefault(name, {}).setdefault(measure, []).append(v)
+    return {name: {m: (sum(v) / len(v), len(v)) for m, v in sorted(ms.items())}
+            for name, ms in sorted(values.items())}

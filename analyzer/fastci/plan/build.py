@@ -421,6 +421,19 @@ def prioritized(selection: Selection, store: EvidenceReader, choices: Mapping[Te
     return reorder(selection, facts, STRATEGIES[strategy])
 
 
+def strategy_orders(analysis: Analysis, store: EvidenceReader) -> dict[str, list[TestId]]:
+    """The analysis's selected tests in the order of every prioritization strategy
+    (:data:`fastci.select.priority.STRATEGIES`), as ``fastci plan`` would order them
+    with ``priority:`` set to it; {} when the selection was widened (nothing to order)."""
+    from fastci.select.priority import STRATEGIES
+
+    if analysis.selection.widen:
+        return {}
+    return {name: [d.test for d in prioritized(analysis.selection, store, analysis.choices, name,
+                                               analysis.lines).selected]
+            for name in STRATEGIES}
+
+
 #: Above this many selected tests, ``rare_inputs`` does not read the contexts of the
 #: changed units (about 0.06 s per 1,000 tests here; the plan-time budget is 2 s at
 #: 100,000 tests), and orders as ``risk`` does.
