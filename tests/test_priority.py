@@ -215,3 +215,11 @@ def test_a_plan_orders_by_rare_inputs_from_the_stores_contexts(tmp_path: Any,
         assert ids("rare_inputs") == ids("risk") == ["//t:a", "//t:b", "//t:c", "//t:z_odd"]
     finally:
         store.close()
+
+
+def test_the_config_default_is_the_default_strategy() -> None:
+    from fastci.config import PRIORITY_STRATEGIES, Config
+    from fastci.select.priority import DEFAULT
+
+    assert Config().priority == DEFAULT and DEFAULT in STRATEGIES
+    assert set(PRIORITY_STRATEGIES) == set(STRATEGIES)

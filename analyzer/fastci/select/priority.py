@@ -229,8 +229,9 @@ STRATEGIES: dict[str, Strategy] = {s.name: s for s in (_Reasons(), _Risk(), _Ris
 RISK_BASED = frozenset({"risk", "risk_per_cost", "rare_inputs"})
 #: The strategies that read the contexts of the changed units (:attr:`RiskFacts.inputs`).
 INPUT_BASED = frozenset({"rare_inputs"})
-#: The default until the benchmark says otherwise (docs/SELECTION.md, "Order").
-DEFAULT = "reasons"
+#: The default: the best mean APFDc measured on the example's bench changes (docs/SELECTION.md,
+#: "Order"). fastci.config.Config.priority holds the same name (a test checks it).
+DEFAULT = "rare_inputs"
 
 
 def order(decisions: Sequence[Decision], facts: Callable[[Decision], RiskFacts],
