@@ -58,6 +58,16 @@ def units_of(root: Path, paths: Iterable[str]) -> dict[str, str]:
     return out
 
 
+def model_repo(root: Path, *keep: str) -> tuple[Repo, str, dict[str, str]]:
+    """A repository at ``root`` with :data:`MODEL` committed as ``pkg/model.py``: the
+    repo, the commit, and the units (id -> checksum) whose qualname ends with one of
+    ``keep`` (all of them without ``keep``)."""
+    repo = Repo(root)
+    base = repo.commit({"pkg/model.py": MODEL})
+    units = units_of(repo.root, ["pkg/model.py"])
+    return repo, base, {u: c for u, c in units.items() if not keep or u.endswith(keep)}
+
+
 def env_now() -> str:
     """The current environment fingerprint (what the CLI compares with)."""
     from fastci.evidence.environment import current_fingerprint

@@ -97,11 +97,9 @@ def test_a_plan_lists_its_tests_in_the_configured_order(tmp_path: Any) -> None:
     from fastci.evidence.store import EvidenceStore
     from fastci.plan.build import analyze
     from fastci.select import DeclaredTest
-    from selection_support import MODEL, Repo, env_now, ingest, units_of
+    from selection_support import MODEL, env_now, ingest, model_repo
 
-    repo = Repo(tmp_path / "repo")
-    base = repo.commit({"pkg/model.py": MODEL})
-    units = units_of(repo.root, ["pkg/model.py"])
+    repo, base, units = model_repo(tmp_path / "repo")
     scale = {u: c for u, c in units.items() if u.endswith(("::scale", "::<module>"))}
     both = {u: c for u, c in units.items() if u.endswith(("::scale", "::shift", "::<module>"))}
     store = EvidenceStore.open(tmp_path / "e.db", create=True)
@@ -187,12 +185,9 @@ def test_a_plan_orders_by_rare_inputs_from_the_stores_contexts(tmp_path: Any,
     from fastci.evidence.store import EvidenceStore
     from fastci.plan.build import analyze
     from fastci.select import DeclaredTest
-    from selection_support import MODEL, Repo, env_now, ingest, units_of
+    from selection_support import MODEL, env_now, ingest, model_repo
 
-    repo = Repo(tmp_path / "repo")
-    base = repo.commit({"pkg/model.py": MODEL})
-    units = units_of(repo.root, ["pkg/model.py"])
-    scale = {u: c for u, c in units.items() if u.endswith(("::scale", "::<module>"))}
+    repo, base, scale = model_repo(tmp_path / "repo", "::scale", "::<module>")
     store = EvidenceStore.open(tmp_path / "e.db", create=True)
     try:
         common = ("args(x=int;mode='train')|caller=pkg/model.py::<module>",)

@@ -187,12 +187,9 @@ def test_a_plan_prunes_from_real_evidence_with_the_configured_mode(tmp_path: Pat
     from fastci.config import Config
     from fastci.evidence.store import EvidenceStore
     from fastci.plan.build import analyze
-    from selection_support import MODEL, Repo, env_now, ingest, units_of
+    from selection_support import MODEL, env_now, ingest, model_repo
 
-    repo = Repo(tmp_path / "repo")
-    base = repo.commit({"pkg/model.py": MODEL})
-    units = units_of(repo.root, ["pkg/model.py"])
-    scale = {u: c for u, c in units.items() if u.endswith(("::scale", "::<module>"))}
+    repo, base, scale = model_repo(tmp_path / "repo", "::scale", "::<module>")
     store = EvidenceStore.open(tmp_path / "e.db", create=True)
     try:
         for test, seconds, ctx in (("//t:big", 50.0, ["args(x=2)|grad=1", "args(x=3)|grad=1"]),
