@@ -205,9 +205,9 @@ def test_a_plan_orders_by_rare_inputs_from_the_stores_contexts(tmp_path: Any,
 
         assert ids("reasons")[-1] == "//t:z_odd"  # same kind: cheaper first
         assert ids("rare_inputs") == ["//t:z_odd", "//t:a", "//t:b", "//t:c"]
-        # Above the bound on selected tests the contexts are not read: risk's order.
+        # Above the bound on selected tests nothing per test is read: reasons' order.
         monkeypatch.setattr(build, "INPUTS_MAX_TESTS", 3)
-        assert ids("rare_inputs") == ids("risk") == ["//t:a", "//t:b", "//t:c", "//t:z_odd"]
+        assert ids("rare_inputs") == ids("reasons") == ["//t:a", "//t:b", "//t:c", "//t:z_odd"]
     finally:
         store.close()
 
