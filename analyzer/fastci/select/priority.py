@@ -11,11 +11,12 @@ flakiness; its expected cost); tests run highest score first, and the plan's
 * ``risk_per_cost`` — :func:`risk` per expected GPU-second (a square root, so a
   cheap, barely affected test does not jump ahead of an expensive, directly
   affected one).
-* ``rare_inputs`` — :func:`risk` plus how unusual the inputs are with which the test
-  drives the changed units (:func:`input_rarity`): when a bug fails many tests, any
-  order finds one early; when it fails few, it lives on a path few tests take, and
-  the contexts those tests recorded for the changed unit (arguments, parallel
-  degrees, dtypes, caller) hold values the others do not. A tie-break on cost.
+* ``rare_inputs`` — the test's own state first (failed last, modified, new), then
+  :func:`risk` plus how unusual the inputs are with which the test drives the changed
+  units (:func:`input_rarity`): when a bug fails many tests, any order finds one
+  early; when it fails few, it lives on a path few tests take, and the contexts those
+  tests recorded for the changed unit (arguments, parallel degrees, dtypes, caller)
+  hold values the others do not. Ties run cheaper first.
 
 :func:`apfdc` measures an order on real outcomes: the cost-cognizant average
 percentage of faults detected (each failing test a fault of severity 1), 1.0 when
@@ -83,18 +84,17 @@ class RiskFacts:
 
 
 class Strategy(Protocol):
-    """Scores a test; higher runs earlier. Ties run cheaper first, then by id."""
+    """Scores a test; higher runs earlier. Ties run cheaper first, then by id.
+
+    A strategy whose scores depend on the other selected tests too (``rare_inputs``)
+    also has ``scores(facts) -> list[float]``, over all of them at once; :func:`order`
+    calls it when present.
+    """
 
     @property
     def name(self) -> str: ...
 
     def score(self, facts: RiskFacts) -> float: ...
-
-
-class SetStrategy(Strategy, Protocol):
-    """A strategy whose scores depend on the other selected tests too."""
-
-    def scores(self, facts: Sequence[RiskFacts]) -> list[float]: ...
 
 
 def input_tokens(contexts: Iterable[str]) -> frozenset[str]:
@@ -123,12 +123,13 @@ def input_rarity(facts: Sequence[RiskFacts]) -> list[float]:
     as documents).
     """
     holders: dict[UnitId, dict[str, int]] = {}
+    reached: dict[UnitId, int] = {}
     for f in facts:
         for unit, tokens in f.inputs.items():
+            reached[unit] = reached.get(unit, 0) + 1
             counts = holders.setdefault(unit, {})
             for tok in tokens:
                 counts[tok] = counts.get(tok, 0) + 1
-    reached = {unit: sum(1 for f in facts if unit in f.inputs) for unit in holders}
     return [sum(math.log(reached[unit] / holders[unit][tok])
                 for unit, tokens in f.inputs.items() for tok in tokens)
             for f in facts]
