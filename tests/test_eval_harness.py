@@ -238,3 +238,25 @@ def test_a_failed_analysis_is_evaluated_as_running_everything(
     assert bug.fastci.tests == bug.run_all.tests == 4
     assert bug.detected and not bug.missed and rc == 0
     assert sorted(bug.fastci.failing) == ["test_lib.py::test_both", "test_lib.py::test_mul"]
+
+
+def test_strategies_that_cannot_be_ordered_leave_the_plan_alone(
+        repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The strategies' orders are the comparison's, not the plan's: when they fail, the
+    change is evaluated with FastCI's plan as usual and compares no strategy."""
+    from fastci.eval import harness
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("contexts unreadable")
+
+    monkeypatch.setattr(harness, "strategy_orders", broken)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("FASTCI_PROGRESS", "0")
+    out = tmp_path / "out"
+    rc = cli.main(["eval", "HEAD", "--root", str(repo), "--out", str(out),
+                   "--workdir", str(tmp_path / "work")])
+    (bug,) = read_results(out / "results.jsonl")
+    assert bug.plan_mode == "selective" and bug.detected and not bug.missed and rc == 0
+    assert bug.strategies == {}
+    assert "contexts unreadable" in caplog.text

@@ -271,7 +271,11 @@ class Evaluator:
                                    store=store,
                                    declared=BY_RUNNER if declared is None else declared)
                 plan, analysis_s = analysis.plan, time.perf_counter() - t0
-                orders = strategy_orders(analysis, store)
+                try:
+                    orders = strategy_orders(analysis, store)
+                except Exception as exc:  # noqa: BLE001 - the comparison only, not the plan
+                    LOG.warning("%s: the strategies' orders could not be computed (%s): "
+                                "they are not compared on this change", change.id, exc)
         except FastCIError as exc:
             # What `fastci plan` leaves behind when it fails: a plan that runs everything.
             plan, analysis_s = Plan.run_all(f"fastci plan failed: {exc}"), time.perf_counter() - t0

@@ -447,26 +447,15 @@ INPUTS_MAX_TESTS = 5000
 def changed_unit_inputs(selection: Selection, store: EvidenceReader
                         ) -> dict[TestId, dict[UnitId, frozenset[str]]]:
     """Per selected test, the input tokens (:func:`fastci.select.priority.input_tokens`)
-    of the contexts its evidence recorded for each changed unit it reached: one read of
-    those units' contexts for all the tests (``contexts_of_units``)."""
+    of the contexts its evidence recorded for each changed unit it reached
+    (:func:`fastci.select.prune.changed_unit_contexts`: what pruning reads)."""
     from fastci.select.priority import input_tokens
-    from fastci.select.prune import UNIT_KINDS
+    from fastci.select.prune import UNIT_KINDS, changed_unit_contexts
 
-    reached = {d.test: {r.unit for r in d.reasons if r.kind in UNIT_KINDS and r.unit}
-               for d in selection.selected}
-    units = set().union(*reached.values()) if reached else set()
-    if not units:
-        return {}
-    batch = getattr(store, "contexts_of_units", None)
-    per_test = getattr(store, "units_of_test", None)
-    if batch is not None:  # one read for every test (EvidenceStore)
-        found = batch(units)
-    elif per_test is not None:
-        found = {t: per_test(t) for t, us in reached.items() if us}
-    else:
-        return {}
-    return {t: {u: input_tokens(found[t][u]) for u in us if found.get(t, {}).get(u)}
-            for t, us in reached.items() if us}
+    recorded = changed_unit_contexts(selection, store)
+    return {d.test: {r.unit: input_tokens(recorded[d.test][r.unit]) for r in d.reasons
+                     if r.kind in UNIT_KINDS and r.unit and recorded[d.test].get(r.unit)}
+            for d in selection.selected if d.test in recorded}
 
 
 def calibrated_declaration(test: TestId, calibration: CalibrationStore) -> DeclaredTest | None:

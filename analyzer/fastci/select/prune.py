@@ -108,15 +108,7 @@ def prune(selection: Selection, store: EvidenceReader, declared: Mapping[TestId,
     if mode == "off" or selection.widen:
         return selection, []
     aggressive = mode == "aggressive"
-    reached = {d.test: {r.unit for r in d.reasons if r.kind in UNIT_KINDS and r.unit}
-               for d in selection.selected}
-    reached = {t: units for t, units in reached.items() if units}
-    batch = getattr(store, "contexts_of_units", None)
-    if batch is not None:  # one query per chunk of changed units (EvidenceStore)
-        found = batch(set().union(*reached.values())) if reached else {}
-        recorded = {t: found.get(t, {}) for t in reached}
-    else:
-        recorded = {t: store.units_of_test(t) for t in reached}
+    recorded = changed_unit_contexts(selection, store)
     # A number that varies within any test's run of a unit is data for that unit, in
     # every test: the same context blanked the same way everywhere.
     data: dict[UnitId, set[str]] = {}
@@ -134,6 +126,22 @@ def prune(selection: Selection, store: EvidenceReader, declared: Mapping[TestId,
     summary = (f"{selection.summary}; {len(pruned)} pruned (their changed units run in the "
                "same contexts in other planned tests)" if selection.summary else "")
     return replace(selection, decisions=decisions, summary=summary), pruned
+
+
+def changed_unit_contexts(selection: Selection, store: EvidenceReader
+                          ) -> dict[TestId, Mapping[UnitId, Sequence[str]]]:
+    """Per selected test that reached changed units (:data:`UNIT_KINDS`), the contexts
+    its evidence recorded, by unit: the changed units' only, in one read for all the
+    tests when the store has ``contexts_of_units`` (EvidenceStore), else the test's
+    whole evidence (``units_of_test``)."""
+    reached = {d.test: {r.unit for r in d.reasons if r.kind in UNIT_KINDS and r.unit}
+               for d in selection.selected}
+    reached = {t: units for t, units in reached.items() if units}
+    batch = getattr(store, "contexts_of_units", None)
+    if batch is not None:  # one query per chunk of changed units
+        found = batch(set().union(*reached.values())) if reached else {}
+        return {t: found.get(t, {}) for t in reached}
+    return {t: store.units_of_test(t) for t in reached}
 
 
 def _facts(d: Decision, recorded: Mapping[UnitId, Sequence[str]],
