@@ -149,15 +149,21 @@ def test_input_rarity_weighs_what_few_tests_give_the_changed_unit() -> None:
 
 def test_rare_inputs_runs_the_test_on_the_unusual_path_first() -> None:
     """Many tests drive the changed unit the common way, one through a path no other
-    takes: that one runs first, however expensive; history and directness still count."""
+    takes: that one runs first though it costs 4x as much (per square root of cost), not
+    at 30x; history and directness still count."""
     tests = [unit(f"//t:common{i}") for i in range(4)] + [unit("//t:decode")]
     inputs = {d.test: {"u0": frozenset({"q_offset=0", "cache=None"})} for d in tests}
     inputs["//t:decode"] = {"u0": frozenset({"q_offset=0", "cache=None", "cache=KVCache(length=#)"})}
-    cost = {d.test: 1.0 for d in tests} | {"//t:decode": 30.0}
+    cost = {d.test: 1.0 for d in tests} | {"//t:decode": 4.0}
     got = order(tests, lambda d: RiskFacts(d, cost[d.test], inputs=inputs[d.test]),
                 STRATEGIES["rare_inputs"])
     assert got[0].test == "//t:decode"
     assert [d.test for d in got[1:]] == [f"//t:common{i}" for i in range(4)]  # ties: by id
+    # (0.6 + log 5) / sqrt(30) < (0.6 + log 5/4) / 1: at 30x the cost it runs last.
+    costly = {**cost, "//t:decode": 30.0}
+    got = order(tests, lambda d: RiskFacts(d, costly[d.test], inputs=inputs[d.test]),
+                STRATEGIES["rare_inputs"])
+    assert got[-1].test == "//t:decode"
     # Without contexts the strategy is risk's order (cheaper first among equals).
     plain = order(tests, lambda d: RiskFacts(d, cost[d.test]), STRATEGIES["rare_inputs"])
     assert plain[-1].test == "//t:decode"

@@ -13,10 +13,10 @@ flakiness; its expected cost); tests run highest score first, and the plan's
   affected one).
 * ``rare_inputs`` — the test's own state first (failed last, modified, new), then
   :func:`risk` plus how unusual the inputs are with which the test drives the changed
-  units (:func:`input_rarity`): when a bug fails many tests, any order finds one
-  early; when it fails few, it lives on a path few tests take, and the contexts those
-  tests recorded for the changed unit (arguments, parallel degrees, dtypes, caller)
-  hold values the others do not. Ties run cheaper first.
+  units (:func:`input_rarity`), per square root of its expected GPU-seconds: when a
+  bug fails many tests, the cheap ones find it early; when it fails few, it lives on a
+  path few tests take, and the contexts those tests recorded for the changed unit
+  (arguments, parallel degrees, dtypes, caller) hold values the others do not.
 
 :func:`apfdc` measures an order on real outcomes: the cost-cognizant average
 percentage of faults detected (each failing test a fault of severity 1), 1.0 when
@@ -193,8 +193,12 @@ class _RiskPerCost:
     name: str = "risk_per_cost"
 
     def score(self, facts: RiskFacts) -> float:
-        cost = facts.cost if facts.cost is not None and facts.cost > 0 else 1.0
-        return risk(facts) / math.sqrt(max(cost, 1.0))
+        return risk(facts) / math.sqrt(_cost(facts))
+
+
+def _cost(facts: RiskFacts) -> float:
+    """The expected GPU-seconds a per-cost score divides by: at least 1 (unknown: 1)."""
+    return max(facts.cost, 1.0) if facts.cost is not None else 1.0
 
 
 #: Reasons about the test itself rather than the code it reaches, in ``reasons``' order.
@@ -218,8 +222,9 @@ class _RareInputs:
 
     def scores(self, facts: Sequence[RiskFacts]) -> list[float]:
         # The test's own state first (it failed last time, the change edits or adds it:
-        # ``reasons``' first groups), then risk plus rarity.
-        return [_OWN_STATE * _own_state(f) + risk(f) + r
+        # ``reasons``' first groups), then risk plus rarity per square root of the
+        # expected GPU-seconds (as risk_per_cost).
+        return [_OWN_STATE * _own_state(f) + (risk(f) + r) / math.sqrt(_cost(f))
                 for f, r in zip(facts, input_rarity(facts))]
 
 
