@@ -15,6 +15,7 @@ import os
 import subprocess
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -216,23 +217,33 @@ def test_a_corrupt_results_file_is_kept_and_named(repo: Path, tmp_path: Path,
     assert (out / "results.jsonl").read_text() == "{not json\n"
 
 
-def test_a_failed_analysis_is_evaluated_as_running_everything(
-        repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """When FastCI's analysis fails, the evaluation scores the run-all plan that
-    `fastci plan` leaves behind (the safe side), names the error, and misses nothing."""
-    from fastci.errors import StoreError
+def _eval_head_with_broken(name: str, error: Exception, repo: Path, tmp_path: Path,
+                           monkeypatch: pytest.MonkeyPatch) -> tuple[int, Any]:
+    """``fastci eval HEAD`` with ``fastci.eval.harness.<name>`` raising ``error``: its exit
+    code and the change's one result."""
     from fastci.eval import harness
 
     def broken(*args: object, **kwargs: object) -> object:
-        raise StoreError("evidence.db: not a FastCI store")
+        raise error
 
-    monkeypatch.setattr(harness, "analyze", broken)
+    monkeypatch.setattr(harness, name, broken)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("FASTCI_PROGRESS", "0")
     out = tmp_path / "out"
     rc = cli.main(["eval", "HEAD", "--root", str(repo), "--out", str(out),
                    "--workdir", str(tmp_path / "work")])
-    (bug,) = read_results(out / "results.jsonl")
+    (result,) = read_results(out / "results.jsonl")
+    return rc, result
+
+
+def test_a_failed_analysis_is_evaluated_as_running_everything(
+        repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When FastCI's analysis fails, the evaluation scores the run-all plan that
+    `fastci plan` leaves behind (the safe side), names the error, and misses nothing."""
+    from fastci.errors import StoreError
+
+    rc, bug = _eval_head_with_broken("analyze", StoreError("evidence.db: not a FastCI store"),
+                                     repo, tmp_path, monkeypatch)
     assert bug.plan_mode == "all" and "not a FastCI store" in bug.plan_reason
     assert sorted(t.id for t in bug.tests if t.planned) == sorted(t.id for t in bug.tests)
     assert bug.fastci.tests == bug.run_all.tests == 4
@@ -245,18 +256,8 @@ def test_strategies_that_cannot_be_ordered_leave_the_plan_alone(
         caplog: pytest.LogCaptureFixture) -> None:
     """The strategies' orders are the comparison's, not the plan's: when they fail, the
     change is evaluated with FastCI's plan as usual and compares no strategy."""
-    from fastci.eval import harness
-
-    def broken(*args: object, **kwargs: object) -> object:
-        raise RuntimeError("contexts unreadable")
-
-    monkeypatch.setattr(harness, "strategy_orders", broken)
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.setenv("FASTCI_PROGRESS", "0")
-    out = tmp_path / "out"
-    rc = cli.main(["eval", "HEAD", "--root", str(repo), "--out", str(out),
-                   "--workdir", str(tmp_path / "work")])
-    (bug,) = read_results(out / "results.jsonl")
+    rc, bug = _eval_head_with_broken("strategy_orders", RuntimeError("contexts unreadable"),
+                                     repo, tmp_path, monkeypatch)
     assert bug.plan_mode == "selective" and bug.detected and not bug.missed and rc == 0
     assert bug.strategies == {}
     assert "contexts unreadable" in caplog.text
