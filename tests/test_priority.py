@@ -211,6 +211,10 @@ def test_a_plan_orders_by_rare_inputs_from_the_stores_contexts(tmp_path: Any,
 
         assert ids("reasons")[-1] == "//t:z_odd"  # same kind: cheaper first
         assert ids("rare_inputs") == ["//t:z_odd", "//t:a", "//t:b", "//t:c"]
+        # strategy_orders (fastci eval) reads once what every strategy reads: the same orders.
+        analysis = analyze(repo.root, Config(), base=base, declared=declared,
+                           env_fingerprint=env_now(), store=store)
+        assert build.strategy_orders(analysis, store) == {n: ids(n) for n in STRATEGIES}
         # Above the bound on selected tests nothing per test is read: reasons' order.
         monkeypatch.setattr(build, "INPUTS_MAX_TESTS", 3)
         assert ids("rare_inputs") == ids("reasons") == ["//t:a", "//t:b", "//t:c", "//t:z_odd"]

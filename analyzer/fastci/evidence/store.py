@@ -693,7 +693,8 @@ class EvidenceStore:
         """Runs (joined with their test) matching ``where``, oldest first."""
         rows = self.conn.execute(
             f"SELECT {_RECORD_COLUMNS}, l.packages_list FROM run r JOIN test t ON t.id = r.test_id"
-            f" LEFT JOIN env_listing l ON l.fingerprint = r.env_fingerprint{where} ORDER BY r.recorded_at, r.run_key", args)
+            f" LEFT JOIN env_listing l ON l.fingerprint = r.env_fingerprint{where}"
+            " ORDER BY r.recorded_at, r.run_key", args)
         for row in rows:
             yield _record(row, row[11])
 

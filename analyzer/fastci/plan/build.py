@@ -41,7 +41,8 @@ from fastci.plan.reduce import Choice, choose
 from fastci.select import (DeclaredTest, DecisionKind, Reason, Selection, select_tests,
                            widen_everything)
 from fastci.select.decisions import SKIP_KINDS, Decision
-from fastci.select.priority import RISK_BASED
+from fastci.select.priority import (INPUT_BASED, RISK_BASED, STRATEGIES, RiskFacts, input_tokens,
+                                    order, reorder)
 from fastci.select.rules import EvidenceReader, own_output
 from fastci.types import RelPath, TestId, UnitId
 
@@ -397,45 +398,65 @@ def prioritized(selection: Selection, store: EvidenceReader, choices: Mapping[Te
     """The selected tests in the order of the ``priority`` strategy (fastci.select.priority),
     scored with their expected cost at the planned workload, their recorded outcomes and,
     where line evidence speaks for them, how many changed lines they ran."""
-    from fastci.select.priority import INPUT_BASED, STRATEGIES, RiskFacts, reorder
-
-    if strategy in INPUT_BASED and len(selection.selected) > INPUTS_MAX_TESTS:
-        LOG.info("%d tests selected (more than %d): ordered by their reasons, without "
-                 "reading their inputs and histories", len(selection.selected), INPUTS_MAX_TESTS)
-        strategy = "reasons"
+    strategy = _affordable(strategy, selection, log=True)
     # Only the history-aware strategies pay for reading the tests' recent runs, and only
     # the input-aware ones for the contexts of the changed units.
-    recent: Mapping[TestId, tuple[str, ...]] = {}
-    if strategy in RISK_BASED:
-        batch = getattr(store, "recent_outcomes", None)
-        history = getattr(store, "runs_of_test", None)
-        tests = [d.test for d in selection.selected]
-        if batch is not None:  # one query per chunk of tests (EvidenceStore)
-            recent = batch(tests)
-        elif history is not None:
-            recent = {t: tuple(r.outcome for r in reversed(history(t))) for t in tests}
-    inputs = changed_unit_inputs(selection, store) if strategy in INPUT_BASED else {}
-
-    def facts(d: Decision) -> RiskFacts:
-        reach = (lines or {}).get(d.test)
-        ran = sum(r.ran for r in reach) if reach else None
-        return RiskFacts(d, planned_cost(d, choices), recent.get(d.test, ()), ran,
-                         inputs.get(d.test, {}))
-
-    return reorder(selection, facts, STRATEGIES[strategy])
+    facts = _risk_facts(selection, store, choices, lines, history=strategy in RISK_BASED,
+                        inputs=strategy in INPUT_BASED)
+    return reorder(selection, lambda d: facts[d.test], STRATEGIES[strategy])
 
 
 def strategy_orders(analysis: Analysis, store: EvidenceReader) -> dict[str, list[TestId]]:
     """The analysis's selected tests in the order of every prioritization strategy
     (:data:`fastci.select.priority.STRATEGIES`), as ``fastci plan`` would order them
-    with ``priority:`` set to it; {} when the selection was widened (nothing to order)."""
-    from fastci.select.priority import STRATEGIES
-
-    if analysis.selection.widen:
+    with ``priority:`` set to it; {} when the selection was widened (nothing to order).
+    What the strategies read is read once for all of them."""
+    selection = analysis.selection
+    if selection.widen:
         return {}
-    return {name: [d.test for d in prioritized(analysis.selection, store, analysis.choices, name,
-                                               analysis.lines).selected]
-            for name in STRATEGIES}
+    used = {name: _affordable(name, selection) for name in STRATEGIES}
+    facts = _risk_facts(selection, store, analysis.choices, analysis.lines, history=True,
+                        inputs=bool(INPUT_BASED & set(used.values())))
+    return {name: [d.test for d in order(selection.selected, lambda d: facts[d.test],
+                                          STRATEGIES[strategy])]
+            for name, strategy in used.items()}
+
+
+def _affordable(strategy: str, selection: Selection, log: bool = False) -> str:
+    """``strategy``, or ``reasons`` when it reads the tests' inputs and more than
+    :data:`INPUTS_MAX_TESTS` tests are selected."""
+    if strategy not in INPUT_BASED or len(selection.selected) <= INPUTS_MAX_TESTS:
+        return strategy
+    if log:
+        LOG.info("%d tests selected (more than %d): ordered by their reasons, without "
+                 "reading their inputs and histories", len(selection.selected), INPUTS_MAX_TESTS)
+    return "reasons"
+
+
+def _risk_facts(selection: Selection, store: EvidenceReader, choices: Mapping[TestId, Choice],
+                lines: Mapping[TestId, Sequence[Reach]] | None, *, history: bool,
+                inputs: bool) -> dict[TestId, RiskFacts]:
+    """What a strategy may know of each selected test: its cost at the planned workload
+    and its line facts; with ``history`` its recent outcomes (one query per chunk of
+    tests when the store has ``recent_outcomes``); with ``inputs`` its inputs to the
+    changed units (:func:`changed_unit_inputs`)."""
+    tests = [d.test for d in selection.selected]
+    recent: Mapping[TestId, tuple[str, ...]] = {}
+    if history:
+        batch = getattr(store, "recent_outcomes", None)
+        runs = getattr(store, "runs_of_test", None)
+        if batch is not None:
+            recent = batch(tests)
+        elif runs is not None:
+            recent = {t: tuple(r.outcome for r in reversed(runs(t))) for t in tests}
+    given = changed_unit_inputs(selection, store) if inputs else {}
+    out: dict[TestId, RiskFacts] = {}
+    for d in selection.selected:
+        reach = (lines or {}).get(d.test)
+        out[d.test] = RiskFacts(d, planned_cost(d, choices), recent.get(d.test, ()),
+                                sum(r.ran for r in reach) if reach else None,
+                                given.get(d.test, {}))
+    return out
 
 
 #: Above this many selected tests, ``rare_inputs`` reads neither the contexts of the
@@ -449,13 +470,10 @@ def changed_unit_inputs(selection: Selection, store: EvidenceReader
     """Per selected test, the input tokens (:func:`fastci.select.priority.input_tokens`)
     of the contexts its evidence recorded for each changed unit it reached
     (:func:`fastci.select.prune.changed_unit_contexts`: what pruning reads)."""
-    from fastci.select.priority import input_tokens
-    from fastci.select.prune import UNIT_KINDS, changed_unit_contexts
+    from fastci.select.prune import changed_unit_contexts
 
-    recorded = changed_unit_contexts(selection, store)
-    return {d.test: {r.unit: input_tokens(recorded[d.test][r.unit]) for r in d.reasons
-                     if r.kind in UNIT_KINDS and r.unit and recorded[d.test].get(r.unit)}
-            for d in selection.selected if d.test in recorded}
+    return {t: {u: input_tokens(contexts) for u, contexts in units.items() if contexts}
+            for t, units in changed_unit_contexts(selection, store).items()}
 
 
 def calibrated_declaration(test: TestId, calibration: CalibrationStore) -> DeclaredTest | None:

@@ -55,9 +55,11 @@ DIRECTNESS = {
 _OTHER = 0.1
 #: Directness of a changed function whose changed lines the test's line evidence ran.
 RAN_CHANGED_LINES = 0.8
+#: Reasons about the test itself rather than the code it reaches: ``reasons``' first
+#: groups, and what ``rare_inputs`` puts before any score.
+_OWN_KINDS = (DecisionKind.FAILED_LAST, DecisionKind.MODIFIED_TEST, DecisionKind.NEW_TEST)
 #: The order of ``reasons`` (kinds not listed come after, cheapest first).
-_KIND_ORDER = [DecisionKind.FAILED_LAST, DecisionKind.MODIFIED_TEST, DecisionKind.NEW_TEST,
-               DecisionKind.CHANGED_UNIT, DecisionKind.UNPARSABLE_FILE]
+_KIND_ORDER = [*_OWN_KINDS, DecisionKind.CHANGED_UNIT, DecisionKind.UNPARSABLE_FILE]
 
 
 @dataclass(frozen=True)
@@ -174,10 +176,15 @@ class _Reasons:
     name: str = "reasons"
 
     def score(self, facts: RiskFacts) -> float:
-        kinds = {r.kind for r in facts.decision.reasons}
-        first = min((_KIND_ORDER.index(k) for k in kinds if k in _KIND_ORDER),
-                    default=len(_KIND_ORDER))
-        return float(len(_KIND_ORDER) - first)
+        return float(len(_KIND_ORDER) - _group(facts))
+
+
+def _group(facts: RiskFacts) -> int:
+    """The index in :data:`_KIND_ORDER` of the test's first-listed reason kind (its
+    length when none is listed)."""
+    kinds = {r.kind for r in facts.decision.reasons}
+    return min((_KIND_ORDER.index(k) for k in kinds if k in _KIND_ORDER),
+               default=len(_KIND_ORDER))
 
 
 @dataclass(frozen=True)
@@ -201,16 +208,13 @@ def _cost(facts: RiskFacts) -> float:
     return max(facts.cost, 1.0) if facts.cost is not None else 1.0
 
 
-#: Reasons about the test itself rather than the code it reaches, in ``reasons``' order.
-_OWN_KINDS = (DecisionKind.FAILED_LAST, DecisionKind.MODIFIED_TEST, DecisionKind.NEW_TEST)
 #: What one step of :func:`_own_state` weighs: more than any risk plus rarity.
 _OWN_STATE = 1e6
 
 
 def _own_state(facts: RiskFacts) -> int:
     """3 when the test failed last, 2 when the change modifies it, 1 when it is new, else 0."""
-    kinds = {r.kind for r in facts.decision.reasons}
-    return max((len(_OWN_KINDS) - i for i, k in enumerate(_OWN_KINDS) if k in kinds), default=0)
+    return max(len(_OWN_KINDS) - _group(facts), 0)
 
 
 @dataclass(frozen=True)

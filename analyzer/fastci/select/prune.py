@@ -131,17 +131,19 @@ def prune(selection: Selection, store: EvidenceReader, declared: Mapping[TestId,
 def changed_unit_contexts(selection: Selection, store: EvidenceReader
                           ) -> dict[TestId, Mapping[UnitId, Sequence[str]]]:
     """Per selected test that reached changed units (:data:`UNIT_KINDS`), the contexts
-    its evidence recorded, by unit: the changed units' only, in one read for all the
-    tests when the store has ``contexts_of_units`` (EvidenceStore), else the test's
-    whole evidence (``units_of_test``)."""
+    its evidence recorded for each of those units (a unit it has none for is left out):
+    in one read for all the tests when the store has ``contexts_of_units``
+    (EvidenceStore), else from each test's evidence (``units_of_test``)."""
     reached = {d.test: {r.unit for r in d.reasons if r.kind in UNIT_KINDS and r.unit}
                for d in selection.selected}
     reached = {t: units for t, units in reached.items() if units}
     batch = getattr(store, "contexts_of_units", None)
     if batch is not None:  # one query per chunk of changed units
         found = batch(set().union(*reached.values())) if reached else {}
-        return {t: found.get(t, {}) for t in reached}
-    return {t: store.units_of_test(t) for t in reached}
+    else:
+        found = {t: store.units_of_test(t) for t in reached}
+    return {t: {u: found[t][u] for u in units if u in found.get(t, {})}
+            for t, units in reached.items()}
 
 
 def _facts(d: Decision, recorded: Mapping[UnitId, Sequence[str]],
