@@ -4,15 +4,17 @@ A synthetic git repository of 5,000 files x 100 functions (505,000 units with th
 module units) and a starting store bulk-loaded with 100,000 tests, each executing
 ~500 units in a cluster of 10 files (~50 million (test, unit) pairs). Then, as a
 CI main-branch job would, one new full-suite recording is ingested on top through
-the real path: a ``RunEvidence`` per test into ``EvidenceStore.ingest_many`` (the
-batch ``fastci ingest`` uses); 10% of the tests executed other functions of their
+the real path: one trace file per test, as the recorder writes them, ingested as
+``fastci ingest DIR`` does (:func:`fastci.evidence.record.ingest_paths`: read, decode,
+merge into runs in worker processes, checksums from the recorded tree and its warm
+unit cache, stored in one batch); 10% of the tests executed other functions of their
 files this time, so posting lists really change. Finally 20 files are edited and
 ``fastci plan``'s analysis is timed in fresh processes (as
 :mod:`bench.selection_synthetic` does at 10,000 x 50,000).
 
 Printed, one line each with its target: the store's size on disk (the starting
-store and after the ingest; <= 1 GB), the ingest's wall time (<= 60 s, the
-RunEvidence objects' own construction included and also shown apart), the plan's
+store and after the ingest; <= 1 GB), the ingest's wall time (<= 60 s; making the
+trace files is the recorder's work and is not counted), the plan's
 analysis time (<= 2 s, best of 3), and the peak RSS of each step (each runs in
 its own process). Exit 1 when a target is missed.
 
@@ -39,7 +41,7 @@ from typing import Any, Iterator
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fastci" / "bench-scale"
 #: Bump when the generator changes in a way its source digest would not show.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 SCALES: dict[str, dict[str, Any]] = {
     "large": {"files": 5000, "funcs": 100, "tests": 100_000, "files_per_test": 10,
               "funcs_per_test_file": 50, "contexts": 200, "changed_files": 20,
@@ -123,8 +125,9 @@ def _git(root: Path, *args: str) -> str:
                           text=True, env=env).stdout.strip()
 
 
-def _units(p: dict[str, Any]) -> tuple[list[tuple[str, str]], list[str]]:
-    """Every unit (id, checksum) in file order, and each file's sha256."""
+def _units(p: dict[str, Any], cache: Any = None) -> tuple[list[tuple[str, str]], list[str]]:
+    """Every unit (id, checksum) in file order, and each file's sha256 (each file's
+    index put into ``cache``, a :class:`~fastci.units.index.UnitCache`, if given)."""
     from bench.selection_synthetic import _source
     from fastci.units.index import FileUnits, index_source
 
@@ -136,6 +139,8 @@ def _units(p: dict[str, Any]) -> tuple[list[tuple[str, str]], list[str]]:
         assert isinstance(idx, FileUnits) and len(idx.units) == p["funcs"] + 1
         units.extend((u.id, u.checksum) for u in idx.units)  # <module> first, then f_0..
         digests.append(hashlib.sha256(text.encode()).hexdigest())
+        if cache is not None:
+            cache.put(_path(f), digests[-1], idx)
     return units, digests
 
 
@@ -148,6 +153,9 @@ def build(root: Path, p: dict[str, Any]) -> dict[str, Any]:
     from fastci.evidence.environment import current_fingerprint
     from fastci.evidence.store import EvidenceStore
 
+    from fastci.integrations.git.repository import cache_dir
+    from fastci.units.index import UnitCache
+
     t0 = time.perf_counter()
     repo = root / "repo"
     (repo / "src").mkdir(parents=True)
@@ -158,7 +166,13 @@ def build(root: Path, p: dict[str, Any]) -> dict[str, Any]:
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "synthetic base")
     commit = _git(repo, "rev-parse", "HEAD")
-    units, digests = _units(p)
+    # The tree the new recording was made in (the base commit: the 20-file change comes
+    # after it), and ingest's unit index cache of it, warm as on a main branch that
+    # ingested before (a cold cache costs libcst indexing every file once).
+    _git(repo, "worktree", "add", "-q", "--detach", str(root / "base-tree"), commit)
+    cache = UnitCache(cache_dir(root / "base-tree") / "units.cache")
+    units, digests = _units(p, cache)
+    cache.save()
     t_repo = time.perf_counter() - t0
     c = p["contexts"]
 
@@ -189,32 +203,62 @@ def build(root: Path, p: dict[str, Any]) -> dict[str, Any]:
     return meta
 
 
-def recording(p: dict[str, Any], commit: str, fingerprint: str,
-              index: tuple[list[tuple[str, str]], list[str]]) -> Iterator[Any]:
-    """The new full-suite recording: one ``RunEvidence`` per test, made as it is read
-    (``index``: :func:`_units`, computed once)."""
-    from fastci.evidence.store import RunEvidence
+def recording(p: dict[str, Any], fingerprint: str, index: tuple[list[tuple[str, str]], list[str]],
+              clock: list[float]) -> Iterator[bytes]:
+    """The new full-suite recording: one trace file's bytes per test, as the recorder
+    writes them (format 2, no checksums), made as they are read; the time spent making
+    them is added to ``clock[0]`` (the recorder's work, not ingest's)."""
+    import numpy as np
+
+    from fastci.evidence import trace
 
     units, digests = index
-    uids = [u for u, _ in units]
-    checksums = [cs for _, cs in units]
+    quals = [uid.partition("::")[2] for uid, _ in units]
+    per_file = p["funcs"] + 1
     c = p["contexts"]
-    sets = {(a, b): frozenset({f"ctx:{a}", f"ctx:{b}"}) for a in range(c) for b in range(c)}
-    for t, files, us in suite(p, redraw=True):
-        units_t = {uids[u]: (checksums[u], sets[(u % c, (u + t) % c)]) for u in us.tolist()}
-        yield RunEvidence(
-            test=_test(t), run_key=f"main-2:{_test(t)}", outcome="passed", complete=True,
-            duration_s=1.0, gpus=1, workload={}, overrides={}, recorded_at=1_700_003_600.0,
-            env_fingerprint=fingerprint, commit=commit, source="bazel", units=units_t,
-            sources={_path(f): digests[f] for f in files.tolist()})
+    sigs = [f"ctx:{i}" for i in range(c)]
+    for t, _files, us in suite(p, redraw=True):
+        t0 = time.perf_counter()
+        msg = trace.Trace(format_version=trace.FORMAT_VERSION, test_id=_test(t), run_id="main-2",
+                          complete=True, outcome="passed", role="main", started_at=1_700_003_600.0,
+                          duration_s=1.0, gpus=1, workload_json="{}", overrides_json="{}")
+        msg.environment.fingerprint = fingerprint
+        # Each unit ran in {ctx:u%c, ctx:(u+t)%c}: the test's contexts, its distinct
+        # sets of them, and each unit's set, as trace.ContextTable would number them.
+        pair = np.stack([us % c, (us + t) % c], axis=1)
+        pair.sort(axis=1)
+        used = np.unique(pair)
+        msg.contexts.extend([sigs[i] for i in used.tolist()])
+        local = np.searchsorted(used, pair)
+        distinct, unit_set = np.unique(local, axis=0, return_inverse=True)
+        single = distinct[:, 0] == distinct[:, 1]
+        msg.set_sizes = trace.u32(np.where(single, 1, 2).tolist())
+        msg.set_contexts = trace.u32(np.concatenate(
+            [row[:1] if one else row for row, one in zip(distinct, single)]).tolist())
+        unit_set = unit_set.ravel()
+        owner = us // per_file
+        bounds = np.flatnonzero(np.diff(owner)) + 1
+        for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), len(us)]):
+            f = int(owner[lo])
+            trace.write_file(msg.files, _path(f), digests[f],
+                             zip([quals[u] for u in us[lo:hi].tolist()],
+                                 unit_set[lo:hi].tolist()))
+        data = trace.encode(msg)
+        clock[0] += time.perf_counter() - t0
+        yield data
 
 
 def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def ingest_step(root: Path, p: dict[str, Any]) -> dict[str, Any]:
-    """Copy the starting store into the repo and ingest the new recording into it."""
+def ingest_step(root: Path, p: dict[str, Any], jobs: int | None = None) -> dict[str, Any]:
+    """Copy the starting store into the repo, write the new recording's trace files and
+    ingest them as ``fastci ingest DIR`` does (:func:`~fastci.evidence.record.ingest_paths`:
+    read, decode, merge into runs with checksums from the recorded tree and its unit
+    cache, store in one batch)."""
+    from fastci.evidence.ingest import worker_count
+    from fastci.evidence.record import ingest_paths
     from fastci.evidence.store import EvidenceStore
 
     meta = json.loads((root / "meta.json").read_text())
@@ -223,26 +267,36 @@ def ingest_step(root: Path, p: dict[str, Any]) -> dict[str, Any]:
     for stale in (work, Path(f"{work}-wal"), Path(f"{work}-shm")):
         stale.unlink(missing_ok=True)
     shutil.copyfile(root / "base.db", work)
-    index = _units(p)
-    t0 = time.perf_counter()
-    runs = sum(1 for _ in recording(p, meta["commit"], meta["fingerprint"], index))
-    gen_s = time.perf_counter() - t0
-    with EvidenceStore.open(work, create=True) as store:
-        t1 = time.perf_counter()
-        added = store.ingest_many(recording(p, meta["commit"], meta["fingerprint"], index))
-        ingest_s = time.perf_counter() - t1
+    traces = root / "traces"
+    shutil.rmtree(traces, ignore_errors=True)
+    traces.mkdir()
+    making = [0.0]
+    size = 0
+    for t, data in enumerate(recording(p, meta["fingerprint"], _units(p), making)):
+        (traces / f"{t:06d}.trace").write_bytes(data)
+        size += len(data)
+    try:
+        t0 = time.perf_counter()
+        report, _ = ingest_paths(work, [traces], source="bazel", commit=meta["commit"],
+                                 source_root=root / "base-tree", jobs=jobs)
+        ingest_s = time.perf_counter() - t0
+    finally:
+        shutil.rmtree(traces, ignore_errors=True)
+    with EvidenceStore.open(work) as store:
         store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         stats = store.stats()
-    assert sum(added) == runs == p["tests"], (sum(added), runs)
-    return {"ingest_s": ingest_s, "gen_s": gen_s, "runs": runs, "stats": stats,
+    assert report.runs_added == p["tests"] and not report.corrupt, report
+    return {"ingest_s": ingest_s, "gen_s": making[0], "runs": report.runs_added,
+            "trace_mb": size / 1e6, "jobs": worker_count(jobs, p["tests"]), "stats": stats,
             "rss_mb": _rss_mb()}
 
 
-def _child(step: str, root: Path, scale: str) -> dict[str, Any]:
+def _child(step: str, root: Path, scale: str, jobs: int | None = None) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(REPO / "analyzer"), str(REPO), os.environ.get("PYTHONPATH", "")])}
+    extra = [] if jobs is None else [f"--jobs={jobs}"]
     res = subprocess.run([sys.executable, "-m", "bench.store_scale", f"--step={step}",
-                          f"--root={root}", f"--scale={scale}"], cwd=REPO, env=env,
+                          f"--root={root}", f"--scale={scale}", *extra], cwd=REPO, env=env,
                          capture_output=True, text=True)
     if res.returncode:
         raise RuntimeError(f"bench.store_scale {step} failed:\n{res.stderr[-4000:]}")
@@ -250,11 +304,15 @@ def _child(step: str, root: Path, scale: str) -> dict[str, Any]:
     return out
 
 
+def _workers(jobs: int) -> str:
+    return f"{jobs} worker processes merging the traces" if jobs else "merged in one process"
+
+
 def _verdict(ok: bool) -> str:
     return "OK" if ok else OVER
 
 
-def run(scale: str, cache: Path = CACHE) -> list[str]:
+def run(scale: str, cache: Path = CACHE, jobs: int | None = None) -> list[str]:
     """Build (or reuse) the synthetic repo and store, ingest, plan; the report lines."""
     from bench.selection_synthetic import measure
 
@@ -277,7 +335,7 @@ def run(scale: str, cache: Path = CACHE) -> list[str]:
         lines.append(f"  reusing the cached repo and starting store in {root}")
     base = meta["stats"]
     pairs = base["evidence"]
-    ing = _child("ingest", root, scale)
+    ing = _child("ingest", root, scale, jobs)
     after = ing["stats"]
     size = max(base["bytes"], after["bytes"])
     lines += [
@@ -288,9 +346,10 @@ def run(scale: str, cache: Path = CACHE) -> list[str]:
         f"target <= {TARGET_STORE_BYTES / 1e9:.0f} GB: {_verdict(size <= TARGET_STORE_BYTES)})",
         f"  ingest of one full-suite recording ({ing['runs']:,} runs, {after['evidence']:,} "
         f"pairs, {p['redrawn']:.0%} of the tests executing other functions): "
-        f"{ing['ingest_s']:.1f} s (of which {ing['gen_s']:.1f} s making the RunEvidence objects; "
-        f"target <= {TARGET_INGEST_S:.0f} s: {_verdict(ing['ingest_s'] <= TARGET_INGEST_S)}); "
-        f"peak RSS {ing['rss_mb']:,.0f} MB",
+        f"{ing['ingest_s']:.1f} s from {ing['trace_mb']:,.0f} MB of trace files to the store, "
+        f"{_workers(ing['jobs'])} (target <= {TARGET_INGEST_S:.0f} s: "
+        f"{_verdict(ing['ingest_s'] <= TARGET_INGEST_S)}); +{ing['gen_s']:.1f} s making the "
+        f"traces (the recorder's work, not counted); peak RSS {ing['rss_mb']:,.0f} MB",
     ]
     runs = measure(root)
     best = min(float(r["plan_s"]) for r in runs)
@@ -309,14 +368,18 @@ def main(argv: list[str]) -> int:
     """``python -m bench store_scale [-- --scale small]``; exit 1 when a target is missed."""
     parser = argparse.ArgumentParser(prog="python -m bench.store_scale")
     parser.add_argument("--scale", choices=sorted(SCALES), default="large")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="fastci ingest --jobs (default: one worker per CPU)")
     parser.add_argument("--step", choices=["build", "ingest"], help=argparse.SUPPRESS)
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     args, _unknown = parser.parse_known_args(argv)  # `python -m bench -- ...` passes all options
     if args.step:
-        step = build if args.step == "build" else ingest_step
-        print(json.dumps(step(args.root, SCALES[args.scale])))
+        if args.step == "build":
+            print(json.dumps(build(args.root, SCALES[args.scale])))
+        else:
+            print(json.dumps(ingest_step(args.root, SCALES[args.scale], args.jobs)))
         return 0
-    lines = run(args.scale)
+    lines = run(args.scale, jobs=args.jobs)
     for line in lines:
         print(line, flush=True)
     if any(OVER in line for line in lines):

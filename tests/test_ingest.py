@@ -5,13 +5,65 @@ from __future__ import annotations
 import json
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fastci import cli
 from fastci.evidence import trace, trace_pb2
-from fastci.evidence.ingest import find_traces, ingest, label_from_testlogs
+from fastci.evidence.ingest import (TraceUnits, find_traces, index_segments, ingest,
+                                   label_from_testlogs, merge_run)
 from fastci.evidence.store import EvidenceStore
+
+
+@pytest.fixture(autouse=True, params=["columns", "messages"])
+def trace_format(request: pytest.FixtureRequest) -> str:
+    """Every test here runs on traces as the recorder writes them (format 2: units as
+    columns) and as older recorders wrote them (format 1: one message per unit)."""
+    global FORMAT
+    FORMAT = request.param
+    return FORMAT
+
+
+FORMAT = "columns"
+
+
+def add_units(t: trace_pb2.Trace, files: object, path: str, quals: list[tuple[str, list[str]]],
+              checksum: str = "c", digest: str = "d", checksums: list[str] | None = None) -> None:
+    """Add a file with units (qualname, context signatures) to ``files`` of ``t``, in
+    the format the test runs with (``checksums``: per unit, else ``checksum`` for all)."""
+    sums = checksums if checksums is not None else [checksum] * len(quals)
+    if FORMAT == "columns":
+        table = trace.ContextTable(t)  # the trace's so far, re-written with the new sets
+        for i, sig in enumerate(t.contexts):
+            table.sigs[sig] = i
+        for ids in _sets_of(t):
+            table.sets.setdefault(ids, len(table.sets))
+        ft = trace.write_file(files, path, digest,
+                              [(q, table.set_of(sigs)) for q, sigs in quals])
+        if any(sums):
+            ft.checksums = "\n".join(sums)
+        table.close()
+        return
+    ft = files.add(path=path, digest=digest)  # type: ignore[attr-defined]
+    for (qual, sigs), sum_ in zip(quals, sums):
+        ids = []
+        for s in sigs:
+            if s not in t.contexts:
+                t.contexts.append(s)
+            ids.append(list(t.contexts).index(s))
+        ft.units.add(qualname=qual, checksum=sum_, contexts=ids)
+
+
+def _sets_of(t: trace_pb2.Trace) -> list[tuple[int, ...]]:
+    flat = trace.u32_column(t.set_contexts).tolist()
+    out, at = [], 0
+    for n in trace.u32_column(t.set_sizes).tolist():
+        out.append(tuple(flat[at:at + n]))
+        at += n
+    return out
 
 
 def make(test: str, run_id: str, at: float, units: dict[str, list[str]], *, role: str = "main",
@@ -27,14 +79,7 @@ def make(test: str, run_id: str, at: float, units: dict[str, list[str]], *, role
         path, _, qual = uid.partition("::")
         by_file.setdefault(path, []).append((qual, sigs))
     for path, quals in sorted(by_file.items()):
-        ft = t.files.add(path=path, digest="d")
-        for qual, sigs in quals:
-            ids = []
-            for s in sigs:
-                if s not in t.contexts:
-                    t.contexts.append(s)
-                ids.append(list(t.contexts).index(s))
-            ft.units.add(qualname=qual, checksum="c", contexts=ids)
+        add_units(t, t.files, path, quals)
     for r in reads:
         t.reads.add(path=r, digest="x")
     return t
@@ -93,15 +138,13 @@ def test_child_without_clean_stop_makes_run_incomplete(tmp_path: Path) -> None:
 def test_shared_segments_are_merged_with_what_they_include(tmp_path: Path) -> None:
     shared = make("", "sess", 0.5, {}, role="shared")
     coll = shared.segments.add(key="sess/c1", includes=["sess/c2"])
-    coll.files.add(path="t.py", digest="d").units.add(qualname="<module>", checksum="c")
+    add_units(shared, coll.files, "t.py", [("<module>", [])])
     consts = shared.segments.add(key="sess/c2")
-    ft = consts.files.add(path="consts.py", digest="d")
-    shared.contexts.append("args()|caller=t.py::<module>")
-    ft.units.add(qualname="<module>", checksum="c", contexts=[0])
+    add_units(shared, consts.files, "consts.py", [("<module>", ["args()|caller=t.py::<module>"])])
     trace.write_atomic(tmp_path / "s-collection.sess.1.trace", shared)
     x = make("t::x", "r1", 1.0, {"t.py::x": []})
     fixture = x.segments.add(key="sess/fx1:setup")
-    fixture.files.add(path="fx.py", digest="d").units.add(qualname="data", checksum="c")
+    add_units(x, fixture.files, "fx.py", [("data", [])])
     fixture.reads.add(path="data/x.json", digest="x")
     x.shared.extend(["sess/c1", "sess/fx1:setup"])
     put(tmp_path, x)
@@ -142,6 +185,32 @@ def test_corrupt_trace_is_reported_skipped_and_incomplete(tmp_path: Path,
     assert good.exists() and bad.exists()  # nothing deleted
     assert cli.main(["ingest", str(traces), "--store", str(db)]) == 1  # still reported
     assert "0 run(s) added" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_trace_found_corrupt_when_its_run_is_merged_is_reported_like_any(
+        tmp_path: Path, jobs: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trace whose header reads but whose body does not (units that do not add up) is
+    found when its run is merged, here or in a worker: reported, its test's run
+    incomplete, its file kept; the run's other traces are merged."""
+    from fastci.evidence import ingest as ingest_mod
+
+    monkeypatch.setattr(ingest_mod, "PARALLEL_FROM", 0)
+    put(tmp_path, make("t::ok", "r1", 1.0, {"m.py::f": ["a"]}))
+    put(tmp_path, make("t::x", "r2", 1.0, {"m.py::g": []}))
+    child = make("t::x", "r2", 1.1, {"m.py::h": ["b"]}, role="child", pid=5)
+    child.files[0].unit_sets = b"\x01\x00"  # a partial uint32 (format 1: an unknown field)
+    child.set_sizes = b"\x09"
+    bad = put(tmp_path, child)
+    with EvidenceStore.open(tmp_path / "e.db", create=True) as s:
+        rep = ingest(s, find_traces([tmp_path]), source="pytest", commit=None, jobs=jobs)
+        assert len(rep.corrupt) == 1 and str(bad) in rep.corrupt[0]
+        assert "partial entry" in rep.corrupt[0]
+        assert rep.incomplete_tests == {"t::x"} and str(bad) not in rep.ingested
+        assert len(rep.ingested) == 2
+        latest = s.latest_runs()
+        assert latest["t::ok"].complete and not latest["t::x"].complete
+        assert rep.runs_added == 3  # t::ok, t::x merged without the child, its corrupt run
 
 
 def test_bazel_testlogs_zip_and_bep(tmp_path: Path) -> None:
@@ -227,3 +296,133 @@ def test_ingest_into_a_store_locked_by_another_writer_is_one_line_naming_the_hol
     assert cli.main(["ingest", str(traces), "--store", str(db), "--source", "pytest"]) == 0
     with EvidenceStore.open(db) as s:
         assert s.test_ids() == ["t::a"]
+
+
+# ------------------------------------------------------------------ merge_run, both formats
+
+QUALS = ["<module>", "f", "C.m", "g.<locals>.h"]
+SIGS = ["a", "b|tp=2", "caller=x.py::f"]
+
+
+class TreeChecksums:
+    """Checksums as the source tree gives them (Checksums.of's contract), from a dict."""
+
+    def __init__(self, sums: dict[tuple[str, str], dict[str, str]]) -> None:
+        self.sums = sums
+
+    def of(self, path: str, digest: str) -> dict[str, str]:
+        return self.sums.get((path, digest), {})
+
+
+file_st = st.tuples(
+    st.sampled_from(["m.py", "pkg/n.py"]), st.sampled_from(["d1", "d2", ""]),
+    st.lists(st.tuples(st.sampled_from(QUALS), st.lists(st.sampled_from(SIGS), max_size=3),
+                       st.sampled_from(["", "", "r1", "r2"])),
+             max_size=4, unique_by=lambda u: u[0]))
+trace_st = st.lists(file_st, max_size=3, unique_by=lambda f: f[0])
+
+
+def reference(parts: list[list[tuple[str, str, list[tuple[str, list[str], str]]]]],
+              tree: TreeChecksums) -> dict[str, tuple[str, frozenset[str]]]:
+    """merge_run's units as the dict-based merge defined them: parts in order, a unit's
+    first non-empty checksum (recorded, else the tree's), the union of its contexts."""
+    out: dict[str, tuple[str, set[str]]] = {}
+    for files in parts:
+        for path, digest, units in files:
+            known = tree.of(path, digest)
+            for qual, sigs, recorded in units:
+                uid = f"{path}::{qual}"
+                checksum, got = out.get(uid, ("", set()))
+                out[uid] = (checksum or recorded or known.get(qual, ""), got | set(sigs))
+    return {u: (c, frozenset(s)) for u, (c, s) in out.items()}
+
+
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # it only picks the format
+@given(st.lists(trace_st, min_size=1, max_size=3), st.lists(trace_st, max_size=2),
+       st.lists(trace_st, min_size=1, max_size=2))
+def test_merged_units_match_the_dict_merge_in_both_formats(
+        processes: list[list[Any]], segments: list[list[Any]], other: list[list[Any]]) -> None:
+    """A run of several processes and shared segments, then another run through the same
+    reader (one table per ingest): the units are what the dict-based merge gives."""
+    tree = TreeChecksums({("m.py", "d1"): {"<module>": "t0", "f": "t1", "C.m": "t2"},
+                          ("pkg/n.py", "d2"): {"f": "n1"}})
+
+    def build(files: list[Any], role: str, pid: int, run: str) -> trace_pb2.Trace:
+        t = make("t::x" if role != "shared" else "", run, 1.0, {}, role=role, pid=pid)
+        for path, digest, units in files:
+            add_units(t, t.files, path, [(q, sigs) for q, sigs, _ in units], digest=digest,
+                      checksums=[c for _, _, c in units])
+        return t
+
+    reader = TraceUnits(tree)  # type: ignore[arg-type]
+    traces = [build(files, "main" if i == 0 else "child", i + 1, "r1")
+              for i, files in enumerate(processes)]
+    holder = make("", "sess", 0.5, {}, role="shared")
+    for i, files in enumerate(segments):
+        seg = holder.segments.add(key=f"sess/s{i}")
+        for path, digest, units in files:
+            add_units(holder, seg.files, path, [(q, sigs) for q, sigs, _ in units],
+                      digest=digest, checksums=[c for _, _, c in units])
+    traces[0].shared.extend(f"sess/s{i}" for i in range(len(segments)))
+    index = index_segments([holder])
+    run = merge_run(traces, source="pytest", commit=None, segments=index, units=reader)
+    assert dict(run.units) == reference(processes + segments, tree)
+    assert len(run.units) == len(dict(run.units))  # each unit once
+    second = [build(files, "main" if i == 0 else "child", i + 1, "r2")
+              for i, files in enumerate(other)]
+    again = merge_run(second, source="pytest", commit=None, units=reader)
+    assert dict(again.units) == reference(other, tree)
+
+
+def test_runs_merged_in_worker_processes_make_the_same_store(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fastci ingest --jobs 2``: forked workers merge the runs (each into its own table,
+    mirrored here) and the store holds exactly what merging them here gives."""
+    from fastci.evidence import ingest as ingest_mod
+
+    monkeypatch.setattr(ingest_mod, "PARALLEL_FROM", 0)
+    monkeypatch.setattr(ingest_mod, "TASK_RUNS", 3)  # many tasks, tables grow across them
+    shared = make("", "sess", 0.5, {}, role="shared")
+    add_units(shared, shared.segments.add(key="sess/c1").files, "t.py", [("<module>", ["s"])])
+    put(tmp_path, shared)
+    trace.write_atomic(tmp_path / "s-collection.sess.1.trace", shared)
+    for i in range(20):
+        units = {f"m{i % 3}.py::f{j}": [f"tp={j % 2}", f"dtype=bf{i % 4}"][:1 + i % 2]
+                 for j in range(i % 5 + 1)}
+        units[f"t.py::test_{i}"] = []
+        t = make(f"t::x{i}", f"r{i}", 1.0 + i, units)
+        t.shared.append("sess/c1")
+        put(tmp_path, t)
+        if i % 4 == 0:  # a child process of the same run
+            put(tmp_path, make(f"t::x{i}", f"r{i}", 1.5 + i, {"m0.py::f0": ["child"]},
+                               role="child", pid=9))
+    stores = {}
+    for jobs in (1, 2):
+        with EvidenceStore.open(tmp_path / f"e{jobs}.db", create=True) as s:
+            rep = ingest(s, find_traces([tmp_path]), source="pytest", commit=None, jobs=jobs)
+            assert rep.runs_added == 20 and not rep.incomplete_tests
+            stores[jobs] = (s.recorded_units(), {t: s.evidence_of_test(t) for t in s.test_ids()},
+                            s.stats() | {"bytes": 0})
+    assert ingest_mod.worker_count(2, 20) == 2
+    assert stores[2] == stores[1]
+    assert stores[1][1]["t::x0"]["m0.py::f0"] == ("c", ["child", "tp=0"])  # both processes
+
+
+def test_few_runs_or_one_cpu_merge_here() -> None:
+    from fastci.evidence.ingest import PARALLEL_FROM, worker_count
+
+    assert worker_count(8, PARALLEL_FROM - 1) == 0
+    assert worker_count(1, 10 * PARALLEL_FROM) == 0
+    assert worker_count(3, PARALLEL_FROM) == 3
+
+
+def test_a_mirrored_table_refuses_rows_it_has() -> None:
+    from fastci.evidence.columns import UnitTable
+
+    worker, mirror = UnitTable(), UnitTable()
+    rows = [worker.row("m.py::f", "c"), worker.row("m.py::g", ""), worker.row("m.py::f", "c")]
+    mirror.extend(worker.keys, [])
+    assert rows == [0, 1, 0] and mirror.keys == worker.keys
+    with pytest.raises(ValueError, match="already"):
+        mirror.extend([("m.py::g", "")], [])

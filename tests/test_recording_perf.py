@@ -18,7 +18,7 @@ def _units(path: Path) -> dict[str, list[str]]:
     """Repo file -> the units a trace says ran in it (coverage.py also names the
     importable files of measured packages that did not run: those have none)."""
     msg = trace.read(path)
-    return {f.path: sorted(u.qualname for u in f.units) for f in msg.files if f.units}
+    return {f.path: sorted(trace.names(f.qualnames)) for f in msg.files if f.qualnames}
 
 
 @pytest.fixture

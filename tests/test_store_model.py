@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastci.errors import StoreError
+from fastci.evidence.columns import UnitTable
 from fastci.evidence.exchange import export_store, import_store
 from fastci.evidence.schema import SCHEMA_VERSION
 from fastci.evidence.store import EvidenceStore, RunEvidence
@@ -105,15 +106,20 @@ def check(store: EvidenceStore, model: Model) -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(runs_st(), min_size=1, max_size=6), min_size=1, max_size=5),
-       st.lists(st.sampled_from(["one", "batch", "batch-flush-often", "batch-small-chunks"]),
+       st.lists(st.sampled_from(["one", "batch", "batch-flush-often", "batch-small-chunks",
+                                 "columns", "columns-flush-often"]),
                 min_size=5, max_size=5))
 def test_every_read_matches_the_model(batches: list[list[RunEvidence]], how: list[str]) -> None:
     model = Model()
+    table = UnitTable()  # as one ingest's traces share one (``columns``: units as its rows)
     with tempfile.TemporaryDirectory() as tmp:
         store = EvidenceStore.open(Path(tmp) / "e.db", create=True)
         for batch, mode in zip(batches, how):
             expected = [model.ingest(r) for r in batch]
-            if mode == "one":
+            if mode.startswith("columns"):
+                batch = [replace(r, units=table.columns(r.units)) for r in batch]
+                got = store.ingest_many(iter(batch), flush_pairs=1 if "flush" in mode else 10**9)
+            elif mode == "one":
                 got = [store.ingest(r) for r in batch]
             else:
                 got = store.ingest_many(iter(batch),

@@ -76,3 +76,45 @@ def test_generated_module_is_in_sync_with_proto(tmp_path: Path) -> None:
         fresh = (tmp_path / "fastci" / "evidence" / name).read_bytes()
         committed = (REPO / "analyzer" / "fastci" / "evidence" / name).read_bytes()
         assert fresh == committed, f"{name} is stale: regenerate it (see trace.proto)"
+
+
+def columns_sample() -> trace_pb2.Trace:
+    """A format-2 trace as the recorder writes one: units as columns, sets shared."""
+    t = trace_pb2.Trace(format_version=trace.FORMAT_VERSION, test_id="//a:b_test", run_id="r1",
+                        complete=True, outcome="passed", role="main")
+    table = trace.ContextTable(t)
+    trace.write_file(t.files, "pkg/m.py", "d", [("<module>", table.set_of([])),
+                                                  ("f", table.set_of(["tp=2", "bf16"])),
+                                                  ("C.g", table.set_of(["bf16", "tp=2"]))])
+    seg = t.segments.add(key="s/c1")
+    trace.write_file(seg.files, "pkg/n.py", "e", [("h", table.set_of(["tp=1"]))])
+    table.close()
+    return t
+
+
+def test_format_2_units_round_trip_with_shared_sets() -> None:
+    t = trace.decode(trace.encode(columns_sample()))
+    assert trace.file_units(t, t.files[0]) == [
+        ("<module>", "", []), ("f", "", ["bf16", "tp=2"]), ("C.g", "", ["bf16", "tp=2"])]
+    assert trace.file_units(t, t.segments[0].files[0]) == [("h", "", ["tp=1"])]
+    assert len(trace.u32_column(t.set_sizes)) == 3  # {}, {bf16, tp=2} once, {tp=1}
+    old = sample()  # format 1, as older recorders wrote: still read
+    old.format_version = 1
+    back = trace.decode(trace.encode(old))
+    assert trace.file_units(back, back.files[0]) == [("f", "x", ["c0", "c1"])]
+
+
+@pytest.mark.parametrize("damage, problem", [
+    (lambda t: setattr(t.files[0], "unit_sets", t.files[0].unit_sets[:-2]), "partial entry|length"),
+    (lambda t: setattr(t.files[0], "qualnames", t.files[0].qualnames + "\nextra"), "length"),
+    (lambda t: setattr(t.files[0], "checksums", "a\nb"), "length"),
+    (lambda t: setattr(t, "set_sizes", trace.u32([9, 9, 9])), "add up"),
+    (lambda t: setattr(t, "set_contexts", trace.u32([0, 7, 0])), "unknown context"),
+    (lambda t: setattr(t.segments[0].files[0], "unit_sets", trace.u32([5])), "unknown context set"),
+    (lambda t: setattr(t, "set_sizes", b"\x01\x00"), "partial entry"),
+])
+def test_inconsistent_unit_columns_are_a_corrupt_trace(damage: object, problem: str) -> None:
+    t = columns_sample()
+    damage(t)  # type: ignore[operator]
+    with pytest.raises(TraceError, match=f"corrupt trace file.*({problem})"):
+        trace.decode(trace.encode(t), origin="x.trace")

@@ -31,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: the repository)")
     parser.add_argument("--source", default=None, choices=("bazel", "pytest"),
                         help="where the traces come from (default: guessed from the paths)")
+    parser.add_argument("--jobs", type=int, default=None, metavar="N",
+                        help="processes that merge traces while the store is written (default: "
+                             "one per CPU, for 4,000 runs or more; 1: all in this process)")
     parser.add_argument("--keep-traces", action="store_true",
                         help="keep the trace files FastCI wrote under .fastci/ once they are in "
                              "the store (default: delete them; corrupt ones are always kept, "
@@ -45,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         args.store or config.load(root).path(root, "store"),
         list(args.paths) or [root / "bazel-testlogs"],
         source=args.source, bep=args.bep, commit=args.commit,
-        source_root=(args.source_root or root).resolve(), notes=notes)
+        source_root=(args.source_root or root).resolve(), notes=notes, jobs=args.jobs)
     for msg in report.corrupt:
         print(f"fastci: {msg}")
     print(summary(report))

@@ -329,15 +329,15 @@ class CollectionRecorder:
             role=SHARED_ROLE, pid=_pid(), started_at=self._started_at,
             argv=" ".join(sys.argv)[:2000])
         msg.environment.CopyFrom(environment.current())
-        sig_ids: dict[str, int] = {}
+        table = trace.ContextTable(msg)
         for i in sorted(keep):
             seg = msg.segments.add(key=self._emitted[i], includes=sorted(
                 self._emitted[c] for c in self._ctx[i].includes if c in keep and c != i))
-            fill_files(self.mapper, msg, seg.files, lines.get(i, {}), ctx_data.get(i, {}),
-                       sig_ids)
+            fill_files(self.mapper, seg.files, lines.get(i, {}), ctx_data.get(i, {}), table)
             for rel, digest in sorted(reads.get(i, {}).items()):
                 if rel not in lines.get(i, {}):
                     seg.reads.add(path=rel, digest=digest)
+        table.close()
         path = Path(out_dir) / f"s-collection.{self.session[:12]}.{_pid()}{trace.SUFFIX}"
         return trace.write_atomic(path, msg)
 

@@ -16,20 +16,25 @@ incomplete run (so selection always runs it).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
 import logging
+import os
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
 
 from fastci.errors import TraceError
 from fastci.evidence import trace
+from fastci.evidence.columns import Rows, UnitColumns, UnitTable, small_set_keys
 from fastci.evidence.store import EvidenceStore, RunEvidence
 from fastci.integrations.git.repository import cache_dir
-from fastci.types import ContextSig
 from fastci.units.index import FileUnits, UnitCache, index_source
 
 LOG = logging.getLogger(__name__)
@@ -204,38 +209,123 @@ def segment_closure(keys: Iterable[str], segments: Segments) -> tuple[list[str],
     return sorted(found), sorted(missing)
 
 
-def _add_files(units: dict[str, tuple[str, set[ContextSig]]], files: dict[str, str],
-               sources: dict[str, str], t: trace.TraceMsg, file_traces: Iterable[Any],
-               reads: Iterable[Any], checksums: Checksums | None) -> None:
+class TraceUnits:
+    """Reads the units of traces into rows of one :class:`~fastci.evidence.columns.UnitTable`
+    (one per ingest): a file's rows and each trace's context sets are worked out with a
+    few calls per file, not per unit (trace format 2 holds units as columns)."""
+
+    def __init__(self, checksums: Checksums | None = None) -> None:
+        self.checksums = checksums
+        self.table = UnitTable()
+        # (path, digest) -> qualname -> row: the checksums come from the file as
+        # recorded, so a unit of the same bytes has the same row in every trace.
+        self._files: dict[tuple[str, str], dict[str, int]] = {}
+        # id(trace) -> (the trace, the rows of its context sets), for traces with
+        # segments (read for every run that names them; a plain trace is read once and
+        # not kept).
+        self._sets: dict[int, tuple[trace.TraceMsg, npt.NDArray[np.int64]]] = {}
+
+    def _known(self, path: str, digest: str) -> Mapping[str, str]:
+        return self.checksums.of(path, digest) if self.checksums else {}
+
+    def set_rows(self, t: trace.TraceMsg) -> npt.NDArray[np.int64]:
+        """The table rows of ``t``'s context sets (``Trace.set_sizes``), in its order."""
+        got = self._sets.get(id(t))
+        if got is not None and got[0] is t:
+            return got[1]
+        sizes = trace.u32_column(t.set_sizes).astype(np.int64)
+        rows = np.zeros(len(sizes), dtype=np.int64)
+        if len(sizes):
+            numbers = self.table.sig_numbers(list(t.contexts))
+            flat = numbers[trace.u32_column(t.set_contexts)]
+            starts = np.cumsum(sizes) - sizes
+            small = sizes <= 2  # most sets: one integer key each, looked up all at once
+            rows[small] = self.table.small_sets(
+                small_set_keys(sizes[small], starts[small], flat.astype(np.uint64)))
+            for k in np.unique(sizes[~small]).tolist():
+                which = np.flatnonzero(sizes == k)
+                # each set's numbers, ascending, as one bytes key: all sets of k at once
+                block = flat[starts[which][:, None] + np.arange(k)].astype("<u4")
+                block.sort(axis=1)
+                keys = block.view(np.dtype((np.void, 4 * k))).ravel().tolist()
+                rows[which] = self.table.keyed_sets(keys)
+        if len(t.segments):
+            self._sets[id(t)] = (t, rows)
+        return rows
+
+    def file_rows(self, t: trace.TraceMsg, files: Sequence[Any]) -> tuple[Rows, Rows]:
+        """Rows and context-set rows of the units of ``files``, files of trace ``t``."""
+        table = self.table
+        rows: list[int] = []
+        used: list[bytes] = []
+        old: list[Any] = []  # format 1's units, one message each
+        for ft in files:
+            path, digest = ft.path, ft.digest
+            quals = trace.names(ft.qualnames)
+            used.append(ft.unit_sets)
+            if ft.checksums:
+                known = self._known(path, digest)
+                rows += [table.row(f"{path}::{q}", c or known.get(q, ""))
+                         for q, c in zip(quals, trace.names(ft.checksums))]
+            else:  # what the recorder writes: ingest computes the checksums
+                rows_of = self._files.get((path, digest))
+                if rows_of is None:
+                    rows_of = self._files[(path, digest)] = {}
+                got = list(map(rows_of.get, quals))
+                if None in got:
+                    known = self._known(path, digest)
+                    for i, (q, row) in enumerate(zip(quals, got)):
+                        if row is None:
+                            got[i] = rows_of[q] = table.row(f"{path}::{q}", known.get(q, ""))
+                rows += got  # type: ignore[arg-type]
+            if len(ft.units):
+                old.append(ft)
+        sets = self.set_rows(t)[trace.u32_column(b"".join(used))]
+        if old:
+            contexts = list(t.contexts)
+            extra: list[int] = []
+            for ft in old:
+                known = self._known(ft.path, ft.digest)
+                rows += [table.row(f"{ft.path}::{u.qualname}",
+                                   u.checksum or known.get(u.qualname, "")) for u in ft.units]
+                extra += [table.set_row(frozenset(contexts[i] for i in u.contexts
+                                                  if i < len(contexts))) for u in ft.units]
+            sets = np.concatenate([sets, np.array(extra, dtype=np.int64)])
+        return np.array(rows, dtype=np.uint32), sets.astype(np.uint32)
+
+
+def _add_files(parts: list[tuple[Rows, Rows]], files: dict[str, str], sources: dict[str, str],
+               t: trace.TraceMsg, file_traces: Iterable[Any], reads: Iterable[Any],
+               units: TraceUnits) -> None:
+    file_traces = list(file_traces)
     for ft in file_traces:
         if ft.digest:
             # Two processes of one run that saw different bytes of a file: the
             # evidence describes neither version alone, so the baseline is unknown.
             sources[ft.path] = ft.digest if sources.get(ft.path, ft.digest) == ft.digest else ""
-        known = checksums.of(ft.path, ft.digest) if checksums else {}
-        for u in ft.units:
-            uid = f"{ft.path}::{u.qualname}"
-            checksum, sigs = units.get(uid, ("", set()))
-            sigs.update(t.contexts[i] for i in u.contexts if i < len(t.contexts))
-            units[uid] = (checksum or u.checksum or known.get(u.qualname, ""), sigs)
+    parts.append(units.file_rows(t, file_traces))
     for fr in reads:
         files[fr.path] = fr.digest
 
 
 def merge_run(traces: list[trace.TraceMsg], *, source: str, commit: str | None,
               result: TestResult | None = None, checksums: Checksums | None = None,
-              segments: Segments | None = None) -> RunEvidence:
+              segments: Segments | None = None, units: TraceUnits | None = None) -> RunEvidence:
     """Merge the traces of one run (main process + children) and the segments they
     name (``shared``, with what those include; see :func:`segment_closure`) into one record.
+
+    ``units``: the reader of units an ingest shares between its runs (its own
+    otherwise, on ``checksums``); the record's units are columns of its table.
     """
     main = next((t for t in traces if t.role == "main"), None)
     first = main or traces[0]
-    units: dict[str, tuple[str, set[ContextSig]]] = {}
+    reader = units or TraceUnits(checksums)
+    parts: list[tuple[Rows, Rows]] = []
     files: dict[str, str] = {}
     sources: dict[str, str] = {}
     distributions: dict[str, str] = {}
     for t in traces:
-        _add_files(units, files, sources, t, t.files, t.reads, checksums)
+        _add_files(parts, files, sources, t, t.files, t.reads, reader)
         # Trace field 22 (older traces lack it: no distribution is known, so none is
         # narrowed to; dependency changes then reach these tests through other rules).
         for d in getattr(t, "distributions", ()):
@@ -243,7 +333,7 @@ def merge_run(traces: list[trace.TraceMsg], *, source: str, commit: str | None,
     found, missing = segment_closure((k for t in traces for k in t.shared), segments or {})
     for key in found:
         for t, seg in (segments or {})[key]:
-            _add_files(units, files, sources, t, seg.files, seg.reads, checksums)
+            _add_files(parts, files, sources, t, seg.files, seg.reads, reader)
     if missing:
         LOG.warning("%s: %d shared evidence segment(s) not found (e.g. %s): recorded as "
                     "incomplete", first.test_id, len(missing), missing[0])
@@ -265,13 +355,14 @@ def merge_run(traces: list[trace.TraceMsg], *, source: str, commit: str | None,
                      # Stored once per fingerprint (the store's env_listing), not per run.
                      "packages_list": env.packages_list},
         commit=commit, source=source,
-        units={u: (c, frozenset(s)) for u, (c, s) in units.items()}, files=files,
+        units=reader.table.merge(parts), files=files,
         sources=sources, distributions=distributions)
 
 
 def ingest(store: EvidenceStore, blobs: Iterable[TraceBlob], *, source: str,
            commit: str | None, results: Mapping[str, TestResult] | None = None,
-           root: Path | None = None, only: set[str] | None = None) -> IngestReport:
+           root: Path | None = None, only: set[str] | None = None,
+           jobs: int | None = None) -> IngestReport:
     """Parse, group and merge trace blobs into ``store`` in one batch
     (:meth:`~fastci.evidence.store.EvidenceStore.ingest_many`: one transaction, each
     touched posting list written once; runs are merged one at a time as the batch reads
@@ -281,13 +372,14 @@ def ingest(store: EvidenceStore, blobs: Iterable[TraceBlob], *, source: str,
     computed there, cached in :func:`~fastci.integrations.git.repository.cache_dir`
     ``/units.cache``: git's own directory, where no commit can put a forged cache). With ``only``,
     testlogs of other tests are ignored (``bazel-testlogs`` keeps the outputs of
-    tests that did not run in the last invocation).
+    tests that did not run in the last invocation). ``jobs``: processes that merge runs
+    while this one stores them (:func:`worker_count`; ``None``: one per CPU).
     """
     report = IngestReport()
     cache = UnitCache(cache_dir(root) / "units.cache") if root is not None else None
     checksums = Checksums(root, cache)
-    runs: dict[tuple[str, str], list[trace.TraceMsg]] = {}
-    decoded: list[trace.TraceMsg] = []
+    runs: dict[tuple[str, str], list[_Pending]] = {}
+    holders: list[trace.TraceMsg] = []  # traces that hold segments: decoded at once
     origins: list[str] = []
     corrupt: list[RunEvidence] = []
     results = results or {}
@@ -296,35 +388,43 @@ def ingest(store: EvidenceStore, blobs: Iterable[TraceBlob], *, source: str,
             continue
         report.traces += 1
         try:
-            t = trace.decode(blob.data, origin=blob.origin)
+            head = trace.decode_head(blob.data, origin=blob.origin)
+            msg = trace.decode(blob.data, origin=blob.origin) \
+                if head.role == "shared" or len(head.segments) else None
         except TraceError as exc:
-            report.corrupt.append(str(exc))
-            LOG.warning("%s (skipped)", exc)
             test = blob.test_hint or trace.test_id_from_name(Path(blob.origin.split("!")[-1]).name)
-            if test:
-                report.incomplete_tests.add(test)
-                report.tests.add(test)
-                res = results.get(test)
-                digest = hashlib.sha256(blob.data).hexdigest()[:16]
-                corrupt.append(RunEvidence(
-                    test=test, run_key=f"{test}@corrupt-{digest}",
-                    outcome=res.outcome if res else "error", complete=False,
-                    duration_s=res.duration_s if res else 0.0, gpus=0, workload={},
-                    recorded_at=_mtime(blob.origin), commit=commit, source=source))
+            run = _corrupt_run(report, str(exc), test, blob.origin,
+                               hashlib.sha256(blob.data).hexdigest()[:16], results, commit, source)
+            if run is not None:
+                corrupt.append(run)
             continue
-        decoded.append(t)
         origins.append(blob.origin)
-        if t.role != "shared":  # a shared trace only holds segments for others
-            runs.setdefault((t.test_id, t.run_id), []).append(t)
-    segments = index_segments(decoded)
+        if msg is not None:
+            holders.append(msg)
+        if head.role != "shared":  # a shared trace only holds segments for others
+            runs.setdefault((head.test_id, head.run_id), []).append(
+                _Pending(blob.origin, b"" if msg is not None else blob.data, msg))
+    ordered = sorted(runs.items())
+    jobs = worker_count(jobs, len(ordered))
+    work = (checksums, index_segments(holders), source, commit, results)
+    failed: set[str] = set()
 
     def merged() -> Iterator[RunEvidence]:
-        for (test, _run), traces in sorted(runs.items()):
-            rec = merge_run(traces, source=source, commit=commit, result=results.get(test),
-                            checksums=checksums, segments=segments)
-            report.tests.add(test)
+        reader = TraceUnits(checksums)
+        done = _merged_in_workers(ordered, jobs, work) if jobs > 1 else \
+            (_merge_pending(test, pending, reader, work) for (test, _run), pending in ordered)
+        for test, rec, broken in done:
+            for origin, message, digest in broken:  # found when the run's traces were decoded
+                failed.add(origin)
+                run = _corrupt_run(report, message, test, origin, digest, results, commit,
+                                   source)
+                if run is not None:
+                    yield run
+            if rec is None:
+                continue
+            report.tests.add(rec.test)
             if not rec.complete:
-                report.incomplete_tests.add(test)
+                report.incomplete_tests.add(rec.test)
             yield rec
 
     added = store.ingest_many(itertools.chain(corrupt, merged()))
@@ -336,8 +436,142 @@ def ingest(store: EvidenceStore, blobs: Iterable[TraceBlob], *, source: str,
             report.runs_skipped += 1
     if cache is not None:
         cache.save()
-    report.ingested = origins  # only once every run is in the store
+    report.ingested = [o for o in origins if o not in failed]  # once every run is stored
     return report
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """One trace of a run, as ingest's first pass leaves it: its bytes, decoded when the
+    run is merged, or the decoded trace (one that holds segments is decoded at once)."""
+
+    origin: str
+    data: bytes
+    msg: trace.TraceMsg | None = None
+
+
+def _corrupt_run(report: IngestReport, message: str, test: str | None, origin: str,
+                 digest: str, results: Mapping[str, TestResult], commit: str | None,
+                 source: str) -> RunEvidence | None:
+    """Report a trace that does not decode; the run that makes its test (when known)
+    incomplete, so selection runs it."""
+    report.corrupt.append(message)
+    LOG.warning("%s (skipped)", message)
+    if not test:
+        return None
+    report.incomplete_tests.add(test)
+    report.tests.add(test)
+    res = results.get(test)
+    return RunEvidence(
+        test=test, run_key=f"{test}@corrupt-{digest}", outcome=res.outcome if res else "error",
+        complete=False, duration_s=res.duration_s if res else 0.0, gpus=0, workload={},
+        recorded_at=_mtime(origin), commit=commit, source=source)
+
+
+def _merge_pending(test: str, pending: list[_Pending], reader: TraceUnits,
+                   work: tuple[Any, ...]) -> tuple[str, RunEvidence | None,
+                                                   list[tuple[str, str, str]]]:
+    """Decode the traces of one run and merge those that decode. Returns the test, the
+    run (None when no trace decoded) and, per trace that did not, its origin, the error
+    and a digest of its bytes."""
+    checksums, segments, source, commit, results = work
+    traces: list[trace.TraceMsg] = []
+    broken: list[tuple[str, str, str]] = []
+    for p in pending:
+        try:
+            traces.append(p.msg if p.msg is not None else trace.decode(p.data, origin=p.origin))
+        except TraceError as exc:
+            broken.append((p.origin, str(exc), hashlib.sha256(p.data).hexdigest()[:16]))
+    rec = merge_run(traces, source=source, commit=commit, result=results.get(test),
+                    checksums=checksums, segments=segments, units=reader) if traces else None
+    return test, rec, broken
+
+
+# ------------------------------------------------------------------ merging in workers
+
+#: Runs a worker merges per task (results come back in the order of the runs).
+TASK_RUNS = 200
+#: Fewer runs than this are merged in this process: starting workers costs more.
+PARALLEL_FROM = 4000
+#: What forked workers inherit: the runs in order, then (checksums, segments, source,
+#: commit, results). Set only while a pool runs.
+_SHARED: tuple[list[tuple[tuple[str, str], list[_Pending]]], tuple[Any, ...]] | None = None
+_READER: TraceUnits | None = None  # a worker's reader (its table), made at its first task
+_SENT = [0, 0]  # how many of its table's keys and sets a worker has sent
+
+
+def worker_count(jobs: int | None, runs: int) -> int:
+    """How many worker processes merge ``runs`` runs: ``jobs`` (``None``: one per CPU this
+    process may use); 0 (merge here) below :data:`PARALLEL_FROM` runs, with one CPU, or
+    where processes cannot be forked."""
+    import multiprocessing
+
+    if jobs is None:
+        try:
+            jobs = len(os.sched_getaffinity(0))
+        except AttributeError:  # not on Linux
+            jobs = os.cpu_count() or 1
+    if jobs <= 1 or runs < PARALLEL_FROM or \
+            "fork" not in multiprocessing.get_all_start_methods():
+        return 0
+    return jobs
+
+
+_Merged = tuple[str, RunEvidence | None, list[tuple[str, str, str]]]
+_Sent = tuple[str, dict[str, Any] | None, bytes, bytes, list[tuple[str, str, str]]]
+
+
+def _merge_task(span: tuple[int, int]) -> tuple[int, list[_Sent], list[tuple[str, str]],
+                                                 list[frozenset[str]]]:
+    """In a worker: merge runs ``span`` of :data:`_SHARED`; return them with their units as
+    rows of the worker's table, and the keys and sets that table gained since the last
+    task (the parent mirrors it, so the rows mean the same there)."""
+    global _READER
+    assert _SHARED is not None
+    ordered, work = _SHARED
+    if _READER is None:
+        _READER = TraceUnits(work[0])
+    out: list[_Sent] = []
+    for (test, _run), pending in ordered[span[0]:span[1]]:
+        _, rec, broken = _merge_pending(test, pending, _READER, work)
+        if rec is None:
+            out.append((test, None, b"", b"", broken))
+            continue
+        cols = rec.units
+        assert isinstance(cols, UnitColumns)
+        fields = {f.name: getattr(rec, f.name) for f in dataclasses.fields(rec)
+                  if f.name != "units"}
+        out.append((test, fields, cols.rows.tobytes(), cols.sets.tobytes(), broken))
+    table = _READER.table
+    keys, sets = table.keys[_SENT[0]:], table.sets[_SENT[1]:]
+    _SENT[:] = [len(table.keys), len(table.sets)]
+    return os.getpid(), out, keys, sets
+
+
+def _merged_in_workers(ordered: list[tuple[tuple[str, str], list[_Pending]]], jobs: int,
+                       work: tuple[Any, ...]) -> Iterator[_Merged]:
+    """The runs of ``ordered`` merged by ``jobs`` forked workers, in order. Each worker
+    interns into its own table; here a mirror of each worker's table gets the same keys
+    in the same order, so the rows it sends need no translation."""
+    import multiprocessing
+
+    global _SHARED
+    _SHARED = (ordered, work)
+    mirrors: dict[int, UnitTable] = {}
+    spans = [(i, min(i + TASK_RUNS, len(ordered))) for i in range(0, len(ordered), TASK_RUNS)]
+    try:
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            # A worker takes tasks in order and imap returns them in order, so a worker's
+            # table additions arrive here in the order it made them.
+            for pid, out, keys, sets in pool.imap(_merge_task, spans):
+                mirror = mirrors.setdefault(pid, UnitTable())
+                mirror.extend(keys, sets)
+                for test, fields, rows, set_rows, broken in out:
+                    yield test, None if fields is None else RunEvidence(**fields, units=UnitColumns(
+                        mirror, np.frombuffer(rows, dtype=np.uint32),
+                        np.frombuffer(set_rows, dtype=np.uint32))), broken
+    finally:
+        _SHARED = None
 
 
 def _mtime(origin: str) -> float:

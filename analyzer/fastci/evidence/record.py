@@ -115,8 +115,8 @@ def guess_source(paths: Sequence[Path]) -> str:
 
 def ingest_paths(store_path: Path, paths: Sequence[Path], *, source: str | None = None,
                  bep: Path | None = None, commit: str | None = None,
-                 source_root: Path,
-                 notes: list[str] | None = None) -> tuple[IngestReport, str | None]:
+                 source_root: Path, notes: list[str] | None = None,
+                 jobs: int | None = None) -> tuple[IngestReport, str | None]:
     """Merge the trace files under ``paths`` into the store at ``store_path`` (created if absent).
 
     Args:
@@ -130,6 +130,7 @@ def ingest_paths(store_path: Path, paths: Sequence[Path], *, source: str | None 
         source_root: the tree the traces were recorded from (unit checksums are taken from it).
         notes: warnings for the user are appended here (code outside the repository,
             :class:`ModuleTally`); print them after :func:`summary`, before :func:`dirty_note`.
+        jobs: worker processes that merge traces (:func:`fastci.evidence.ingest.worker_count`).
 
     Returns:
         The ingest report and the commit the evidence was stamped with (None outside
@@ -150,7 +151,7 @@ def ingest_paths(store_path: Path, paths: Sequence[Path], *, source: str | None 
         report = ingest(store, tally.counting(find_traces(paths)),
                         source=source or guess_source(paths),
                         commit=commit, results=results, root=source_root,
-                        only=set(results) if results is not None else None)
+                        only=set(results) if results is not None else None, jobs=jobs)
     finally:
         store.close()
     if notes is not None:

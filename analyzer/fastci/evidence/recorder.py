@@ -312,17 +312,18 @@ class Recorder:
         msg.outcome = outcome
         msg.duration_s = time.perf_counter() - self._t0
         msg.environment.CopyFrom(environment.current())
-        sig_ids: dict[str, int] = {}
-        self._fill(msg, msg.files, lines, ctx, sig_ids, arcs)
+        table = trace.ContextTable(msg)
+        self._fill(msg.files, lines, ctx, table, arcs)
         for rel, digest in sorted(reads.items()):
             if rel not in lines:
                 msg.reads.add(path=rel, digest=digest)
         for key, includes in self._segment_includes.items():
             seg = msg.segments.add(key=key, includes=sorted(includes))
-            self._fill(msg, seg.files, seg_lines[key], self._segment_ctx.get(key, {}), sig_ids)
+            self._fill(seg.files, seg_lines[key], self._segment_ctx.get(key, {}), table)
             for rel, digest in self._opens.resolve(self._opens.by_segment.get(key, set())).items():
                 if rel not in seg_lines[key]:
                     seg.reads.add(path=rel, digest=digest)
+        table.close()
         msg.shared.extend(sorted(self.shared))
         repo_n, outside_n, example = module_scope(self.mapper)
         msg.modules.repo_modules = repo_n
@@ -332,11 +333,11 @@ class Recorder:
             msg.distributions.add(name=name, version=version)
         return trace.write_atomic(self.path, msg)
 
-    def _fill(self, msg: trace.TraceMsg, files: Any, lines: Mapping[str, list[int]],
+    def _fill(self, files: Any, lines: Mapping[str, list[int]],
               ctx: Mapping[tuple[str, str], tuple[set[str], int]],
-              sig_ids: dict[str, int],
+              table: trace.ContextTable,
               arcs: Mapping[str, list[tuple[int, int]]] | None = None) -> None:
-        fill_files(self.mapper, msg, files, lines, ctx, sig_ids, arcs)
+        fill_files(self.mapper, files, lines, ctx, table, arcs)
 
 
 def _profile_hook(profiler: ContextProfiler) -> Callable[[FrameType, str, Any], None]:
@@ -460,17 +461,18 @@ def _index(mapper: PathMapper, rel: str) -> tuple[units_mod.LineIndex | None, st
     return _INDEX_CACHE[key], digest
 
 
-def fill_files(mapper: PathMapper, msg: trace.TraceMsg, files: Any,
+def fill_files(mapper: PathMapper, files: Any,
                lines: Mapping[str, list[int]],
                ctx: Mapping[tuple[str, str], tuple[set[str], int]],
-               sig_ids: dict[str, int],
+               table: trace.ContextTable,
                arcs: Mapping[str, list[tuple[int, int]]] | None = None) -> None:
     """Add executed files, their units (by line ownership) and contexts to ``files``.
 
-    ``files`` is ``msg.files`` or a segment's; context signatures are interned
-    in ``msg.contexts`` (``sig_ids``: signature -> index, shared by the calls).
-    Checksums are left empty: ``fastci ingest`` computes them from the file
-    whose sha256 the trace names (libcst is too slow for every test process).
+    ``files`` is ``msg.files`` or a segment's; context signatures and sets of them
+    are interned in ``table`` (the trace's, shared by the calls; the caller closes
+    it). Units are written as columns (trace format 2). Checksums are left out:
+    ``fastci ingest`` computes them from the file whose sha256 the trace names
+    (libcst is too slow for every test process).
     """
     by_file: dict[str, dict[str, tuple[set[str], int]]] = {}
     for (rel, qual), (sigs, calls) in ctx.items():
@@ -480,10 +482,6 @@ def fill_files(mapper: PathMapper, msg: trace.TraceMsg, files: Any,
             index, digest = _index(mapper, rel)
         else:  # units from call events only: no line ownership needed, no parse
             index, digest = _cached_index(mapper, rel)
-        ft = files.add(path=rel, digest=digest)
-        ft.line_deltas.extend(trace.delta_encode(lines.get(rel, [])))
-        for a, b in sorted(set(arcs.get(rel, ()))) if arcs else ():
-            ft.arcs.extend((a, b))
         file_ctx = by_file.get(rel, {})
         owned: set[str] = set()
         if index is not None:
@@ -494,15 +492,11 @@ def fill_files(mapper: PathMapper, msg: trace.TraceMsg, files: Any,
             owned.update(q for q in file_ctx if _is_unit_qualname(q))
         else:  # unparsable or unreadable: keep what ran, as the module
             owned.add(units_mod.MODULE_QUALNAME)
-        for qual in sorted(owned):
-            sigs, calls = file_ctx.get(qual, (set(), 0))
-            ids = []
-            for s in sorted(sigs):
-                if s not in sig_ids:
-                    sig_ids[s] = len(sig_ids)
-                    msg.contexts.append(s)
-                ids.append(sig_ids[s])
-            ft.units.add(qualname=qual, contexts=ids, calls_seen=min(calls, 2**32 - 1))
+        ft = trace.write_file(files, rel, digest, (
+            (q, table.set_of(file_ctx.get(q, (set(), 0))[0])) for q in sorted(owned)))
+        ft.line_deltas.extend(trace.delta_encode(lines.get(rel, [])))
+        for a, b in sorted(set(arcs.get(rel, ()))) if arcs else ():
+            ft.arcs.extend((a, b))
 
 
 # ------------------------------------------------------------------ module scope

@@ -8,27 +8,37 @@ place, so a reader sees either the old or the new content, never a mix.
 
 from __future__ import annotations
 
+import array
 import os
 import struct
+import sys
 import tempfile
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 from urllib.parse import quote, unquote
+
+import numpy as np
+import numpy.typing as npt
 
 from fastci.errors import TraceError
 from fastci.evidence import trace_pb2
 
 MAGIC = b"FCITRC1\n"
-FORMAT_VERSION = 1
+#: What this recorder writes: 2 holds a file's units as columns (``FileTrace.qualnames``).
+FORMAT_VERSION = 2
+#: What ingest reads: 1 (units as messages, written before) too.
+READABLE = (1, 2)
 SUFFIX = ".trace"
 _HEADER = struct.Struct(">II")
 _NAME_LIMIT = 120
+_NATIVE_LE = sys.byteorder == "little" and array.array("I").itemsize == 4
 
 # trace_pb2 builds its message classes at run time, so mypy cannot see them
 # (and protobuf ships no stubs): they are typed as Any here, once.
 Trace: Any = getattr(trace_pb2, "Trace")
 Environment: Any = getattr(trace_pb2, "Environment")
+_TRACE_HEAD: Any = getattr(trace_pb2, "TraceHead")
 TraceMsg = Any
 
 
@@ -40,6 +50,20 @@ def encode(trace: TraceMsg) -> bytes:
 
 def decode(data: bytes, *, origin: str = "<bytes>") -> TraceMsg:
     """Parse a framed trace; raise :class:`TraceError` naming ``origin`` if it is bad."""
+    trace = _parse(Trace(), _payload(data, origin), origin)
+    problem = _column_problem(trace)
+    if problem:
+        raise TraceError(f"{origin}: corrupt trace file ({problem})")
+    return trace
+
+
+def decode_head(data: bytes, *, origin: str = "<bytes>") -> TraceMsg:
+    """The header of a framed trace (``TraceHead``: test and run ids, role, segment keys),
+    the frame checked as :func:`decode` checks it; the rest is checked by :func:`decode`."""
+    return _parse(_TRACE_HEAD(), _payload(data, origin), origin)
+
+
+def _payload(data: bytes, origin: str) -> bytes:
     if not data.startswith(MAGIC):
         raise TraceError(f"{origin}: not a FastCI trace file (bad magic)")
     head = len(MAGIC) + _HEADER.size
@@ -51,15 +75,113 @@ def decode(data: bytes, *, origin: str = "<bytes>") -> TraceMsg:
         raise TraceError(f"{origin}: truncated trace file ({len(payload)} of {length} bytes)")
     if zlib.crc32(payload) != crc:
         raise TraceError(f"{origin}: corrupt trace file (checksum mismatch)")
-    trace = Trace()
+    return payload
+
+
+def _parse(msg: TraceMsg, payload: bytes, origin: str) -> TraceMsg:
     try:
-        trace.ParseFromString(payload)
+        msg.ParseFromString(payload)
     except Exception as exc:  # protobuf raises its own DecodeError
         raise TraceError(f"{origin}: corrupt trace file ({exc})") from exc
-    if trace.format_version != FORMAT_VERSION:
-        raise TraceError(f"{origin}: trace format {trace.format_version}, "
-                         f"expected {FORMAT_VERSION}; re-record with this FastCI")
-    return trace
+    if msg.format_version not in READABLE:
+        raise TraceError(f"{origin}: trace format {msg.format_version}, "
+                         f"expected one of {', '.join(map(str, READABLE))}; "
+                         "re-record with this FastCI")
+    return msg
+
+
+def u32(values: Iterable[int]) -> bytes:
+    """``values`` as the little-endian uint32 of a format-2 column."""
+    if _NATIVE_LE:
+        return array.array("I", values).tobytes()
+    return b"".join(struct.pack("<I", v) for v in values)
+
+
+def u32_column(blob: bytes) -> npt.NDArray[np.uint32]:
+    """A format-2 uint32 column as an array (no copy)."""
+    return np.frombuffer(blob, dtype="<u4")
+
+
+def names(column: str) -> list[str]:
+    """A format-2 column of names (joined by newlines) as a list."""
+    return column.split("\n") if column else []
+
+
+class ContextTable:
+    """The context signatures (``Trace.contexts``) and sets of them (``Trace.set_sizes``
+    and ``set_contexts``) of one trace, each written once, as units name them;
+    :meth:`close` writes the sets."""
+
+    def __init__(self, msg: TraceMsg) -> None:
+        self.msg = msg
+        self.sigs: dict[str, int] = {}
+        self.sets: dict[tuple[int, ...], int] = {}
+
+    def sig(self, sig: str) -> int:
+        """``sig``'s index in ``Trace.contexts`` (appended when new)."""
+        got = self.sigs.get(sig)
+        if got is None:
+            got = self.sigs[sig] = len(self.sigs)
+            self.msg.contexts.append(sig)
+        return got
+
+    def set_of(self, sigs: Iterable[str]) -> int:
+        """The index of the set ``sigs`` among the trace's sets (numbered when new)."""
+        ids = tuple(sorted({self.sig(s) for s in sorted(sigs)}))
+        return self.sets.setdefault(ids, len(self.sets))
+
+    def close(self) -> None:
+        """Write the sets into the trace."""
+        self.msg.set_sizes = u32(len(ids) for ids in self.sets)
+        self.msg.set_contexts = u32(i for ids in self.sets for i in ids)
+
+
+def write_file(files: Any, path: str, digest: str, units: Iterable[tuple[str, int]]) -> Any:
+    """Add a file to ``files`` (a trace's or a segment's) with ``units``, each a qualname
+    and its set of contexts (:meth:`ContextTable.set_of`), as format 2's columns."""
+    pairs = list(units)
+    return files.add(path=path, digest=digest, qualnames="\n".join(q for q, _ in pairs),
+                     unit_sets=u32(s for _, s in pairs))
+
+
+def file_units(trace: TraceMsg, ft: Any) -> list[tuple[str, str, list[str]]]:
+    """The units of ``ft`` (a file of ``trace`` or of one of its segments), either
+    format, as (qualname, recorded checksum, context signatures): for people and
+    tests (ingest reads the columns whole, :class:`fastci.evidence.ingest.TraceUnits`)."""
+    contexts = list(trace.contexts)
+    flat = u32_column(trace.set_contexts).tolist()
+    starts = [0]
+    for n in u32_column(trace.set_sizes).tolist():
+        starts.append(starts[-1] + n)
+    sets = [[contexts[i] for i in flat[a:b]] for a, b in zip(starts, starts[1:])]
+    quals = names(ft.qualnames)
+    checksums = names(ft.checksums) or [""] * len(quals)
+    out = [(q, c, sets[i]) for q, c, i in zip(quals, checksums, u32_column(ft.unit_sets).tolist())]
+    out += [(u.qualname, u.checksum, [contexts[i] for i in u.contexts if i < len(contexts)])
+            for u in ft.units]
+    return out
+
+
+def _column_problem(trace: TraceMsg) -> str:
+    """What is inconsistent in the unit columns of ``trace`` (format 2), or ''."""
+    files = [*trace.files, *(ft for seg in trace.segments for ft in seg.files)]
+    sizes, flat = trace.set_sizes, trace.set_contexts
+    if len(sizes) % 4 or len(flat) % 4:
+        return "a column of uint32 has a partial entry"
+    sizes, flat = u32_column(sizes), u32_column(flat)
+    if int(sizes.sum(dtype=np.int64)) != len(flat):
+        return "context sets do not add up"
+    if len(flat) and int(flat.max()) >= len(trace.contexts):
+        return "a context set names an unknown context"
+    for ft in files:
+        quals, checksums = ft.qualnames, ft.checksums
+        n = quals.count("\n") + 1 if quals else 0
+        if len(ft.unit_sets) != 4 * n or (checksums and checksums.count("\n") + 1 != n):
+            return f"unit columns of {ft.path} differ in length"
+    used = u32_column(b"".join(ft.unit_sets for ft in files))
+    if len(used) and int(used.max()) >= len(sizes):
+        return "a unit names an unknown context set"
+    return ""
 
 
 def write_atomic(path: Path, trace: TraceMsg) -> Path:
