@@ -153,6 +153,7 @@ def build(root: Path, p: dict[str, Any]) -> dict[str, Any]:
     from fastci.evidence.environment import current_fingerprint
     from fastci.evidence.store import EvidenceStore
 
+    from fastci.evidence.ingest import Checksums
     from fastci.integrations.git.repository import cache_dir
     from fastci.units.index import UnitCache
 
@@ -170,9 +171,14 @@ def build(root: Path, p: dict[str, Any]) -> dict[str, Any]:
     # after it), and ingest's unit index cache of it, warm as on a main branch that
     # ingested before (a cold cache costs libcst indexing every file once).
     _git(repo, "worktree", "add", "-q", "--detach", str(root / "base-tree"), commit)
-    cache = UnitCache(cache_dir(root / "base-tree") / "units.cache")
+    caches = cache_dir(root / "base-tree")
+    cache = UnitCache(caches / "units.cache")
     units, digests = _units(p, cache)
     cache.save()
+    checksums = Checksums(root / "base-tree", caches=caches)
+    for f in range(p["files"]):
+        checksums.of(_path(f), digests[f])
+    checksums.save()
     t_repo = time.perf_counter() - t0
     c = p["contexts"]
 

@@ -35,7 +35,7 @@ from fastci.evidence import trace
 from fastci.evidence.columns import Rows, UnitColumns, UnitTable, small_set_keys
 from fastci.evidence.store import EvidenceStore, RunEvidence
 from fastci.integrations.git.repository import cache_dir
-from fastci.units.index import FileUnits, UnitCache, index_source
+from fastci.units.index import ChecksumCache, FileUnits, UnitCache, index_source
 
 LOG = logging.getLogger(__name__)
 
@@ -141,12 +141,26 @@ class Checksums:
     A file is indexed only if its current sha256 equals the one recorded in the
     trace; otherwise (the file changed since recording) its units get the empty
     checksum, which never equals a real one, so selection treats them as changed.
+    With ``caches`` (:func:`~fastci.integrations.git.repository.cache_dir`: git's own
+    directory, where no commit can put a forged cache) known contents come from its
+    ``checksums.cache``, and the larger ``units.cache`` (whole indexes) is loaded only
+    when a file is missing from it.
     """
 
-    def __init__(self, root: Path | None, cache: UnitCache | None = None) -> None:
+    def __init__(self, root: Path | None, cache: UnitCache | None = None, *,
+                 caches: Path | None = None) -> None:
         self.root = root
-        self.cache = cache
+        self._cache = cache
+        self._caches = caches
+        self.sums = ChecksumCache(caches / "checksums.cache") if caches else None
         self._memo: dict[tuple[str, str], dict[str, str]] = {}
+
+    @property
+    def cache(self) -> UnitCache | None:
+        """The unit cache (loaded at first use)."""
+        if self._cache is None and self._caches is not None:
+            self._cache = UnitCache(self._caches / "units.cache")
+        return self._cache
 
     def of(self, path: str, digest: str) -> dict[str, str]:
         """Qualname -> checksum for ``path`` as recorded (empty if unknown)."""
@@ -154,6 +168,13 @@ class Checksums:
         if key not in self._memo:
             self._memo[key] = self._compute(path, digest)
         return self._memo[key]
+
+    def save(self) -> None:
+        """Write what the caches learnt (never raises)."""
+        if self.sums is not None:
+            self.sums.save()
+        if self._cache is not None:
+            self._cache.save()
 
     def _compute(self, path: str, digest: str) -> dict[str, str]:
         if self.root is None or not digest:
@@ -165,14 +186,21 @@ class Checksums:
         if hashlib.sha256(data).hexdigest() != digest:
             LOG.info("%s changed since it was recorded: its units get no checksum", path)
             return {}
-        result = self.cache.get(path, digest) if self.cache else None
+        known = self.sums.get(path, digest) if self.sums is not None else None
+        if known is not None:
+            return known
+        cache = self.cache
+        result = cache.get(path, digest) if cache else None
         if result is None:
             result = index_source(path, data)
-            if self.cache:
-                self.cache.put(path, digest, result)
+            if cache:
+                cache.put(path, digest, result)
         if not isinstance(result, FileUnits):
             return {}
-        return {u.qualname: u.checksum for u in result.units}
+        sums = {u.qualname: u.checksum for u in result.units}
+        if self.sums is not None:
+            self.sums.put(path, digest, sums)
+        return sums
 
 
 #: Segment key -> the segments of that key and the traces that hold them.
@@ -368,16 +396,20 @@ def ingest(store: EvidenceStore, blobs: Iterable[TraceBlob], *, source: str,
     touched posting list written once; runs are merged one at a time as the batch reads
     them, so a full-suite recording is never held in memory whole).
 
+    Traces are grouped into runs by their headers; a trace is decoded whole when its
+    run is merged (one that holds segments, at once), and one that fails then is
+    handled as one that failed at first: reported, its test given an incomplete run.
+
     ``root`` is the source tree the traces were recorded from (checksums are
-    computed there, cached in :func:`~fastci.integrations.git.repository.cache_dir`
-    ``/units.cache``: git's own directory, where no commit can put a forged cache). With ``only``,
-    testlogs of other tests are ignored (``bazel-testlogs`` keeps the outputs of
-    tests that did not run in the last invocation). ``jobs``: processes that merge runs
-    while this one stores them (:func:`worker_count`; ``None``: one per CPU).
+    computed there, cached in :func:`~fastci.integrations.git.repository.cache_dir`:
+    git's own directory, where no commit can put a forged cache; see
+    :class:`Checksums`). With ``only``, testlogs of other tests are ignored
+    (``bazel-testlogs`` keeps the outputs of tests that did not run in the last
+    invocation). ``jobs``: processes that merge runs while this one stores them
+    (:func:`worker_count`; ``None``: one per CPU).
     """
     report = IngestReport()
-    cache = UnitCache(cache_dir(root) / "units.cache") if root is not None else None
-    checksums = Checksums(root, cache)
+    checksums = Checksums(root, caches=cache_dir(root) if root is not None else None)
     runs: dict[tuple[str, str], list[_Pending]] = {}
     holders: list[trace.TraceMsg] = []  # traces that hold segments: decoded at once
     origins: list[str] = []
@@ -434,8 +466,7 @@ def ingest(store: EvidenceStore, blobs: Iterable[TraceBlob], *, source: str,
             report.runs_added += 1
         else:
             report.runs_skipped += 1
-    if cache is not None:
-        cache.save()
+    checksums.save()  # (what workers learnt stays with them: the next ingest learns it)
     report.ingested = [o for o in origins if o not in failed]  # once every run is stored
     return report
 

@@ -458,23 +458,85 @@ class UnitCache:
         entries = [e for (rel, digest), result in self.entries.items()
                    if (e := _encode_entry(rel, digest, result)) is not None]
         doc = {"format": _CACHE_FORMAT, "key": _cache_key(), "entries": entries}
-        tmp: str | None = None
+        self.dirty = not _write_json(self.path, doc, "unit cache")
+
+
+class ChecksumCache:
+    """Unit checksums by file content, one JSON file (``checksums.cache`` beside
+    :class:`UnitCache`): what ``fastci ingest`` needs of a file, qualname -> checksum,
+    without the parts and lines of every unit that make the unit cache ~20 times larger
+    (115 MB and 8 s to load at 505,000 units; this 16 MB and well under a second).
+
+    Untrusted like :class:`UnitCache` (data only, checked on load, a malformed entry is
+    a miss, a bad file an empty cache) and keyed the same way, so both go stale together.
+    """
+
+    FORMAT = "fastci-checksums-cache"
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.entries: dict[tuple[RelPath, str], dict[str, str]] = {}
+        self.dirty = False
+        data = _read_regular_file(self.path)
+        if data is None:
+            return
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            # A fresh, exclusively created name: never follows a link a change put in .fastci/.
-            fd, tmp = tempfile.mkstemp(prefix=f"{self.path.name}.", suffix=".tmp", dir=self.path.parent)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                os.fchmod(f.fileno(), 0o644)  # mkstemp's 0600 would hide it from a CI cache step
-                json.dump(doc, f, separators=(",", ":"))
-            os.replace(tmp, self.path)
-            tmp = None
-            self.dirty = False
-        except OSError as exc:
-            LOG.warning("%s: unit cache not saved (%s)", self.path, exc.strerror or exc)
-        finally:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
+            doc = json.loads(data)
+        except (ValueError, RecursionError):
+            LOG.info("%s: not a checksum cache, ignored", self.path)
+            return
+        if not isinstance(doc, dict) or doc.get("format") != self.FORMAT \
+                or doc.get("key") != _cache_key() or not isinstance(doc.get("entries"), list):
+            return
+        for raw in doc["entries"]:
+            if not (isinstance(raw, list) and len(raw) == 4 and all(isinstance(x, str) for x in raw)):
+                continue
+            rel, digest, quals, sums = raw
+            names, values = quals.split("\n"), sums.split("\n")
+            if rel and len(digest) == 64 and _HEX.issuperset(digest) and quals \
+                    and len(names) == len(values) and len(set(names)) == len(names):
+                self.entries[(rel, digest)] = dict(zip(names, values))
+
+    def get(self, rel: RelPath, digest: str) -> dict[str, str] | None:
+        """Qualname -> checksum of this content, if known."""
+        return self.entries.get((rel, digest))
+
+    def put(self, rel: RelPath, digest: str, sums: dict[str, str]) -> None:
+        """Remember the checksums of a file's units (none: nothing to remember)."""
+        if sums and all("\n" not in q for q in sums):
+            self.entries[(rel, digest)] = sums
+            self.dirty = True
+
+    def save(self) -> None:
+        """Write the cache atomically if it changed; never raises."""
+        if not self.dirty:
+            return
+        entries = [[rel, digest, "\n".join(sums), "\n".join(sums.values())]
+                   for (rel, digest), sums in self.entries.items()]
+        doc = {"format": self.FORMAT, "key": _cache_key(), "entries": entries}
+        self.dirty = not _write_json(self.path, doc, "checksum cache")
+
+
+def _write_json(path: Path, doc: object, what: str) -> bool:
+    """Write ``doc`` to ``path`` atomically; False (and a warning) when it cannot be."""
+    tmp: str | None = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # A fresh, exclusively created name: never follows a link a change put in .fastci/.
+        fd, tmp = tempfile.mkstemp(prefix=f"{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), 0o644)  # mkstemp's 0600 would hide it from a CI cache step
+            json.dump(doc, f, separators=(",", ":"))
+        os.replace(tmp, path)
+        tmp = None
+        return True
+    except OSError as exc:
+        LOG.warning("%s: %s not saved (%s)", path, what, exc.strerror or exc)
+        return False
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 #: The ``format`` field of a cache file; its layout changes with this module's source,
