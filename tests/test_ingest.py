@@ -417,53 +417,14 @@ def test_few_runs_or_one_cpu_merge_here() -> None:
     assert worker_count(3, PARALLEL_FROM) == 3
 
 
-def test_a_mirrored_table_refuses_rows_it_has() -> None:
-    from fastci.evidence.columns import UnitTable
+def test_a_mirror_table_holds_the_rows_it_is_sent_and_makes_none() -> None:
+    from fastci.evidence.columns import MirrorTable, UnitTable
 
-    worker, mirror = UnitTable(), UnitTable()
+    worker, mirror = UnitTable(), MirrorTable()
     rows = [worker.row("m.py::f", "c"), worker.row("m.py::g", ""), worker.row("m.py::f", "c")]
-    mirror.extend(worker.keys, [])
-    assert rows == [0, 1, 0] and mirror.keys == worker.keys
-    with pytest.raises(ValueError, match="already"):
-        mirror.extend([("m.py::g", "")], [])
-
-
-def test_checksums_come_from_the_small_cache_without_loading_the_unit_cache(
-        tmp_path: Path) -> None:
-    """Ingest's checksums by content: computed once (unit index), kept in
-    checksums.cache, and the next ingest reads them there without loading units.cache."""
-    import hashlib
-
-    from fastci.evidence.ingest import Checksums
-
-    tree, caches = tmp_path / "tree", tmp_path / "caches"
-    tree.mkdir()
-    src = b"X = 1\n\n\ndef f():\n    return X\n\n\nclass C:\n    def m(self):\n        pass\n"
-    (tree / "m.py").write_bytes(src)
-    digest = hashlib.sha256(src).hexdigest()
-    first = Checksums(tree, caches=caches)
-    sums = first.of("m.py", digest)
-    assert set(sums) == {"<module>", "f", "C", "C.m"} and all(sums.values())
-    first.save()
-    second = Checksums(tree, caches=caches)
-    assert second.of("m.py", digest) == sums
-    assert second._cache is None  # the unit cache was never needed
-    assert second.of("m.py", "0" * 64) == {}  # not the recorded bytes: unknown
-
-
-@pytest.mark.parametrize("content", [
-    b"", b"\x80\x81 not json", b"[]", b'{"format": "fastci-checksums-cache"}',
-    b'{"format": "fastci-checksums-cache", "key": "KEY", "entries": [["m.py", "'
-    + b"a" * 64 + b'", "f\\ng", "1"], ["m.py", "short", "f", "1"], 7, ["m.py", "'
-    + b"b" * 64 + b'", "f\\nf", "1\\n2"], ["", "' + b"c" * 64 + b'", "f", "1"]]}',
-])
-def test_a_bad_checksum_cache_is_a_miss_never_an_answer(tmp_path: Path, content: bytes) -> None:
-    from fastci.units.index import ChecksumCache, _cache_key
-
-    path = tmp_path / "checksums.cache"
-    path.write_bytes(content.replace(b"KEY", _cache_key().encode()))
-    cache = ChecksumCache(path)
-    assert cache.entries == {}  # every malformed entry dropped, nothing raised
-    cache.put("m.py", "d" * 64, {"f": "1", "g": "2"})
-    cache.save()
-    assert ChecksumCache(path).get("m.py", "d" * 64) == {"f": "1", "g": "2"}
+    sets = [worker.set_row(frozenset({"a"})), worker.set_row(frozenset())]
+    mirror.extend(worker.keys, worker.sets)
+    assert rows == [0, 1, 0] and sets == [0, 1]
+    assert mirror.keys == worker.keys and mirror.sets == worker.sets
+    with pytest.raises(TypeError, match="only takes"):
+        mirror.row("m.py::h", "")

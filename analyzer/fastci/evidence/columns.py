@@ -79,19 +79,6 @@ class UnitTable:
             self._uid_of.append(self._uids.setdefault(uid, len(self._uids)))
         return got
 
-    def extend(self, keys: Sequence[tuple[UnitId, Checksum]],
-               sets: Sequence[frozenset[ContextSig]]) -> None:
-        """Append ``keys`` and ``sets`` as new rows, in order (a mirror of another
-        process's table, which sends what it added)."""
-        for uid, checksum in keys:
-            n = len(self.keys)
-            if self.row(uid, checksum) != n:
-                raise ValueError(f"{uid} ({checksum}) is in the table already")
-        for sigs in sets:
-            n = len(self.sets)
-            if self.set_row(sigs) != n:
-                raise ValueError("a context set is in the table already")
-
     def set_row(self, sigs: frozenset[ContextSig]) -> int:
         """The row of the context set ``sigs`` (added when new)."""
         got = self._set_rows.get(sigs)
@@ -205,6 +192,24 @@ class UnitTable:
             rows[head] = self.row(uid, checksum)
             sets[head] = self.set_row(frozenset(sigs))
         return UnitColumns(self, rows[keep], sets[keep])
+
+
+class MirrorTable(UnitTable):
+    """The rows of another process's :class:`UnitTable`, as it sends what it added: the
+    same rows in the same order, so its :class:`UnitColumns` read the same here. Only
+    appended to (:meth:`extend`); rows are never looked up by key here."""
+
+    def extend(self, keys: Sequence[tuple[UnitId, Checksum]],
+               sets: Sequence[frozenset[ContextSig]]) -> None:
+        """Append ``keys`` and ``sets`` as the next rows, in order."""
+        self.keys.extend(keys)
+        self.sets.extend(sets)
+
+    def row(self, uid: UnitId, checksum: Checksum) -> int:
+        raise TypeError("a mirror table only takes the rows its source sends")
+
+    def set_row(self, sigs: frozenset[ContextSig]) -> int:
+        raise TypeError("a mirror table only takes the rows its source sends")
 
 
 class UnitColumns(Mapping[UnitId, UnitValue]):

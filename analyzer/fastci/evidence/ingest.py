@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from fastci.errors import TraceError
 from fastci.evidence import trace
-from fastci.evidence.columns import Rows, UnitColumns, UnitTable, small_set_keys
+from fastci.evidence.columns import MirrorTable, Rows, UnitColumns, UnitTable, small_set_keys
 from fastci.evidence.store import EvidenceStore, RunEvidence
 from fastci.integrations.git.repository import cache_dir
 from fastci.units.index import ChecksumCache, FileUnits, UnitCache, index_source
@@ -588,14 +588,14 @@ def _merged_in_workers(ordered: list[tuple[tuple[str, str], list[_Pending]]], jo
 
     global _SHARED
     _SHARED = (ordered, work)
-    mirrors: dict[int, UnitTable] = {}
+    mirrors: dict[int, MirrorTable] = {}
     spans = [(i, min(i + TASK_RUNS, len(ordered))) for i in range(0, len(ordered), TASK_RUNS)]
     try:
         with multiprocessing.get_context("fork").Pool(jobs) as pool:
             # A worker takes tasks in order and imap returns them in order, so a worker's
             # table additions arrive here in the order it made them.
             for pid, out, keys, sets in pool.imap(_merge_task, spans):
-                mirror = mirrors.setdefault(pid, UnitTable())
+                mirror = mirrors.setdefault(pid, MirrorTable())
                 mirror.extend(keys, sets)
                 for test, fields, rows, set_rows, broken in out:
                     yield test, None if fields is None else RunEvidence(**fields, units=UnitColumns(
