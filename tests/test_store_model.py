@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import tempfile
+from unittest import mock
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastci.errors import StoreError
+from fastci.evidence import batch as batch_mod
 from fastci.evidence.columns import UnitTable
 from fastci.evidence.exchange import export_store, import_store
 from fastci.evidence.schema import SCHEMA_VERSION
@@ -39,6 +41,10 @@ class Model:
     held: dict[str, tuple[float, str]] = field(default_factory=dict)
     evidence: dict[str, Units] = field(default_factory=dict)
     checksums: dict[str, str] = field(default_factory=dict)
+    # The held run's files read, Python sources and distributions, per test.
+    reads: dict[str, dict[str, str]] = field(default_factory=dict)
+    sources: dict[str, dict[str, str]] = field(default_factory=dict)
+    dists: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def ingest(self, run: RunEvidence) -> bool:
         if run.run_key in self.keys:
@@ -49,6 +55,9 @@ class Model:
             return True
         self.held[run.test] = (run.recorded_at, run.run_key)
         self.evidence[run.test] = dict(run.units)
+        self.reads[run.test] = dict(run.files)
+        self.sources[run.test] = dict(run.sources)
+        self.dists[run.test] = dict(run.distributions)
         # unit.checksum: the last winning recording's, in ingestion order.
         self.checksums.update((u, c) for u, (c, _) in run.units.items())
         return True
@@ -71,7 +80,12 @@ def runs_st(draw: st.DrawFn) -> RunEvidence:
     key = f"{test}@{draw(st.integers(0, 6))}"  # few keys: some come again (no-ops)
     return RunEvidence(test=test, run_key=key, outcome="passed", complete=True, duration_s=1.0,
                        gpus=1, workload={}, recorded_at=at, commit="abc",
-                       units=draw(units_st), sources={"m.py": f"d{at}"})
+                       units=draw(units_st), sources=draw(files_st), files=draw(files_st),
+                       distributions=draw(st.dictionaries(st.sampled_from(["torch", "numpy"]),
+                                                          st.sampled_from(["1", "2"]))))
+
+
+files_st = st.dictionaries(st.sampled_from(PATHS[:3]), st.sampled_from(["d1", "d2"]), max_size=3)
 
 
 def check(store: EvidenceStore, model: Model) -> None:
@@ -98,6 +112,11 @@ def check(store: EvidenceStore, model: Model) -> None:
     assert store.contexts_of_units(some) == {
         t: {u: sorted(s) for u, (_, s) in ev.items() if u in some}
         for t, ev in model.evidence.items() if any(u in some for u in ev)}
+    assert store.source_digests() == sorted(
+        (t, p, d) for t, files in model.sources.items() for p, d in files.items())
+    assert store.file_digests() == sorted(
+        (p, t, d) for t, files in model.reads.items() for p, d in files.items())
+    assert store.distributions_of_tests() == {t: d for t, d in model.dists.items() if d}
     stats = store.stats()
     assert stats["evidence"] == len(pairs)
     # Every unit version some test holds, and no other (an emptied one is deleted).
@@ -107,7 +126,7 @@ def check(store: EvidenceStore, model: Model) -> None:
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(runs_st(), min_size=1, max_size=6), min_size=1, max_size=5),
        st.lists(st.sampled_from(["one", "batch", "batch-flush-often", "batch-small-chunks",
-                                 "columns", "columns-flush-often"]),
+                                 "columns", "columns-flush-often", "columns-scan"]),
                 min_size=5, max_size=5))
 def test_every_read_matches_the_model(batches: list[list[RunEvidence]], how: list[str]) -> None:
     model = Model()
@@ -118,7 +137,10 @@ def test_every_read_matches_the_model(batches: list[list[RunEvidence]], how: lis
             expected = [model.ingest(r) for r in batch]
             if mode.startswith("columns"):
                 batch = [replace(r, units=table.columns(r.units)) for r in batch]
-                got = store.ingest_many(iter(batch), flush_pairs=1 if "flush" in mode else 10**9)
+                # (scan: the versions read in one pass, as for a full-suite recording)
+                with mock.patch.object(batch_mod, "SCAN_VERSIONS_FROM",
+                                       0 if mode == "columns-scan" else batch_mod.SCAN_VERSIONS_FROM):
+                    got = store.ingest_many(iter(batch), flush_pairs=1 if "flush" in mode else 10**9)
             elif mode == "one":
                 got = [store.ingest(r) for r in batch]
             else:
