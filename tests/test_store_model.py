@@ -208,3 +208,24 @@ def test_a_version_3_store_is_refused_and_left_alone(tmp_path: Path) -> None:
             EvidenceStore.open(path, create=create)
     assert path.read_bytes() == before
     assert SCHEMA_VERSION == 4
+
+
+@pytest.mark.parametrize("how", ["one", "batch", "columns"])
+def test_a_re_recording_that_only_ran_in_other_contexts_replaces_them(
+        tmp_path: Path, how: str) -> None:
+    """Same units, same checksums: no posting list changes, but the contexts are new."""
+    def run(key: str, at: float, sigs: set[str]) -> RunEvidence:
+        units = {"m.py::f": ("c1", frozenset(sigs)), "m.py::g": ("c2", frozenset({"x"}))}
+        return RunEvidence(test="//t:a", run_key=key, outcome="passed", complete=True,
+                           duration_s=1.0, gpus=1, workload={}, recorded_at=at,
+                           units=UnitTable().columns(units) if how == "columns" else units)
+
+    with EvidenceStore.open(tmp_path / "e.db", create=True) as store:
+        for r in (run("r1", 1.0, {"tp=1"}), run("r2", 2.0, {"tp=2", "bf16"}),
+                  run("r3", 3.0, {"tp=2", "bf16"})):  # r3: the same again, nothing to write
+            if how == "one":
+                store.ingest(r)
+            else:
+                store.ingest_many([r])
+        assert store.units_of_test("//t:a") == {"m.py::f": ["bf16", "tp=2"], "m.py::g": ["x"]}
+        assert store.tests_for_units(["m.py::f"]) == {"m.py::f": {"//t:a"}}

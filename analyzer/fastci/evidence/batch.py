@@ -89,9 +89,9 @@ class EvidenceBatch:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
         self.pending = 0  # pairs added or dropped since the last flush
-        # Test rowid -> its evidence row's packed versions as replace() left them (None:
-        # no row), and the rows to write (None: delete) at write_rows().
-        self.rows: dict[int, bytes | None] = {}
+        # Test rowid -> its evidence row's packed versions and context sets as replace()
+        # left them (None: no row), and the rows to write (None: delete) at write_rows().
+        self.rows: dict[int, tuple[bytes, bytes] | None] = {}
         self.writes: dict[int, tuple[int, bytes, bytes] | None] = {}
         self._reset()
 
@@ -231,8 +231,8 @@ class EvidenceBatch:
         wanted = sorted({t for t in tids if t not in self.rows})
         self.rows.update((t, None) for t in wanted)
         for chunk in chunks(wanted):
-            self.rows.update(self.conn.execute(
-                "SELECT test_id, versions FROM evidence WHERE test_id IN (%s)"
+            self.rows.update((t, (v, c)) for t, v, c in self.conn.execute(
+                "SELECT test_id, versions, ctxsets FROM evidence WHERE test_id IN (%s)"
                 % ",".join("?" * len(chunk)), chunk))
         return [self._column_ids(units) if isinstance(units, UnitColumns) else
                 (vids if vids is not None else self._vids(units),
@@ -356,18 +356,25 @@ class EvidenceBatch:
             self.newest = np.concatenate([self.newest, np.zeros(grow, np.uint32)])
         self.newest[rows] = new
         if tid not in self.rows:
-            got = self.conn.execute("SELECT versions FROM evidence WHERE test_id = ?",
+            got = self.conn.execute("SELECT versions, ctxsets FROM evidence WHERE test_id = ?",
                                     (tid,)).fetchone()
-            self.rows[tid] = got[0] if got else None
+            self.rows[tid] = (got[0], got[1]) if got else None
         held = self.rows[tid]
-        packed = postings.encode_sorted(new)
+        set_ids = postings.as_ids(sets)[order]
+        old = postings.decode(held[0]) if held is not None else postings.EMPTY
         # The row is written at write_rows() (replace() reads it from self.rows till then).
-        self.writes[tid] = (len(new), packed, postings.encode_ids(postings.as_ids(sets)[order])) \
-            if len(new) else None
-        self.rows[tid] = packed if len(new) else None
-        if held is not None and held == packed:
-            return  # the same units, the same checksums: no posting list changes
-        old = postings.decode(held) if held is not None else postings.EMPTY
+        if held is not None and len(new) and np.array_equal(old, new):
+            # The same units, the same checksums: no posting list changes, and no row to
+            # write either when the contexts are the same too (most of a re-recording:
+            # compressing rows only to find them equal was most of the batch's zlib).
+            if not np.array_equal(postings.decode(held[1]), set_ids):
+                ctx = postings.encode_ids(set_ids)
+                self.writes[tid] = (len(new), held[0], ctx)
+                self.rows[tid] = (held[0], ctx)
+            return
+        packed, ctx = postings.encode_sorted(new), postings.encode_ids(set_ids)
+        self.writes[tid] = (len(new), packed, ctx) if len(new) else None
+        self.rows[tid] = (packed, ctx) if len(new) else None
         gone = np.setdiff1d(old, new, assume_unique=True)
         came = np.setdiff1d(new, old, assume_unique=True)
         if len(gone):

@@ -111,10 +111,14 @@ def find_traces(paths: Iterable[Path]) -> Iterator[TraceBlob]:
         if root.is_file():
             yield from _from_file(root, None)
             continue
-        for p in sorted(root.rglob("*")):
+        for p in sorted(root.rglob("*"), key=_parts):  # (Path's own < is slow)
             if p.name.endswith(trace.SUFFIX) and not p.name.startswith(".tmp-") or \
                     p.name == "outputs.zip":
                 yield from _from_file(p, label_from_testlogs(p, root))
+
+
+def _parts(p: Path) -> tuple[str, ...]:
+    return p.parts
 
 
 def _from_file(p: Path, hint: str | None) -> Iterator[TraceBlob]:
