@@ -175,6 +175,9 @@ def build(root: Path, p: dict[str, Any]) -> dict[str, Any]:
     cache = UnitCache(caches / "units.cache")
     units, digests = _units(p, cache)
     cache.save()
+    # What the recording needs of the index, so the ingest step does not index again.
+    (root / "index.json").write_text(json.dumps({"units": [u for u, _ in units],
+                                                 "digests": digests}))
     checksums = Checksums(root / "base-tree", caches=caches)
     for f in range(p["files"]):
         checksums.of(_path(f), digests[f])
@@ -209,17 +212,18 @@ def build(root: Path, p: dict[str, Any]) -> dict[str, Any]:
     return meta
 
 
-def recording(p: dict[str, Any], fingerprint: str, index: tuple[list[tuple[str, str]], list[str]],
+def recording(p: dict[str, Any], fingerprint: str, index: dict[str, list[str]],
               clock: list[float]) -> Iterator[bytes]:
     """The new full-suite recording: one trace file's bytes per test, as the recorder
     writes them (format 2, no checksums), made as they are read; the time spent making
-    them is added to ``clock[0]`` (the recorder's work, not ingest's)."""
+    them is added to ``clock[0]`` (the recorder's work, not ingest's). ``index``: every
+    unit id and file digest, as the build step wrote them (``index.json``)."""
     import numpy as np
 
     from fastci.evidence import trace
 
-    units, digests = index
-    quals = [uid.partition("::")[2] for uid, _ in units]
+    digests = index["digests"]
+    quals = [uid.partition("::")[2] for uid in index["units"]]
     per_file = p["funcs"] + 1
     c = p["contexts"]
     sigs = [f"ctx:{i}" for i in range(c)]
@@ -278,7 +282,8 @@ def ingest_step(root: Path, p: dict[str, Any], jobs: int | None = None) -> dict[
     traces.mkdir()
     making = [0.0]
     size = 0
-    for t, data in enumerate(recording(p, meta["fingerprint"], _units(p), making)):
+    index = json.loads((root / "index.json").read_text())
+    for t, data in enumerate(recording(p, meta["fingerprint"], index, making)):
         (traces / f"{t:06d}.trace").write_bytes(data)
         size += len(data)
     try:

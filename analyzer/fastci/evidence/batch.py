@@ -327,25 +327,30 @@ class EvidenceBatch:
 
     # ------------------------------------------------------------ writing
 
+    def _ids_of(self, units: Mapping[UnitId, tuple[Checksum, frozenset[ContextSig]]]
+                ) -> tuple[Sequence[int], Sequence[int]]:
+        """The unit-version and context-set ids of ``units``, interned as needed (for
+        :meth:`replace` without :meth:`prepare`'s: a batch of one, or after a flush)."""
+        if isinstance(units, UnitColumns):
+            self._intern_columns([units])
+            return self._column_ids(units)  # type: ignore[return-value]
+        values = list(units.values())
+        vids = self._vids(units)
+        if vids is None:
+            keys = list(zip(units, map(_first, values)))
+            self._version_ids(keys)
+            vids = [self.versions[k] for k in keys]
+        got = list(map(self.ctxsets.get, map(_second, values)))
+        sets = [self._ctxset_id(v[1]) for v in values] if None in got else got
+        return vids, sets  # type: ignore[return-value]
+
     def replace(self, tid: int, units: Mapping[UnitId, tuple[Checksum, frozenset[ContextSig]]],
                 vids: Sequence[int] | None = None, sets: Sequence[int] | None = None) -> None:
         """Make ``units`` the held evidence of test ``tid`` (its row is written at
         :meth:`write_rows`, the posting lists at :meth:`flush`); ``vids`` and ``sets``: its
         unit-version and context-set ids as :meth:`prepare` gave them."""
-        if isinstance(units, UnitColumns) and (vids is None or sets is None):
-            self._intern_columns([units])
-            vids, sets = self._column_ids(units)  # type: ignore[assignment]
-        values = list(units.values()) if vids is None or sets is None else []
-        if vids is None:
-            vids = self._vids(units)
-        if vids is None:
-            keys = list(zip(units, map(_first, values)))
-            self._version_ids(keys)
-            vids = [self.versions[k] for k in keys]
-        if sets is None:
-            got = list(map(self.ctxsets.get, map(_second, values)))
-            sets = [self._ctxset_id(v[1]) for v in values] if None in got \
-                else got  # type: ignore[assignment]
+        if vids is None or sets is None:
+            vids, sets = self._ids_of(units)
         new = postings.as_ids(vids)
         order = np.argsort(new, kind="stable")
         new = new[order]

@@ -151,17 +151,14 @@ class Checksums:
     when a file is missing from it.
     """
 
-    def __init__(self, root: Path | None, cache: UnitCache | None = None, *,
-                 caches: Path | None = None) -> None:
+    def __init__(self, root: Path | None, *, caches: Path | None = None) -> None:
         self.root = root
-        self._cache = cache
         self._caches = caches
+        self._cache: UnitCache | None = None  # loaded at the first file sums lack
         self.sums = ChecksumCache(caches / "checksums.cache") if caches else None
         self._memo: dict[tuple[str, str], dict[str, str]] = {}
 
-    @property
-    def cache(self) -> UnitCache | None:
-        """The unit cache (loaded at first use)."""
+    def _unit_cache(self) -> UnitCache | None:
         if self._cache is None and self._caches is not None:
             self._cache = UnitCache(self._caches / "units.cache")
         return self._cache
@@ -193,7 +190,7 @@ class Checksums:
         known = self.sums.get(path, digest) if self.sums is not None else None
         if known is not None:
             return known
-        cache = self.cache
+        cache = self._unit_cache()
         result = cache.get(path, digest) if cache else None
         if result is None:
             result = index_source(path, data)
@@ -398,11 +395,13 @@ def ingest(store: EvidenceStore, blobs: Iterable[TraceBlob], *, source: str,
     """Parse, group and merge trace blobs into ``store`` in one batch
     (:meth:`~fastci.evidence.store.EvidenceStore.ingest_many`: one transaction, each
     touched posting list written once; runs are merged one at a time as the batch reads
-    them, so a full-suite recording is never held in memory whole).
+    them).
 
     Traces are grouped into runs by their headers; a trace is decoded whole when its
     run is merged (one that holds segments, at once), and one that fails then is
     handled as one that failed at first: reported, its test given an incomplete run.
+    Every trace's bytes are held until the end (950 MB for 100,000 tests), the
+    decoded traces are not.
 
     ``root`` is the source tree the traces were recorded from (checksums are
     computed there, cached in :func:`~fastci.integrations.git.repository.cache_dir`:
@@ -446,9 +445,8 @@ def ingest(store: EvidenceStore, blobs: Iterable[TraceBlob], *, source: str,
     failed: set[str] = set()
 
     def merged() -> Iterator[RunEvidence]:
-        reader = TraceUnits(checksums)
         done = _merged_in_workers(ordered, jobs, work) if jobs > 1 else \
-            (_merge_pending(test, pending, reader, work) for (test, _run), pending in ordered)
+            _merged_here(ordered, TraceUnits(checksums), work)
         for test, rec, broken in done:
             for origin, message, digest in broken:  # found when the run's traces were decoded
                 failed.add(origin)
@@ -503,12 +501,21 @@ def _corrupt_run(report: IngestReport, message: str, test: str | None, origin: s
         recorded_at=_mtime(origin), commit=commit, source=source)
 
 
+#: A merged run: its test, the run (None: no trace of it decoded), and per trace that
+#: did not decode, its origin, the error and a digest of its bytes.
+_Merged = tuple[str, RunEvidence | None, list[tuple[str, str, str]]]
+
+
+def _merged_here(ordered: list[tuple[tuple[str, str], list[_Pending]]], reader: TraceUnits,
+                 work: tuple[Any, ...]) -> Iterator[_Merged]:
+    """The runs of ``ordered`` merged in this process, in order."""
+    for (test, _run), pending in ordered:
+        yield _merge_pending(test, pending, reader, work)
+
+
 def _merge_pending(test: str, pending: list[_Pending], reader: TraceUnits,
-                   work: tuple[Any, ...]) -> tuple[str, RunEvidence | None,
-                                                   list[tuple[str, str, str]]]:
-    """Decode the traces of one run and merge those that decode. Returns the test, the
-    run (None when no trace decoded) and, per trace that did not, its origin, the error
-    and a digest of its bytes."""
+                   work: tuple[Any, ...]) -> _Merged:
+    """Decode the traces of one run and merge those that decode."""
     checksums, segments, source, commit, results = work
     traces: list[trace.TraceMsg] = []
     broken: list[tuple[str, str, str]] = []
@@ -552,7 +559,6 @@ def worker_count(jobs: int | None, runs: int) -> int:
     return jobs
 
 
-_Merged = tuple[str, RunEvidence | None, list[tuple[str, str, str]]]
 _Sent = tuple[str, dict[str, Any] | None, bytes, bytes, list[tuple[str, str, str]]]
 
 

@@ -924,7 +924,8 @@ class EvidenceStore:
         for part in chunks(changed):
             self.conn.execute(f"DELETE FROM {table} WHERE test_id IN (%s)"
                               % ",".join("?" * len(part)), part)
-        self.conn.executemany(f"INSERT INTO {table} ({', '.join(cols)}) VALUES (?,?,?)",
+        self.conn.executemany(f"INSERT INTO {table} ({', '.join(cols)})"
+                              f" VALUES ({','.join('?' * len(cols))})",
                               [r for t in changed for r in sorted(rows[t])])
 
     def add_run(self, run: RunEvidence) -> bool:

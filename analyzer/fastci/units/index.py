@@ -415,18 +415,7 @@ class UnitCache:
         self.dirty = False
         self.hits = 0
         self.rejected = 0  # entries of a readable cache file that failed validation
-        data = _read_regular_file(self.path)
-        if data is None:
-            return
-        try:
-            doc = json.loads(data)
-        except (ValueError, RecursionError):  # not JSON (an old pickle), or nested to overflow
-            LOG.info("%s: not a unit cache, ignored", self.path)
-            return
-        if not isinstance(doc, dict) or doc.get("format") != _CACHE_FORMAT \
-                or doc.get("key") != _cache_key() or not isinstance(doc.get("entries"), list):
-            return
-        for raw in doc["entries"]:
+        for raw in _cache_entries(self.path, _CACHE_FORMAT, "unit cache"):
             entry = _decode_entry(raw)
             if entry is None:
                 self.rejected += 1
@@ -477,18 +466,7 @@ class ChecksumCache:
         self.path = Path(path)
         self.entries: dict[tuple[RelPath, str], dict[str, str]] = {}
         self.dirty = False
-        data = _read_regular_file(self.path)
-        if data is None:
-            return
-        try:
-            doc = json.loads(data)
-        except (ValueError, RecursionError):
-            LOG.info("%s: not a checksum cache, ignored", self.path)
-            return
-        if not isinstance(doc, dict) or doc.get("format") != self.FORMAT \
-                or doc.get("key") != _cache_key() or not isinstance(doc.get("entries"), list):
-            return
-        for raw in doc["entries"]:
+        for raw in _cache_entries(self.path, self.FORMAT, "checksum cache"):
             if not (isinstance(raw, list) and len(raw) == 4 and all(isinstance(x, str) for x in raw)):
                 continue
             rel, digest, quals, sums = raw
@@ -515,6 +493,24 @@ class ChecksumCache:
                    for (rel, digest), sums in self.entries.items()]
         doc = {"format": self.FORMAT, "key": _cache_key(), "entries": entries}
         self.dirty = not _write_json(self.path, doc, "checksum cache")
+
+
+def _cache_entries(path: Path, kind: str, what: str) -> list[object]:
+    """The raw entries of the cache file at ``path`` (each still to be checked); none
+    when it is missing, not a regular file, not JSON, another format or stale."""
+    data = _read_regular_file(path)
+    if data is None:
+        return []
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):  # not JSON (an old pickle), or nested to overflow
+        LOG.info("%s: not a %s, ignored", path, what)
+        return []
+    if not isinstance(doc, dict) or doc.get("format") != kind \
+            or doc.get("key") != _cache_key() or not isinstance(doc.get("entries"), list):
+        return []
+    entries: list[object] = doc["entries"]
+    return entries
 
 
 def _write_json(path: Path, doc: object, what: str) -> bool:
