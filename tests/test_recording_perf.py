@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -102,6 +103,35 @@ def test_reused_engine_traces_match_fresh_engine_traces(repo: Path, tmp_path: Pa
     assert list(a.contexts) == list(b.contexts)
 
 
+def test_engine_built_without_coverage_call_stack_records_the_same(
+        repo: Path, tmp_path: Path) -> None:
+    """coverage.py's collector keeps no call stack for FastCI's engine (inspect.stack(),
+    ~30 ms a process), its module is left as it was, and the evidence is unchanged."""
+    from coverage import collector
+
+    import pkg.ma  # noqa: F401
+
+    before = collector.short_stack
+    recorder._ENGINES.clear()
+    path, engine = _record(repo, tmp_path / "t", "t1", "fa")
+    assert collector.short_stack is before
+    assert engine._collector.origin == "(call stack not kept by fastci)"
+    assert _units(path).get("pkg/ma.py") == ["fa"]
+
+
+def test_a_recorded_child_process_starts_without_numpy(tmp_path: Path) -> None:
+    """What a child recorder imports at start-up is paid in every recorded process:
+    numpy (~70 ms) and importlib.metadata are only needed by readers of traces."""
+    analyzer = Path(__file__).resolve().parents[1] / "analyzer"
+    code = ("import sys\nfrom fastci.evidence import child_start\n"
+            "print(sorted(m for m in ('numpy', 'torch') if m in sys.modules))")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTCI_")}
+    env["PYTHONPATH"] = str(analyzer)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True).stdout.strip()
+    assert out == "[]"
+
+
 # ------------------------------------------------------------------ probe caching
 
 @pytest.fixture
@@ -186,7 +216,9 @@ def test_torch_distribution_version_is_read_once(monkeypatch: pytest.MonkeyPatch
     calls: list[str] = []
     monkeypatch.delitem(sys.modules, "torch", raising=False)
     environment._torch_distribution.cache_clear()
-    monkeypatch.setattr(environment.importlib.metadata, "version",
+    import importlib.metadata
+
+    monkeypatch.setattr(importlib.metadata, "version",
                         lambda name: calls.append(name) or "9.9")
     try:
         assert environment._torch_versions() == ("9.9", "")

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.metadata
 import json
 import os
 import platform
@@ -142,6 +141,9 @@ def _torch_versions() -> tuple[str, str]:
 @functools.lru_cache(maxsize=1)
 def _torch_distribution() -> str:
     # Reading distribution metadata costs 1-5 ms, and the recorder asks at every stop.
+    # importlib.metadata itself is imported here: ~20 ms in a recorded child process.
+    import importlib.metadata
+
     try:
         return importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:

@@ -15,14 +15,15 @@ import sys
 import tempfile
 import zlib
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 from urllib.parse import quote, unquote
-
-import numpy as np
-import numpy.typing as npt
 
 from fastci.errors import TraceError
 from fastci.evidence import trace_pb2
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 MAGIC = b"FCITRC1\n"
 #: What this recorder writes: 2 holds a file's units as columns (``FileTrace.qualnames``).
@@ -99,7 +100,11 @@ def u32(values: Iterable[int]) -> bytes:
 
 def u32_column(blob: bytes) -> npt.NDArray[np.uint32]:
     """A format-2 uint32 column as an array (no copy)."""
-    return np.frombuffer(blob, dtype="<u4")
+    # numpy is imported here, not at the top: the recorder imports this module in every
+    # recorded child process (numpy costs ~70 ms there), and only readers need arrays.
+    import numpy
+
+    return numpy.frombuffer(blob, dtype="<u4")
 
 
 def names(column: str) -> list[str]:
@@ -169,7 +174,7 @@ def _column_problem(trace: TraceMsg) -> str:
     if len(sizes) % 4 or len(flat) % 4:
         return "a column of uint32 has a partial entry"
     sizes, flat = u32_column(sizes), u32_column(flat)
-    if int(sizes.sum(dtype=np.int64)) != len(flat):
+    if int(sizes.sum(dtype="int64")) != len(flat):
         return "context sets do not add up"
     if len(flat) and int(flat.max()) >= len(trace.contexts):
         return "a context set names an unknown context"
