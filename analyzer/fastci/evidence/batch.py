@@ -438,20 +438,18 @@ class EvidenceBatch:
                                       % ",".join("?" * len(chunk)), chunk).fetchall()
         rows.sort()
         vids = np.array([v for v, _ in rows], dtype=np.uint64)
-        held = [postings.decode(blob) for _, blob in rows]
-        lens = np.array([len(h) for h in held], dtype=np.int64)
+        held, lens = postings.decode_many([blob for _, blob in rows])
         # Every held (version, test) pair of the touched versions as one sorted key array.
-        cur = (np.concatenate(held).astype(np.uint64) if held else np.zeros(0, np.uint64)) | \
-            np.repeat(vids << np.uint64(32), lens)
+        cur = held.astype(np.uint64) | np.repeat(vids << np.uint64(32), lens)
         if len(minus) and len(cur):
             at = np.minimum(np.searchsorted(minus, cur), len(minus) - 1)
             cur = cur[minus[at] != cur]
         merged = _sorted_union(cur, plus) if len(plus) else cur
         tests = (merged & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-        starts = np.searchsorted(merged >> np.uint64(32), vids, side="left").tolist()
-        ends = np.searchsorted(merged >> np.uint64(32), vids, side="right").tolist()
-        empty = [v for v, a, b in zip(vids.tolist(), starts, ends) if a == b]
+        starts = np.searchsorted(merged >> np.uint64(32), vids, side="left")
+        ends = np.searchsorted(merged >> np.uint64(32), vids, side="right")
+        empty: list[int] = vids[starts == ends].tolist()
         self.conn.executemany("UPDATE unit_version SET tests = ? WHERE id = ?",
-                              [(postings.encode_sorted(tests[a:b]), v)
-                               for v, a, b in zip(vids.tolist(), starts, ends)])
+                              zip(postings.encode_sorted_many(tests, starts, ends),
+                                  vids.tolist()))
         return empty

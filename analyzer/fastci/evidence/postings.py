@@ -93,3 +93,140 @@ def decode(blob: bytes | None) -> Ids:
         return np.cumsum(values, dtype=np.uint32)
     return values
 
+
+
+def _spans(starts: npt.NDArray[np.int64], lens: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The indexes ``starts[i] .. starts[i] + lens[i] - 1`` of every span, concatenated."""
+    total = int(lens.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    ends = np.cumsum(lens)
+    out: npt.NDArray[np.int64] = np.arange(total, dtype=np.int64) + np.repeat(
+        starts - (ends - lens), lens)
+    return out
+
+
+#: Elements (bytes, when decoding) per piece of :func:`decode_many` and
+#: :func:`encode_sorted_many`: their temporaries stay small enough for the allocator to
+#: reuse and the caches to hold (arrays of hundreds of MB are mapped fresh each time,
+#: and page faults then cost more than the work). Measured on 505,000 lists of 100 ids:
+#: 2**17 decodes them in 0.45 s and encodes them in 0.55 s (one at a time: 1.7 s each);
+#: 2**22 took 0.6 s and 1.5 s, everything in one piece 2.1 s and 7.0 s.
+_PIECE = 1 << 17
+
+
+def _pieces(counts: npt.NDArray[np.int64]) -> list[tuple[int, int]]:
+    """Consecutive ranges of items whose counts add up to about :data:`_PIECE` each."""
+    total = np.cumsum(counts)
+    marks = np.arange(_PIECE, int(total[-1]) if len(total) else 0, _PIECE)
+    cuts = sorted({0, len(counts), *np.searchsorted(total, marks, side="right").tolist()})
+    return [(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]
+
+
+def decode_many(blobs: list[bytes]) -> tuple[Ids, npt.NDArray[np.int64]]:
+    """:func:`decode` of every blob, as one array of their ids concatenated in order and
+    each blob's count (see :func:`_decode_piece`)."""
+    sizes = np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs))
+    parts = [_decode_piece(blobs[lo:hi]) for lo, hi in _pieces(sizes)]
+    if not parts:
+        return EMPTY, np.zeros(0, np.int64)
+    return (np.concatenate([v for v, _ in parts]).astype(np.uint32, copy=False),
+            np.concatenate([c for _, c in parts]))
+
+
+def _decode_piece(blobs: list[bytes]) -> tuple[Ids, npt.NDArray[np.int64]]:
+    """:func:`decode_many` of a few thousand blobs.
+
+    The raw gap arrays of :func:`encode_sorted` (the common case: a posting list of a
+    few hundred tests) are decoded together, with array operations over all of them; a
+    compressed or unsorted blob goes through :func:`decode`. Ingest decodes every
+    touched posting list: 505,000 of them at 100,000 tests.
+    """
+    n = len(blobs)
+    sizes = np.fromiter(map(len, blobs), dtype=np.int64, count=n)
+    buf = np.frombuffer(b"".join(blobs), dtype=np.uint8)
+    offsets = np.cumsum(sizes) - sizes
+    nonempty = sizes > 0
+    tags = np.zeros(n, dtype=np.int64)
+    tags[nonempty] = buf[offsets[nonempty]]
+    widths = tags & _WIDTH
+    fast = nonempty & (tags & DELTA != 0) & (tags & ZLIB == 0) & np.isin(widths, (1, 2, 4))
+    widths[~fast] = 0
+    counts = np.zeros(n, dtype=np.int64)
+    counts[fast] = (sizes[fast] - 1) // widths[fast]
+    decoded = {i: decode(blobs[i]) for i in np.flatnonzero(nonempty & ~fast).tolist()}
+    for i, values in decoded.items():
+        counts[i] = len(values)
+    out = np.empty(int(counts.sum()), dtype=np.uint32)
+    # Each byte's width (0: a tag byte, or a blob decoded apart), each element's too.
+    byte_width = np.repeat(widths.astype(np.uint8), sizes)
+    byte_width[offsets[nonempty]] = 0
+    elem_width = np.repeat(widths.astype(np.uint8), counts)
+    for width in (1, 2, 4):
+        members = fast & (widths == width)
+        if not members.any():
+            continue
+        gaps = buf[byte_width == width].view(_DTYPES[width]).astype(np.int64)
+        n_of = counts[members]
+        firsts = np.cumsum(n_of) - n_of
+        # One running sum over all the blobs: each blob's first gap (its first id) is
+        # lowered by the previous blob's last id, so every blob starts from zero.
+        ends = np.add.reduceat(gaps, firsts)
+        gaps[firsts[1:]] -= ends[:-1]
+        out[elem_width == width] = np.cumsum(gaps).astype(np.uint32)
+    at = np.cumsum(counts) - counts
+    for i, values in decoded.items():
+        out[at[i]:at[i] + len(values)] = values
+    return out, counts
+
+
+def encode_sorted_many(ids: Ids, starts: npt.NDArray[np.int64],
+                       ends: npt.NDArray[np.int64]) -> list[bytes]:
+    """``[encode_sorted(ids[a:b]) for a, b in zip(starts, ends)]``, byte for byte, with
+    array operations over many spans at a time: each span strictly increasing. A span
+    whose raw encoding would reach the compression threshold goes through
+    :func:`encode_sorted`."""
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    out: list[bytes] = []
+    for lo, hi in _pieces(ends - starts):
+        out += _encode_piece(ids, starts[lo:hi], ends[lo:hi])
+    return out
+
+
+def _encode_piece(ids: Ids, starts: npt.NDArray[np.int64],
+                  ends: npt.NDArray[np.int64]) -> list[bytes]:
+    n = len(starts)
+    counts = (ends - starts).astype(np.int64)
+    out: list[bytes] = [b""] * n
+    live = np.flatnonzero(counts > 0)
+    if not len(live):
+        return out
+    where = _spans(starts[live], counts[live])
+    values = ids[where].astype(np.int64)
+    firsts = np.cumsum(counts[live]) - counts[live]
+    gaps = np.empty_like(values)
+    gaps[0] = values[0]
+    gaps[1:] = values[1:] - values[:-1]
+    gaps[firsts] = values[firsts]
+    top = np.maximum.reduceat(gaps, firsts)
+    width = np.where(top < 1 << 8, 1, np.where(top < 1 << 16, 2, 4))
+    raw = counts[live] * width
+    for j in np.flatnonzero(raw >= _ZLIB_FROM).tolist():
+        i = int(live[j])
+        out[i] = encode_sorted(ids[int(starts[i]):int(ends[i])])
+    for w in (1, 2, 4):
+        group = np.flatnonzero((width == w) & (raw < _ZLIB_FROM))
+        if not len(group):
+            continue
+        n_of = counts[live[group]]
+        body = gaps[_spans(firsts[group], n_of)].astype(_DTYPES[w]).view(np.uint8)
+        size = 1 + n_of * w
+        blob_at = np.cumsum(size) - size
+        packed = np.empty(int(size.sum()), dtype=np.uint8)
+        packed[blob_at] = DELTA | w
+        packed[_spans(blob_at + 1, n_of * w)] = body
+        data = packed.tobytes()
+        for i, a, b in zip(live[group].tolist(), blob_at.tolist(), (blob_at + size).tolist()):
+            out[i] = data[a:b]
+    return out
