@@ -336,3 +336,16 @@ def test_recent_outcomes_are_the_last_runs_of_test_newest_first(
         assert set(got) == {t for t, *_ in runs}
         for test, outcomes in got.items():
             assert outcomes == tuple(r.outcome for r in reversed(s.runs_of_test(test)))[:n]
+
+
+def test_run_json_keeps_values_of_equal_hash_apart() -> None:
+    """The canonical JSON of workloads and environments is kept by content: 1, 1.0 and
+    True are equal and hash alike in Python, and must still be written as they are."""
+    from fastci.evidence.store import _json
+
+    assert _json({"a": 1}) == '{"a": 1}'
+    assert _json({"a": True}) == '{"a": true}'
+    assert _json({"a": 1.0}) == '{"a": 1.0}'
+    assert _json({"b": 2, "a": [1]}) == '{"a": [1], "b": 2}'
+    assert _json({"a": [True]}) == '{"a": [true]}'
+    assert _json({}) == "{}"

@@ -151,7 +151,25 @@ def real_overrides(workload: Mapping[str, Any], overrides: Mapping[str, Any]) ->
 
 
 def _json(obj: Mapping[str, Any]) -> str:
-    return json.dumps(dict(obj), sort_keys=True, default=str)
+    """``obj`` as canonical JSON (sorted keys). A full-suite ingest writes the same few
+    workloads and environments 100,000 times each: their text is kept by content."""
+    if not obj:
+        return "{}"
+    if not all(type(v) in _SCALARS for v in obj.values()):  # nested values: not kept
+        return json.dumps(dict(obj), sort_keys=True, default=str)
+    # The value's type is part of the key: 1, 1.0 and True are equal, and hash alike.
+    key = frozenset((k, type(v), v) for k, v in obj.items())
+    text = _JSON_TEXT.get(key)
+    if text is None:
+        if len(_JSON_TEXT) >= 4096:
+            _JSON_TEXT.clear()
+        text = _JSON_TEXT[key] = json.dumps(dict(obj), sort_keys=True, default=str)
+    return text
+
+
+# _json's texts by content (the items with their values' types), for scalar values.
+_JSON_TEXT: dict[frozenset[tuple[Any, type, Any]], str] = {}
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def _statements(script: str) -> Iterator[str]:
@@ -744,7 +762,7 @@ class EvidenceStore:
                  outcome: str, complete: bool, at: float, source: str,
                  has_evidence: bool) -> tuple[Any, ...]:
         """The values of a ``run`` row (:data:`_INSERT_RUN`; ``rid`` None: SQLite's next)."""
-        return (rid, test_id, key, commit, env_fp, json.dumps(dict(environment), sort_keys=True),
+        return (rid, test_id, key, commit, env_fp, _json(environment),
                 _json(workload),
                 None if overrides is None else _json(real_overrides(workload, overrides)),
                 float(duration_s), int(gpus), outcome, int(complete), float(at), source,
@@ -914,13 +932,26 @@ class EvidenceStore:
         the same files: a million rows rewritten for nothing took 4 s at 100,000 tests)."""
         cols = _TEST_ROWS[table]
         at = cols.index("test_id")
-        held: dict[int, set[tuple[Any, ...]]] = {t: set() for t in rows}
+        changed: list[int] = []
         for part in chunks(sorted(rows)):
-            for row in self.conn.execute(f"SELECT {', '.join(cols)} FROM {table}"
-                                         " WHERE test_id IN (%s)" % ",".join("?" * len(part)),
-                                         part):
-                held[row[at]].add(tuple(row))
-        changed = sorted(t for t, want in rows.items() if held[t] != want)
+            held = self.conn.execute(f"SELECT {', '.join(cols)} FROM {table}"
+                                     " WHERE test_id IN (%s)" % ",".join("?" * len(part)),
+                                     part).fetchall()
+            # A chunk of tests at once first: two sorted lists of tuples compared in C
+            # (most tests of a re-recording saw the same files: building a set per test
+            # to find that out took 2-3 s at 100,000 tests); test by test only if they differ.
+            want = [row for t in part for row in rows[t]]
+            try:
+                held.sort()
+                want.sort()
+                if held == want:
+                    continue
+            except TypeError:  # values that do not compare: test by test
+                pass
+            by_test: dict[int, set[tuple[Any, ...]]] = {t: set() for t in part}
+            for row in held:
+                by_test[row[at]].add(row)
+            changed += [t for t in part if by_test[t] != rows[t]]
         for part in chunks(changed):
             self.conn.execute(f"DELETE FROM {table} WHERE test_id IN (%s)"
                               % ",".join("?" * len(part)), part)
