@@ -196,17 +196,15 @@ def build(root: Path, p: dict[str, Any]) -> dict[str, Any]:
     t1 = time.perf_counter()
     fp = current_fingerprint()
     with EvidenceStore.open(root / "base.db", create=True) as store:
+        # Each test's source files too, as an ingest of its recording leaves them (without
+        # them the ingest on top writes a million rows a main-branch re-recording never
+        # writes); bulk_load reads them after the evidence, which fills files_of.
         store.bulk_load([_test(t) for t in range(p["tests"])], units,
                         [f"ctx:{i}" for i in range(c)], rows(), env_fingerprint=fp,
-                        recorded_at=1_700_000_000.0)
+                        recorded_at=1_700_000_000.0,
+                        sources=((t, _path(f), digests[f])
+                                 for t, files in enumerate(files_of) for f in files))
         store.conn.execute("UPDATE run SET commit_sha = ?", (commit,))
-        # Each test's source files, as an ingest of its recording leaves them (bulk_load
-        # writes none, and an ingest on top would then write a million rows that a
-        # re-recording on a main branch never writes).
-        with store.transaction():
-            store.conn.executemany("INSERT INTO source (path, test_id, digest) VALUES (?,?,?)",
-                                   ((_path(f), t + 1, digests[f])
-                                    for t, files in enumerate(files_of) for f in files))
         store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         stats = store.stats()
     t_store = time.perf_counter() - t1

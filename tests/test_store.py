@@ -126,6 +126,14 @@ def test_bulk_load_matches_queries(store: EvidenceStore) -> None:
         store.bulk_load(tests, units, contexts, [])
 
 
+def test_bulk_load_keeps_the_source_files_given(store: EvidenceStore) -> None:
+    tests = ["//t:a", "//t:b"]
+    units = [("m.py::f", "c1"), ("n.py::g", "c2")]
+    store.bulk_load(tests, units, ["x"], [(0, 0, [0]), (1, 1, [0])],
+                    sources=[(0, "m.py", "d-m"), (1, "n.py", "d-n")])
+    assert store.source_digests() == [("//t:a", "m.py", "d-m"), ("//t:b", "n.py", "d-n")]
+
+
 def test_pack_round_trip() -> None:
     assert unpack_ids(pack_ids([5, 1, 5, 70000])) == [1, 5, 70000]
 

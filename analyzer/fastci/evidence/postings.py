@@ -127,15 +127,16 @@ def decode_many(blobs: list[bytes]) -> tuple[Ids, npt.NDArray[np.int64]]:
     """:func:`decode` of every blob, as one array of their ids concatenated in order and
     each blob's count (see :func:`_decode_piece`)."""
     sizes = np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs))
-    parts = [_decode_piece(blobs[lo:hi]) for lo, hi in _pieces(sizes)]
+    parts = [_decode_piece(blobs[lo:hi], sizes[lo:hi]) for lo, hi in _pieces(sizes)]
     if not parts:
         return EMPTY, np.zeros(0, np.int64)
     return (np.concatenate([v for v, _ in parts]).astype(np.uint32, copy=False),
             np.concatenate([c for _, c in parts]))
 
 
-def _decode_piece(blobs: list[bytes]) -> tuple[Ids, npt.NDArray[np.int64]]:
-    """:func:`decode_many` of a few thousand blobs.
+def _decode_piece(blobs: list[bytes], sizes: npt.NDArray[np.int64]
+                  ) -> tuple[Ids, npt.NDArray[np.int64]]:
+    """:func:`decode_many` of a few thousand blobs (``sizes``: their lengths).
 
     The raw gap arrays of :func:`encode_sorted` (the common case: a posting list of a
     few hundred tests) are decoded together, with array operations over all of them; a
@@ -143,7 +144,6 @@ def _decode_piece(blobs: list[bytes]) -> tuple[Ids, npt.NDArray[np.int64]]:
     touched posting list: 505,000 of them at 100,000 tests.
     """
     n = len(blobs)
-    sizes = np.fromiter(map(len, blobs), dtype=np.int64, count=n)
     buf = np.frombuffer(b"".join(blobs), dtype=np.uint8)
     offsets = np.cumsum(sizes) - sizes
     nonempty = sizes > 0
@@ -196,9 +196,8 @@ def encode_sorted_many(ids: Ids, starts: npt.NDArray[np.int64],
 
 def _encode_piece(ids: Ids, starts: npt.NDArray[np.int64],
                   ends: npt.NDArray[np.int64]) -> list[bytes]:
-    n = len(starts)
-    counts = (ends - starts).astype(np.int64)
-    out: list[bytes] = [b""] * n
+    counts = ends - starts
+    out: list[bytes] = [b""] * len(starts)
     live = np.flatnonzero(counts > 0)
     if not len(live):
         return out

@@ -1005,12 +1005,15 @@ class EvidenceStore:
                   contexts: Sequence[ContextSig],
                   evidence: Iterable[tuple[int, int, Sequence[int]]],
                   *, recorded_at: float | None = None, env_fingerprint: str = "",
-                  outcome: str = "passed") -> None:
+                  outcome: str = "passed",
+                  sources: Iterable[tuple[int, RelPath, str]] = ()) -> None:
         """Fast load into an *empty* store (benchmarks, imports).
 
         ``evidence`` yields ``(test_index, unit_index, context_indexes)`` into the
         given sequences, each (test, unit) pair once. Every test gets one complete
-        run; each unit's checksum is the one every test recorded.
+        run; each unit's checksum is the one every test recorded. ``sources`` yields
+        ``(test_index, path, sha256)``: the source files each test's recording ran, as
+        an ingest keeps them (read after ``evidence``).
 
         Raises:
             StoreError: the store has tests, or a (test, unit) pair comes twice.
@@ -1063,10 +1066,13 @@ class EvidenceStore:
             order = np.lexsort((t_arr, u_arr))
             by_unit_u, by_unit_t = u_arr[order], t_arr[order] + np.uint32(1)
             del order
+            spans = np.array(list(_runs_of(by_unit_u)), dtype=np.int64).reshape(-1, 2)
+            lists = postings.encode_sorted_many(by_unit_t, spans[:, 0], spans[:, 1])
             c.executemany("INSERT INTO unit_version (id, unit_id, checksum, tests) VALUES (?,?,?,?)",
-                          ((int(by_unit_u[a]) + 1, int(by_unit_u[a]) + 1, units[by_unit_u[a]][1],
-                            postings.encode_sorted(by_unit_t[a:b]))
-                           for a, b in _runs_of(by_unit_u)))
+                          ((u + 1, u + 1, units[u][1], tests)
+                           for u, tests in zip(by_unit_u[spans[:, 0]].tolist(), lists)))
+            c.executemany("INSERT INTO source (path, test_id, digest) VALUES (?,?,?)",
+                          ((path, t + 1, digest) for t, path, digest in sources))
         c.execute("PRAGMA synchronous=NORMAL")
 
 
