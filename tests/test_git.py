@@ -36,6 +36,42 @@ def test_read_at_revision_and_worktree(tmp_path: Path) -> None:
     assert git.head() == base
 
 
+def test_read_many_reads_what_read_reads(tmp_path: Path) -> None:
+    """One cat-file --batch for several paths: bytes, absent paths, folders, names with
+    spaces, newlines (read alone), empty and binary files, as :meth:`Git.read` gives them."""
+    repo = Repo(tmp_path)
+    files = {"a.py": "A = 1\n", "pkg/b.py": "B = 2\n" * 300, "with space.py": "S = 1\n",
+             "x missing.py": "M = 1\n", "empty.py": "", "new\nline.py": "N = 1\n"}
+    base = repo.commit(files)
+    (tmp_path / "bin.dat").write_bytes(bytes(range(256)) * 3)
+    repo.git("add", "bin.dat")
+    repo.git("commit", "-qm", "bin")
+    head = Git(tmp_path).head()
+    assert head is not None
+    repo.write({"a.py": "A = 9\n"})
+    git = Git(tmp_path)
+    paths = [*files, "bin.dat", "pkg", "missing.py", "pkg/missing 1.py"]
+    for rev in (base, head):
+        got = git.read_many(rev, paths)
+        assert set(got) == set(paths)
+        assert got == {p: git.read(rev, p) for p in paths}
+    assert git.read_many(head, ["bin.dat"])["bin.dat"] == bytes(range(256)) * 3
+    assert git.read_many(base, ["a.py", "pkg"]) == {"a.py": b"A = 1\n", "pkg": None}
+    assert git.read_many(base, []) == {}
+
+
+def test_grep_files_each_is_grep_files_side_by_side(tmp_path: Path) -> None:
+    repo = Repo(tmp_path)
+    base = repo.commit({"a.py": "import os\nX = getattr(os, 'sep')\n", "b.py": "Y = 1\n",
+                        "c.txt": "getattr\n"})
+    repo.write({"d.py": "Z = getattr\n"})
+    git = Git(tmp_path)
+    searches = [("getattr",), ("Y", "X"), (), ("nothing-here",), ("getattr",)]
+    for rev in (base, WORKTREE):
+        assert git.grep_files_each(rev, searches) == [git.grep_files(rev, w) for w in searches]
+    assert git.grep_files_each(WORKTREE, searches)[0] == ["a.py", "d.py"]
+
+
 def test_missing_revision_is_a_git_error(tmp_path: Path) -> None:
     repo = Repo(tmp_path)
     repo.commit({"a.py": "A = 1\n"})

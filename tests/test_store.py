@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pickle
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -11,7 +13,7 @@ from hypothesis import strategies as st
 
 from fastci.errors import StoreError
 from fastci.evidence.schema import SCHEMA_VERSION
-from fastci.evidence.store import EvidenceStore, RunEvidence, pack_ids, unpack_ids
+from fastci.evidence.store import EvidenceStore, RunEvidence, RunRecord, pack_ids, unpack_ids
 
 
 def run(test: str, at: float, units: dict[str, set[str]], *, key: str | None = None,
@@ -186,6 +188,34 @@ def test_runs_keep_declared_workload_and_overrides_apart(store: EvidenceStore) -
     assert latest.last_full is not None and latest.last_full.recorded_at == 4.0 and latest.full
 
 
+def test_a_run_record_is_its_fields_whatever_its_layout(store: EvidenceStore) -> None:
+    """A record read from the store equals one built from the same fields (JSON text and
+    parsed dicts, its own id or none); it is its own last full run without recursing in
+    ==, repr or pickle; and it cannot be hashed or changed."""
+    store.ingest(RunEvidence(test="//t:a", run_key="k1", outcome="passed", complete=True,
+                             duration_s=2.5, gpus=2, workload={"steps": 4}, recorded_at=1.0,
+                             overrides={}, env_fingerprint="e1"))
+    got = store.latest_runs()["//t:a"]
+    assert got.last_full is got and got.full and got.complete is True
+    built = RunRecord("//t:a", None, "e1", {"steps": 4}, 2.5, 2, "passed", True, 1.0,
+                      overrides={}, environment_json=got.environment_json)
+    assert got != built  # built has no last full run
+    history = store.runs_of_test("//t:a")
+    assert history == [built] and history[0].last_full is None
+    again = pickle.loads(pickle.dumps(got))
+    assert again == got and again.last_full is again
+    assert "last_full=<itself>" in repr(got) and "'steps': 4" in repr(got)
+    with pytest.raises(TypeError):
+        hash(got)
+    with pytest.raises(AttributeError):
+        got.outcome = "failed"  # type: ignore[misc]
+    w = got.workload
+    w["steps"] = 1  # type: ignore[index]
+    assert got.workload == {"steps": 4}  # a copy each read: the record does not change
+    assert RunRecord("//t:b", None, "e", {}, 1.0, 1, "failed", False, 2.0, last_full=built) \
+        .last_full == built
+
+
 def test_old_schema_version_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "evidence.db"
     EvidenceStore.open(path, create=True).close()
@@ -322,8 +352,18 @@ def test_latest_runs_are_the_last_runs_of_test_in_their_order(tmp_path_factory: 
         for test, got in latest.items():
             history = s.runs_of_test(test)
             fulls = [r for r in history if r.full]
-            assert got == history[-1].__class__(**{**history[-1].__dict__,
-                                                   "last_full": fulls[-1] if fulls else None})
+            assert _public(got) == _public(history[-1])
+            assert (got.last_full is None) == (not fulls)
+            if fulls:
+                assert _public(got.last_full) == _public(fulls[-1])
+                assert (got.last_full is got) == history[-1].full
+
+
+def _public(r: Any) -> tuple[Any, ...]:
+    """A run record's fields but its last_full."""
+    return (r.test, r.commit, r.env_fingerprint, dict(r.workload), r.duration_s, r.gpus,
+            r.outcome, r.complete, r.recorded_at, r.overrides, r.environment_json,
+            r.packages_list)
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)

@@ -36,7 +36,7 @@ from fastci.changes.static_facts import (PURE_BUILTINS, Import, dotted, imports_
                                          module_imports, module_name, names_module, open_namespace,
                                          parse, pure_decorator, pure_expression,
                                          registrable_classes, resolve_dotted)
-from fastci.changes.static_reach import MAX_FILES, HeadTree, member_discoverers
+from fastci.changes.static_reach import DISCOVERY_WORDS, MAX_FILES, HeadTree, member_discoverers
 from fastci.config import DEFAULT_PURE_CALLABLES
 from fastci.types import RelPath, UnitId
 from fastci.units.index import MODULE_QUALNAME, statement_key
@@ -270,6 +270,10 @@ class _Walk:
     def run(self, start: dict[RelPath, set[str]]) -> bool:
         """Fill :attr:`units`; False when anything cannot be resolved (widen)."""
         self.changed = {k: set(v) for k, v in start.items()}
+        # The first round's searches (who lists a changed module's members, who names a
+        # changed name), side by side.
+        words, modules = self._words()
+        self.tree.grep_each(DISCOVERY_WORDS, words, modules, *((m,) for m in modules))
         for _ in range(MAX_ROUNDS):
             size = sum(len(v) for v in self.changed.values())
             for mod in sorted(self.changed):
@@ -300,18 +304,24 @@ class _Walk:
         package (``from . import NAME``), so every file below it counts. A file that
         only mentions the name (another module's ``NAME``, a string) is not read.
         """
-        words = tuple(sorted({n for v in self.changed.values() for n in v}))
-        naming = set(self.tree.grep(words))
+        words, modules = self._words()
+        found, importing = self.tree.grep_each(words, modules)
+        naming = set(found)
         if not naming:
             return set()
-        modules = tuple(sorted({module_name(p).rsplit(".", 1)[-1] for p in self.changed}
-                               - {""}))
-        out = naming & set(self.tree.grep(modules)) if modules else set()
+        out = naming & set(importing) if modules else set()
         for path in self.changed:
             if posixpath.basename(path) == "__init__.py" or not module_name(path):
                 folder = posixpath.dirname(path)
                 out |= {p for p in naming if not folder or p.startswith(f"{folder}/")}
         return out
+
+    def _words(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The changed names, and the last components of their modules' names."""
+        words = tuple(sorted({n for v in self.changed.values() for n in v}))
+        modules = tuple(sorted({module_name(p).rsplit(".", 1)[-1] for p in self.changed}
+                               - {""}))
+        return words, modules
 
     def _parse(self, path: RelPath) -> ast.Module | None:
         return self.origin_tree if path == self.origin else self.tree.tree(path)

@@ -129,6 +129,8 @@ def scan(git: Git, base: str, head: str = WORKTREE, *,
     files: dict[RelPath, FileDiff] = {}
     others: list[FileChange] = []
     versions = Versions(git, head_id)
+    versions.prefetch(base_id, [ch.path for ch in base_changes
+                                if is_python(ch.path) and not (ch.old_path and ch.old_path != ch.path)])
     for ch in base_changes:
         if not (is_python(ch.path) or (ch.old_path and is_python(ch.old_path))):
             others.append(ch)
@@ -149,6 +151,8 @@ def _reach(tree: HeadTree, versions: Versions, diffs: tuple[FileDiff, ...],
     (one diff per distinct old version of a file)."""
     seen: dict[int, FileDiff] = {id(fd): fd for fd in diffs}  # one diff per old version
     for commit, changes in sorted(since.items()):
+        versions.prefetch(commit, sorted({p for ch in changes for p in (ch.path, ch.base_path)
+                                          if is_python(p)}))
         for ch in changes:
             for path in sorted({ch.path, ch.base_path}):
                 if is_python(path):

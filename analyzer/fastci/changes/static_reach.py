@@ -77,6 +77,11 @@ class Reach:
     changed_unit: UnitId | None = None
 
 
+#: Words in a module that may list another module's members dynamically
+#: (:func:`member_discoverers` reads the files that hold one).
+DISCOVERY_WORDS = ("getattr", "hasattr", "dir(", "vars(", "getmembers", "__dict__", "import *")
+
+
 class HeadTree:
     """The head side of a change (a commit or the working tree), read lazily and cached."""
 
@@ -84,6 +89,7 @@ class HeadTree:
         self.git = git
         self.head = head
         self.searched = 0  # files parsed, for the log
+        self._greps: dict[tuple[str, ...], tuple[RelPath, ...]] = {}
 
     @functools.lru_cache(maxsize=4096)
     def tree(self, path: RelPath) -> ast.Module | None:
@@ -106,10 +112,18 @@ class HeadTree:
         """Whether ``path`` is a file at head."""
         return path in self.files(posixpath.dirname(path))
 
-    @functools.lru_cache(maxsize=1024)
     def grep(self, words: tuple[str, ...]) -> tuple[RelPath, ...]:
         """Python files at head containing any of ``words``."""
-        return tuple(self.git.grep_files(self.head, words))
+        if words not in self._greps:
+            self._greps[words] = tuple(self.git.grep_files(self.head, words))
+        return self._greps[words]
+
+    def grep_each(self, *searches: tuple[str, ...]) -> list[tuple[RelPath, ...]]:
+        """:meth:`grep` of each of ``searches``; those not searched yet run side by side."""
+        todo = list(dict.fromkeys(w for w in searches if w not in self._greps))
+        for words, found in zip(todo, self.git.grep_files_each(self.head, todo)):
+            self._greps[words] = tuple(found)
+        return [self._greps[w] for w in searches]
 
     @functools.lru_cache(maxsize=4096)
     def imports(self, path: RelPath) -> tuple[Import, ...]:
@@ -159,8 +173,8 @@ def file_discoverers(tree: HeadTree, path: RelPath) -> Iterable[tuple[RelPath, s
 def member_discoverers(tree: HeadTree, path: RelPath) -> Iterable[tuple[RelPath, str]]:
     """Head modules that list the members of ``path``'s module dynamically."""
     full = module_name(path)
-    words = ("getattr", "hasattr", "dir(", "vars(", "getmembers", "__dict__", "import *")
-    hits = set(tree.grep(words)) & set(tree.grep((_last(full),)))
+    listing, naming = tree.grep_each(DISCOVERY_WORDS, (_last(full),))
+    hits = set(listing) & set(naming)
     for cand in sorted(hits)[:MAX_FILES]:
         parsed = tree.tree(cand)
         if cand == path or parsed is None:
@@ -180,7 +194,8 @@ def callers(tree: HeadTree, path: RelPath, qualname: str) -> Iterable[tuple[Unit
     if not name.isidentifier():
         return
     full = module_name(path)
-    naming = sorted(set(tree.grep((name,))) & set(tree.grep((_last(full),))))
+    named, importing = tree.grep_each((name,), (_last(full),))
+    naming = sorted(set(named) & set(importing))
     own = [path] + [p for p in naming[:MAX_FILES] if p != path
                     and any(names_module(full, t) for imp in tree.imports(p)
                             for t in imp.targets())]

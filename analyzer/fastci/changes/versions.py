@@ -15,7 +15,7 @@ from typing import Iterable
 
 from fastci.changes.semantic_diff import FileDiff, diff_sources
 from fastci.errors import GitError
-from fastci.integrations.git.repository import Git
+from fastci.integrations.git.repository import WORKTREE, Git
 from fastci.types import Checksum, RelPath
 from fastci.units.index import FileUnits, ParseFailure, index_source
 
@@ -67,6 +67,19 @@ class Versions:
         if key not in self._at:
             self._at[key] = self.git.read(rev, path)
         return self._at[key]
+
+    def prefetch(self, rev: str, paths: Iterable[RelPath]) -> None:
+        """Read the versions of ``paths`` at the commit ``rev`` that :meth:`at` will be
+        asked for (and at a head commit, :meth:`now`'s), all in one git call each."""
+        paths = list(paths)
+        wanted = [p for p in paths if (rev, p) not in self._at]
+        if len(wanted) > 1:
+            for path, data in self.git.read_many(rev, wanted).items():
+                self._at[(rev, path)] = data
+        if self.head != WORKTREE:  # the head side is a commit too
+            wanted = [p for p in paths if p not in self._now]
+            if len(wanted) > 1:
+                self._now.update(self.git.read_many(self.head, wanted))
 
     def find(self, path: RelPath, digest: str, revs: Iterable[str]) -> bytes | None:
         """The bytes of ``path`` whose digest is ``digest``, from the first of ``revs`` that
