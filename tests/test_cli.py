@@ -49,6 +49,29 @@ def _run(args: Sequence[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 # --- --help in a fresh process -----------------------------------------------------------------
 
 
+def test_evidence_show_prints_a_test_and_its_last_run(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from fastci.evidence.store import EvidenceStore, RunEvidence
+
+    db = tmp_path / "e.db"
+    with EvidenceStore.open(db, create=True) as store:
+        store.ingest(RunEvidence(test="//t:a", run_key="k1", outcome="failed", complete=True,
+                                 duration_s=2.5, gpus=2, workload={"steps": 4}, recorded_at=1.0,
+                                 overrides={"steps": 1}, units={"m.py::f": ("c1", frozenset({"tp=2"}))}))
+    monkeypatch.chdir(tmp_path)
+    assert app.main(["evidence", "show", "//t:a", "--store", str(db), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["units"] == {"m.py::f": ["tp=2"]}
+    assert {k: got["last_run"][k] for k in ("test", "outcome", "workload", "overrides", "gpus",
+                                            "complete", "last_full")} == {
+        "test": "//t:a", "outcome": "failed", "workload": {"steps": 4}, "overrides": {"steps": 1},
+        "gpus": 2, "complete": True, "last_full": None}
+    assert app.main(["evidence", "show", "//t:a", "--store", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "last run: failed, 2.5s, 2 GPU(s), complete evidence" in out and "m.py::f" in out
+
+
 def test_every_registered_command_is_listed_once() -> None:
     assert len(COMMAND_NAMES) == len(set(COMMAND_NAMES)) >= 8
     assert {"record", "ingest", "evidence", "plan", "explain", "run", "validate-plan",

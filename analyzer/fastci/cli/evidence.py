@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     last = runs[-1] if runs else None
     if args.json:
         print(json.dumps({"test": args.test, "units": units, "files": files,
-                          "last_run": last.__dict__ if last else None}, indent=2, sort_keys=True,
+                          "last_run": last.as_dict() if last else None}, indent=2, sort_keys=True,
                          default=str))
         return 0
     print(args.test)

@@ -167,6 +167,19 @@ class RunRecord(tuple[Any, ...]):
     def __reduce__(self) -> tuple[Any, ...]:
         return RunRecord.of_row, (tuple(self),)
 
+    def as_dict(self) -> dict[str, Any]:
+        """The fields by name (``last_full`` as its own dict, ``"itself"`` when the record
+        is its own newest full-workload run): what ``fastci evidence show --json`` prints."""
+        full = self.last_full
+        return {"test": self.test, "commit": self.commit, "env_fingerprint": self.env_fingerprint,
+                "workload": dict(self.workload), "duration_s": self.duration_s,
+                "gpus": self.gpus, "outcome": self.outcome, "complete": self.complete,
+                "recorded_at": self.recorded_at,
+                "overrides": None if self.overrides is None else dict(self.overrides),
+                "last_full": "itself" if full is self else None if full is None
+                else full.as_dict(),
+                "environment_json": self.environment_json, "packages_list": self.packages_list}
+
     @property
     def environment(self) -> dict[str, Any]:
         """The run's environment parts (``python``, ``base_fingerprint`` ...) and, when the
