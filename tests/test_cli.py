@@ -24,7 +24,7 @@ from typing import Sequence
 import pytest
 
 from fastci.cli import app
-from fastci.cli.command import COMMAND_MODULES, Command
+from fastci.cli.command import COMMAND_MODULES, COMMANDS, Command
 from fastci.errors import FastCIError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,6 +47,35 @@ def _run(args: Sequence[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 # --- --help in a fresh process -----------------------------------------------------------------
+
+
+def test_the_command_table_names_each_module_s_command() -> None:
+    assert list(COMMANDS) == COMMAND_NAMES
+
+
+def test_a_command_imports_only_its_own_module(tmp_path: Path) -> None:
+    """``fastci NAME`` loads NAME's module alone; ``fastci --help`` and an unknown name
+    load every command (the help and the error list them all)."""
+    probe = ("import sys\nfrom fastci.cli import app\ntry:\n    app.main(sys.argv[1:])\n"
+             "except SystemExit:\n    pass\nprint(sorted(m for m in sys.modules "
+             "if m in {mods!r}))").format(mods=set(COMMAND_MODULES))
+
+    def loaded(*argv: str) -> tuple[list[str], str]:
+        res = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True,
+                             text=True, cwd=tmp_path, env=_env(), check=False)
+        return eval_list(res.stdout.strip().splitlines()[-1]), res.stdout + res.stderr
+
+    got, _ = loaded("-v", "validate-plan", "--help")
+    assert got == ["fastci.cli.validate_plan"]
+    got, out = loaded("--help")
+    assert got == sorted(COMMAND_MODULES) and all(name in out for name in COMMANDS)
+    got, out = loaded("no-such-command")
+    assert got == sorted(COMMAND_MODULES) and "invalid choice" in out
+
+
+def eval_list(text: str) -> list[str]:
+    """A printed list of module names (``['a', 'b']``), read without ``eval``."""
+    return json.loads(text.replace("'", '"'))
 
 
 def test_evidence_show_prints_a_test_and_its_last_run(tmp_path: Path,
@@ -199,7 +228,7 @@ class _Fake:
 @pytest.fixture
 def fake_cli(monkeypatch: pytest.MonkeyPatch) -> _Fake:
     fake = _Fake()
-    monkeypatch.setattr(app, "_load_commands", lambda: [fake.command()])
+    monkeypatch.setattr(app, "_load_commands", lambda name=None: [fake.command()])
     return fake
 
 

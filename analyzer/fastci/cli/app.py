@@ -16,7 +16,7 @@ import sys
 from typing import Any, Callable, NoReturn, Sequence
 
 from fastci import __version__
-from fastci.cli.command import COMMAND_MODULES, Command
+from fastci.cli.command import COMMAND_MODULES, COMMANDS, Command
 from fastci.errors import FastCIError
 
 OK = 0
@@ -37,12 +37,26 @@ class _Parser(argparse.ArgumentParser):
         super().error(message)
 
 
-def _load_commands() -> list[Command]:
+def _load_commands(name: str | None = None) -> list[Command]:
+    """The command ``name`` (its module only), or every command when ``name`` is None
+    or names none (argparse then lists them all)."""
+    modules = [COMMANDS[name]] if name in COMMANDS else COMMAND_MODULES
     commands = []
-    for modname in COMMAND_MODULES:
+    for modname in modules:
         module = importlib.import_module(modname)
         commands.append(module.COMMAND)
     return commands
+
+
+def _command_word(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names: its first word that is not an option (the
+    top-level options take no value), None when there is none."""
+    for arg in argv:
+        if arg == "--":
+            return None
+        if not arg.startswith("-"):
+            return arg
+    return None
 
 
 def build_parser(commands: Sequence[Command], argv: Sequence[str] = ()) -> argparse.ArgumentParser:
@@ -90,7 +104,7 @@ def describe(exc: BaseException) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return its exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(_load_commands(), argv)
+    parser = build_parser(_load_commands(_command_word(argv)), argv)
     args, extra = parser.parse_known_args(argv)
     if extra:
         # Reported by the command's own parser, so that its usage (and its hook) applies.

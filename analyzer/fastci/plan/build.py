@@ -644,13 +644,22 @@ def summarize(analysis: Analysis) -> list[str]:
     # Every reason a test has counts, not only its first: a test that both executes a
     # changed unit and failed last time shows under both (so the counts may add up to
     # more than the number of tests; the header says so when they do).
+    # Decisions made alike share their reasons tuple (Decision.sharing: ~98,000 of
+    # 100,000 at scale), so the kinds are counted per tuple.
+    groups: dict[int, list[Any]] = {}
+    for d in sel.decisions:
+        group = groups.get(id(d.reasons))
+        if group is None:
+            groups[id(d.reasons)] = [d.reasons, 1]
+        else:
+            group[1] += 1
     by_kind: dict[str, int] = {}
     several = 0
-    for d in sel.decisions:
-        kinds = list(dict.fromkeys(r.kind.value for r in d.reasons)) or ["?"]
-        several += len(kinds) > 1
+    for reasons, n in groups.values():
+        kinds = list(dict.fromkeys(r.kind.value for r in reasons)) or ["?"]
+        several += n if len(kinds) > 1 else 0
         for key in kinds:
-            by_kind[key] = by_kind.get(key, 0) + 1
+            by_kind[key] = by_kind.get(key, 0) + n
     if several:
         lines.append(f"  tests by reason ({several} with several reasons count under each):")
     for kind, n in sorted(by_kind.items(), key=lambda kv: (-kv[1], kv[0])):
