@@ -24,6 +24,7 @@ from fastci import config as config_mod
 from fastci.cli.command import Command
 from fastci.cli.options import add_change_arguments
 from fastci.errors import FastCIError
+from fastci.gcpause import no_gc
 from fastci.integrations.git.repository import WORKTREE, repo_root
 from fastci.integrations.git.tree import plan_tree
 from fastci.plan.build import analyze, change_config, summarize
@@ -152,7 +153,11 @@ def _stderr(line: str) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    return _plan(args, print)
+    # The cyclic collector stays paused until the plan is written and summarized, not
+    # only during the analysis: re-enabled while the analysis' objects are still held,
+    # its first pass would walk all of them (~0.07 s at 100,000 tests) to free nothing.
+    with no_gc():
+        return _plan(args, print)
 
 
 def _on_error(why: str, argv: Sequence[str]) -> None:
