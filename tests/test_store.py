@@ -113,6 +113,28 @@ def test_wal_reader_is_not_blocked_by_writer(store: EvidenceStore) -> None:
     reader.close()
 
 
+def test_reads_kept_for_a_plan_follow_every_writer(store: EvidenceStore) -> None:
+    """latest_runs, test_ids, baselines and evidence_commits are read once per plan and
+    kept; a write through the same object or another connection's commit drops them."""
+    store.ingest(run("//t:a", 1.0, {"m.py::f": set()}))
+    reader = EvidenceStore.open(store.path)
+    assert set(reader.latest_runs()) == {"//t:a"} and reader.baselines() == {"//t:a": "abc"}
+    store.ingest(RunEvidence(test="//t:b", run_key="b1", outcome="failed", complete=True,
+                             duration_s=1.0, gpus=1, workload={}, recorded_at=2.0,
+                             commit="def", units={"m.py::g": ("c1", frozenset())}))
+    assert reader.latest_runs()["//t:b"].outcome == "failed"  # another connection's commit
+    assert reader.test_ids() == ["//t:a", "//t:b"]
+    assert reader.baselines() == {"//t:a": "abc", "//t:b": "def"}
+    assert reader.evidence_commits() == {"abc", "def"}
+    store.record_result("//t:a", outcome="failed", duration_s=1.0, commit="ghi", gpus=1,
+                        workload={}, source="bazel", recorded_at=3.0)
+    assert store.latest_runs()["//t:a"].outcome == "failed"  # its own write
+    got = reader.baselines()
+    got["//t:c"] = None  # a copy: the kept read does not change
+    assert reader.baselines() == {"//t:a": "abc", "//t:b": "def"}
+    reader.close()
+
+
 def test_bulk_load_matches_queries(store: EvidenceStore) -> None:
     tests = [f"//t:{i}" for i in range(20)]
     units = [(f"m{i % 5}.py::f{i}", f"c{i}") for i in range(50)]

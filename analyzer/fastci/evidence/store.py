@@ -371,9 +371,12 @@ class EvidenceStore:
         self.conn = conn
         self.path = path
         self.lock_wait_s = lock_wait_s
-        # latest_runs() is read by several stages of one plan; a write through this
-        # object drops it (another process's write is seen by the next open()).
+        # latest_runs() and _tests() are read by several stages of one plan; a write
+        # through this object drops them, and so does another connection's commit
+        # (SQLite's data_version, asked on each read: _fresh).
         self._latest: dict[TestId, RunRecord] | None = None
+        self._test_rows: tuple[list[TestId], dict[TestId, str | None]] | None = None
+        self._data_version: int | None = None
         self._depth = 0  # nesting of _Tx
 
     # ------------------------------------------------------------------ opening
@@ -494,8 +497,19 @@ class EvidenceStore:
                 self.store.conn.execute("ROLLBACK" if exc_type else "COMMIT")
 
     def _tx(self) -> "EvidenceStore._Tx":
-        self._latest = None
+        self._drop_cached()
         return EvidenceStore._Tx(self)
+
+    def _drop_cached(self) -> None:
+        self._latest = None
+        self._test_rows = None
+
+    def _fresh(self) -> None:
+        """Drop what was read before another connection committed a change."""
+        version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._data_version:
+            self._drop_cached()
+            self._data_version = version
 
     def transaction(self) -> "EvidenceStore._Tx":
         """A write transaction around several writes (``ingest``, ``add_run``...): all of
@@ -506,10 +520,25 @@ class EvidenceStore:
 
     def test_ids(self) -> list[TestId]:
         """Every test the store knows, sorted."""
-        return [r[0] for r in self.conn.execute("SELECT name FROM test ORDER BY name")]
+        return list(self._tests()[0])
+
+    def _tests(self) -> tuple[list[TestId], dict[TestId, str | None]]:
+        """Every test (sorted), and the commit of each one's held evidence: one read for
+        :meth:`test_ids`, :meth:`baselines` and :meth:`evidence_commits`, which a plan
+        asks for in turn (kept as :meth:`latest_runs` is: a write through this object
+        drops it)."""
+        self._fresh()
+        if self._test_rows is None:
+            rows = self.conn.execute(
+                "SELECT t.name, r.commit_sha, r.id IS NOT NULL FROM test t"
+                " LEFT JOIN run r ON r.id = t.evidence_run ORDER BY t.name").fetchall()
+            self._test_rows = ([row[0] for row in rows],
+                               {name: commit for name, commit, held in rows if held})
+        return self._test_rows
 
     def latest_runs(self) -> dict[TestId, RunRecord]:
         """The newest run per test (ties: the greater run key), with its ``last_full`` run."""
+        self._fresh()
         if self._latest is None:
             self._latest = self._latest_runs()
         return dict(self._latest)
@@ -554,13 +583,11 @@ class EvidenceStore:
 
     def evidence_commits(self) -> set[str | None]:
         """The commits the tests' current evidence was recorded at (None: not known)."""
-        return {r[0] for r in self.conn.execute(
-            "SELECT DISTINCT r.commit_sha FROM test t JOIN run r ON r.id = t.evidence_run")}
+        return set(self._tests()[1].values())
 
     def baselines(self) -> dict[TestId, str | None]:
         """Test -> the commit its held evidence was recorded at (None: not known)."""
-        return dict(self.conn.execute(
-            "SELECT t.name, r.commit_sha FROM test t JOIN run r ON r.id = t.evidence_run"))
+        return dict(self._tests()[1])
 
     def recorded_units(self, *, paths: Iterable[RelPath] | None = None,
                        tests: Iterable[TestId] | None = None) -> list[tuple[TestId, UnitId, Checksum]]:
