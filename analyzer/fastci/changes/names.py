@@ -36,7 +36,8 @@ from fastci.changes.static_facts import (PURE_BUILTINS, Import, dotted, imports_
                                          module_imports, module_name, names_module, open_namespace,
                                          parse, pure_decorator, pure_expression,
                                          registrable_classes, resolve_dotted)
-from fastci.changes.static_reach import DISCOVERY_WORDS, MAX_FILES, HeadTree, member_discoverers
+from fastci.changes.static_reach import (MAX_FILES, HeadTree, member_discoverers,
+                                         member_searches)
 from fastci.config import DEFAULT_PURE_CALLABLES
 from fastci.types import RelPath, UnitId
 from fastci.units.index import MODULE_QUALNAME, statement_key
@@ -271,9 +272,10 @@ class _Walk:
         """Fill :attr:`units`; False when anything cannot be resolved (widen)."""
         self.changed = {k: set(v) for k, v in start.items()}
         # The first round's searches (who lists a changed module's members, who names a
-        # changed name), side by side.
-        words, modules = self._words()
-        self.tree.grep_each(DISCOVERY_WORDS, words, modules, *((m,) for m in modules))
+        # changed name, who imports its module), side by side.
+        self.tree.grep_each(*self._words(),
+                            *(s for mod in sorted(self.changed) if module_name(mod)
+                              for s in member_searches(mod)))
         for _ in range(MAX_ROUNDS):
             size = sum(len(v) for v in self.changed.values())
             for mod in sorted(self.changed):

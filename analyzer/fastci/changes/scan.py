@@ -129,15 +129,17 @@ def scan(git: Git, base: str, head: str = WORKTREE, *,
     files: dict[RelPath, FileDiff] = {}
     others: list[FileChange] = []
     versions = Versions(git, head_id)
-    versions.prefetch(base_id, [ch.path for ch in base_changes
-                                if is_python(ch.path) and not (ch.old_path and ch.old_path != ch.path)])
+    in_place: list[RelPath] = []  # Python files changed where they are
     for ch in base_changes:
         if not (is_python(ch.path) or (ch.old_path and is_python(ch.old_path))):
             others.append(ch)
         elif ch.old_path and ch.old_path != ch.path:
             files[ch.path] = _diff_file(git, ch, base_id, head_id)  # a rename: units move
         else:
-            files[ch.path] = versions.diff(ch.path, versions.at(base_id, ch.path))
+            in_place.append(ch.path)
+    versions.prefetch(base_id, in_place)  # their old versions: one git call
+    for path in in_place:
+        files[path] = versions.diff(path, versions.at(base_id, path))
     diffs = tuple(files[p] for p in sorted(files))
     tree = HeadTree(git, head_id)
     return ChangeSet(base_id, head_id, diffs, tuple(sorted(others, key=lambda o: o.path)),

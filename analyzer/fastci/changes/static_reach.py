@@ -114,9 +114,7 @@ class HeadTree:
 
     def grep(self, words: tuple[str, ...]) -> tuple[RelPath, ...]:
         """Python files at head containing any of ``words``."""
-        if words not in self._greps:
-            self._greps[words] = tuple(self.git.grep_files(self.head, words))
-        return self._greps[words]
+        return self.grep_each(words)[0]
 
     def grep_each(self, *searches: tuple[str, ...]) -> list[tuple[RelPath, ...]]:
         """:meth:`grep` of each of ``searches``; those not searched yet run side by side."""
@@ -170,10 +168,17 @@ def file_discoverers(tree: HeadTree, path: RelPath) -> Iterable[tuple[RelPath, s
                 yield cand, how
 
 
+def member_searches(path: RelPath) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The two searches :func:`member_discoverers` makes for ``path`` (files that may
+    list members dynamically, files that name its module), for a caller that runs
+    them ahead, side by side (:meth:`HeadTree.grep_each`)."""
+    return DISCOVERY_WORDS, (_last(module_name(path)),)
+
+
 def member_discoverers(tree: HeadTree, path: RelPath) -> Iterable[tuple[RelPath, str]]:
     """Head modules that list the members of ``path``'s module dynamically."""
     full = module_name(path)
-    listing, naming = tree.grep_each(DISCOVERY_WORDS, (_last(full),))
+    listing, naming = tree.grep_each(*member_searches(path))
     hits = set(listing) & set(naming)
     for cand in sorted(hits)[:MAX_FILES]:
         parsed = tree.tree(cand)

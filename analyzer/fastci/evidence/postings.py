@@ -94,7 +94,6 @@ def decode(blob: bytes | None) -> Ids:
     return values
 
 
-
 def _spans(starts: npt.NDArray[np.int64], lens: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """The indexes ``starts[i] .. starts[i] + lens[i] - 1`` of every span, concatenated."""
     total = int(lens.sum())

@@ -138,10 +138,10 @@ class RunRecord(tuple[Any, ...]):
         return (self[13] if len(self) > 13 else None) or ""
 
     def _fields(self) -> tuple[Any, ...]:
+        """What equality compares: the fields (:data:`_COMPARED`), mappings as dicts, and
+        the record's own ``last_full`` as a marker (no recursion into itself)."""
         full = self.last_full
-        return (self.test, self.commit, self.env_fingerprint, dict(self.workload),
-                self.duration_s, self.gpus, self.outcome, self.complete, self.recorded_at,
-                None if self.overrides is None else dict(self.overrides),
+        return (*(_plain(getattr(self, name)) for name in _COMPARED),
                 _ITSELF if full is self else full)
 
     def __eq__(self, other: object) -> bool:
@@ -158,11 +158,8 @@ class RunRecord(tuple[Any, ...]):
 
     def __repr__(self) -> str:
         full = self.last_full
-        return (f"RunRecord(test={self.test!r}, commit={self.commit!r}, outcome={self.outcome!r}, "
-                f"workload={dict(self.workload)!r}, overrides={self.overrides!r}, "
-                f"duration_s={self.duration_s!r}, gpus={self.gpus!r}, complete={self.complete}, "
-                f"recorded_at={self.recorded_at!r}, last_full="
-                f"{'<itself>' if full is self else repr(full)})")
+        shown = ", ".join(f"{name}={_plain(getattr(self, name))!r}" for name in _COMPARED)
+        return f"RunRecord({shown}, last_full={'<itself>' if full is self else repr(full)})"
 
     def __reduce__(self) -> tuple[Any, ...]:
         return RunRecord.of_row, (tuple(self),)
@@ -171,11 +168,7 @@ class RunRecord(tuple[Any, ...]):
         """The fields by name (``last_full`` as its own dict, ``"itself"`` when the record
         is its own newest full-workload run): what ``fastci evidence show --json`` prints."""
         full = self.last_full
-        return {"test": self.test, "commit": self.commit, "env_fingerprint": self.env_fingerprint,
-                "workload": dict(self.workload), "duration_s": self.duration_s,
-                "gpus": self.gpus, "outcome": self.outcome, "complete": self.complete,
-                "recorded_at": self.recorded_at,
-                "overrides": None if self.overrides is None else dict(self.overrides),
+        return {**{name: _plain(getattr(self, name)) for name in _COMPARED},
                 "last_full": "itself" if full is self else None if full is None
                 else full.as_dict(),
                 "environment_json": self.environment_json, "packages_list": self.packages_list}
@@ -351,6 +344,15 @@ _LATEST_RUNS = (
     "  ORDER BY n.recorded_at DESC, n.run_key DESC LIMIT 1)")
 #: What a record's equality puts where its ``last_full`` is the record itself.
 _ITSELF = object()
+#: The fields a record's equality compares (and its repr shows) besides ``last_full``;
+#: the environment's text and package listing are not compared.
+_COMPARED = ("test", "commit", "env_fingerprint", "workload", "duration_s", "gpus", "outcome",
+             "complete", "recorded_at", "overrides")
+
+
+def _plain(value: Any) -> Any:
+    """A field's value with a mapping as a plain dict (what equality and JSON see)."""
+    return dict(value) if isinstance(value, Mapping) else value
 
 
 def _loads(text: str) -> Any:
@@ -525,8 +527,7 @@ class EvidenceStore:
     def _tests(self) -> tuple[list[TestId], dict[TestId, str | None]]:
         """Every test (sorted), and the commit of each one's held evidence: one read for
         :meth:`test_ids`, :meth:`baselines` and :meth:`evidence_commits`, which a plan
-        asks for in turn (kept as :meth:`latest_runs` is: a write through this object
-        drops it)."""
+        asks for in turn, kept as :meth:`latest_runs` is (see :meth:`_fresh`)."""
         self._fresh()
         if self._test_rows is None:
             rows = self.conn.execute(

@@ -65,10 +65,11 @@ class Git:
         self.root = Path(root)
         self._resolved: dict[str, str] = {}
 
-    def _run(self, args: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+    def _run(self, args: Sequence[str], *, check: bool = True,
+             input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
         cmd = ["git", "-C", str(self.root), *args]
         try:
-            proc = subprocess.run(cmd, capture_output=True, check=False)
+            proc = subprocess.run(cmd, input=input, capture_output=True, check=False)
         except OSError as exc:
             raise GitError(f"cannot run git: {exc.strerror}") from exc
         if check and proc.returncode != 0:
@@ -147,16 +148,8 @@ class Git:
         out = {p: self.read(commit, p) for p in wanted if p not in batch}
         if not batch:
             return out
-        cmd = ["git", "-C", str(self.root), "cat-file", "--batch"]
         request = "".join(f"{commit}:{p}\n" for p in batch).encode("utf-8", "surrogateescape")
-        try:
-            proc = subprocess.run(cmd, input=request, capture_output=True, check=False)
-        except OSError as exc:
-            raise GitError(f"cannot run git: {exc.strerror}") from exc
-        if proc.returncode != 0:
-            msg = proc.stderr.decode(errors="replace").strip().splitlines()
-            raise GitError(f"git cat-file --batch: {msg[0] if msg else 'failed'}")
-        data, at = proc.stdout, 0
+        data, at = self._run(["cat-file", "--batch"], input=request).stdout, 0
         for path in batch:
             end = data.find(b"\n", at)
             if end < 0:
