@@ -22,7 +22,7 @@ from fastci.errors import StoreError
 from fastci.evidence.calibration import CalibrationStore, Rung, declaration_digest
 from fastci.integrations.git.repository import WORKTREE, Git
 from fastci.plan.reduce import choose
-from fastci.run.calibrate import CalibrationError, CalibrationReport, calibrate
+from fastci.run.calibrate import CalibrationError, CalibrationReport, calibrate, calibrate_with
 from fastci.select import DecisionKind, DeclaredTest
 from fastci.select.decisions import Decision, Reason
 from calibrate_support import TRAIN_TESTS, work_source
@@ -256,3 +256,122 @@ def test_pytest_plan_reduces_from_the_calibrated_declaration(project: Project) -
         assert json.loads(t.overrides_json) == {"steps": 2}
     finally:
         work.write_text(WORK)
+
+
+# --- Rungs left out: a smaller rung already reaches all the full run does ------------------
+
+TWO_DIMS = DeclaredTest("t::x", 1, {"steps": 8, "layers": 4}, floors={"steps": 2, "layers": 1},
+                        reference="relational")
+
+
+def fake_runner(reaches_all: Any, ran: list[str]) -> Any:
+    """Runs nothing: each wanted rung 'executes' lines 1-3 (as the full one does) when
+    ``reaches_all(overrides)``, else lines 1-2, at a cost of steps x layers."""
+    def run(items: Any, wanted: Any) -> Any:
+        for item in items:
+            if not wanted(item):
+                continue
+            ran.append(item.name)
+            o = {"steps": 8, "layers": 4, **item.overrides}
+            lines = {1, 2, 3} if not item.overrides or reaches_all(item.overrides) else {1, 2}
+            yield item, Rung(test=item.test, rung=item.name, declaration=item.declaration,
+                             overrides=item.overrides, commit="c1",
+                             duration_s=float(o["steps"] * o["layers"]), gpus=1,
+                             outcome="passed", complete=True, recorded_at=1.0,
+                             lines={"m.py": frozenset(lines)},
+                             units={"m.py::f": ("x", frozenset({"fp32"}))},
+                             digests={"m.py": "d" * 64}), ""
+    return run
+
+
+@pytest.mark.parametrize("reaches_all, learned, every_rung, want_ran, want_spared", [
+    # floors reaches everything: no other reduced rung is needed.
+    (lambda o: True, None, False, ["full", "floors"],
+     {"steps=2": "floors", "layers=1": "floors", "steps=5": "floors", "layers=2": "floors"}),
+    # ... unless asked for every rung.
+    (lambda o: True, None, True,
+     ["full", "floors", "layers=1", "steps=2", "layers=2", "steps=5"], {}),
+    # Only the steps floor reaches everything: it stands in for the steps midpoint alone.
+    (lambda o: o == {"steps": 2}, None, False,
+     ["full", "floors", "layers=1", "steps=2", "layers=2"], {"steps=5": "steps=2"}),
+    # A floor learned from an escape (steps must stay above 2): no rung at steps=2 stands in.
+    (lambda o: True, {"steps": 2}, False, ["full", "floors", "layers=1", "steps=2", "steps=5"],
+     {"layers=2": "layers=1"}),
+    # Nothing smaller reaches everything: the whole ladder runs.
+    (lambda o: False, None, False,
+     ["full", "floors", "layers=1", "steps=2", "layers=2", "steps=5"], {}),
+])
+def test_rungs_a_smaller_one_stands_in_for_are_not_run(
+        tmp_path: Path, reaches_all: Any, learned: Any, every_rung: bool, want_ran: list[str],
+        want_spared: dict[str, str]) -> None:
+    ran: list[str] = []
+    lines: list[str] = []
+    store = tmp_path / "cal.db"
+    report = calibrate_with(["t::x"], {"t::x": TWO_DIMS}, store, fake_runner(reaches_all, ran),
+                            commit="c1", echo=lines.append, every_rung=every_rung,
+                            learned={"t::x": learned} if learned else None)
+    assert ran == want_ran
+    assert {rung: by for _t, rung, by in report.not_needed} == want_spared
+    assert report.ran == len(want_ran) and len(lines) == len(want_ran) + len(want_spared)
+    assert sum("not run: " in line for line in lines) == len(want_spared)
+    with CalibrationStore.open(store) as cal:
+        assert sorted(r.rung for r in cal.rungs("t::x")) == sorted(want_ran)
+    if want_spared:
+        assert f"{len(want_spared)} not needed" in report.summary()
+        # Resumed: the measured rungs are reused and still stand in; nothing runs.
+        again: list[str] = []
+        report = calibrate_with(["t::x"], {"t::x": TWO_DIMS}, store,
+                                fake_runner(reaches_all, again), commit="c1",
+                                echo=lambda line: None,
+                                learned={"t::x": learned} if learned else None)
+        assert again == [] and report.resumed == len(want_ran)
+        assert {rung: by for _t, rung, by in report.not_needed} == want_spared
+    else:
+        assert "not needed" not in report.summary()
+
+
+FLAT = '''def train(steps):
+    total = 0
+    for i in range(steps):
+        total += i
+    return total + 1
+'''
+FLAT_TEST = '''import json
+import os
+
+import pytest
+
+from pkg.flat import train
+
+
+@pytest.mark.fastci_workload(workload={"steps": 8}, floors={"steps": 2}, reference="relational")
+def test_flat():
+    steps = json.loads(os.environ.get("FASTCI_WORKLOAD") or "{}").get("steps", 8)
+    assert train(steps) > 0
+'''
+
+
+def test_a_floor_that_runs_everything_spares_the_midpoint(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    # Through the command, with real recorded runs: train runs the same lines, arcs and contexts (steps' own value
+    # aside) at steps=2 as at steps=8, so the midpoint (steps=5) is not run.
+    repo = Repo(tmp_path / "repo")
+    repo.commit({"pkg/__init__.py": "", "pkg/flat.py": FLAT, "tests/__init__.py": "",
+                 "tests/test_flat.py": FLAT_TEST, ".gitignore": "__pycache__/\n.fastci/\n"})
+    store = tmp_path / "cal.db"
+    test = "tests/test_flat.py::test_flat"
+    rc = app.main(["calibrate", test, "--root", str(repo.root), "--store", str(store),
+                   "--no-bazel"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "steps=5: not run: steps=2" in out and "1 not needed" in out, out
+    with CalibrationStore.open(store) as cal:
+        rungs = {r.rung: r for r in cal.rungs(test)}
+    assert set(rungs) == {"full", "steps=2"}
+    assert rungs["steps=2"].lines["pkg/flat.py"] == rungs["full"].lines["pkg/flat.py"]
+    rc = app.main(["calibrate", test, "--root", str(repo.root), "--store", str(store),
+                   "--no-bazel", "--every-rung"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "1 rung(s) run, 2 resumed" in out, out
+    with CalibrationStore.open(store) as cal:
+        assert {r.rung for r in cal.rungs(test)} == {"full", "steps=2", "steps=5"}

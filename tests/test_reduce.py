@@ -20,8 +20,8 @@ from fastci.changes.versions import Versions
 from fastci.evidence.calibration import CalibrationStore, Rung, declaration_digest
 from fastci.evidence.store import RunRecord
 from fastci.integrations.git.repository import WORKTREE, Git
-from fastci.plan.reduce import (choose, escapes, varying_numbers, without_data_values,
-                               without_reduced_values)
+from fastci.plan.reduce import (choose, escapes, reaches_all_of, stand_in, varying_numbers,
+                               without_data_values, without_reduced_values)
 from fastci.select import DeclaredTest, DecisionKind
 from fastci.select.decisions import Decision, Reason
 from selection_support import Repo
@@ -429,3 +429,106 @@ def test_a_calibration_from_a_commit_this_clone_lacks_runs_full(tmp_path: Path,
         c = w.choose()
     assert c.overrides == {} and "not in the history" in c.why
     assert "GitError" not in caplog.text
+
+
+# --- Rungs a calibration need not run (fastci.plan.reduce.stand_in) ---------------------
+
+TWO = DeclaredTest("//t:a", 1, {"steps": 8, "layers": 4, "tp": 2},
+                   floors={"steps": 1, "layers": 1}, frozen=("tp",), scope=("parity",),
+                   constraints=(), check="exact", reference="relational")
+WORKLOAD = dict(TWO.workload or {})
+ALL = {2, 3, 4, 5, 6, 7}
+
+
+def test_a_rung_reaching_all_of_the_full_run_stands_in_for_bigger_ones(tmp_path: Path) -> None:
+    w = World(tmp_path)
+    full = w.rung("full", {}, 10.0, ALL, decl=TWO, arcs={"pkg/m.py": frozenset({(2, 3)})})
+    floors = w.rung("floors", {"steps": 1, "layers": 1}, 2.0, ALL, decl=TWO,
+                    arcs={"pkg/m.py": frozenset({(2, 3), (3, 5)})})
+    assert reaches_all_of(floors, full, WORKLOAD) is None
+    for bigger in ({"steps": 4}, {"layers": 2}, {"steps": 1}, {"steps": 1, "layers": 1}):
+        found = stand_in(bigger, [full, floors], full, WORKLOAD)
+        assert found is not None and found[0] is floors, bigger
+        assert "reaches every line, arc and context" in found[1]
+    # A rung reducing less than the candidate stands in for nothing below it.
+    steps4 = w.rung("steps=4", {"steps": 4}, 5.0, ALL, decl=TWO,
+                    arcs={"pkg/m.py": frozenset({(2, 3)})})
+    assert reaches_all_of(steps4, full, WORKLOAD) is None
+    assert stand_in({"layers": 2}, [full, steps4], full, WORKLOAD) is None
+    assert stand_in({"steps": 1}, [full, steps4], full, WORKLOAD) is None
+    assert stand_in({"layers": 1}, [full, steps4], full, WORKLOAD) is None
+    # Floors learned from escapes: a rung at or under one stands in for nothing.
+    assert stand_in({"steps": 4}, [full, floors], full, WORKLOAD, {"steps": 1}) is None
+    assert stand_in({"steps": 4}, [full, floors], full, WORKLOAD, {"layers": 0}) is not None
+
+
+@pytest.mark.parametrize("change", [
+    dict(lines=ALL - {4}),                                       # a line
+    dict(arcs={"pkg/m.py": frozenset()}),                        # an arc
+    dict(contexts={"bf16"}),                                     # a context
+    dict(outcome="failed"), dict(complete=False),                # not usable
+    dict(duration_s=10.0),                                       # no cheaper than full
+    dict(commit="0" * 40),                                       # another calibration
+    dict(digests={"pkg/m.py": "0" * 64}),                        # another version
+])
+def test_a_rung_missing_anything_stands_in_for_nothing(tmp_path: Path, change: dict[str, Any]) -> None:
+    w = World(tmp_path)
+    full = w.rung("full", {}, 10.0, ALL, decl=TWO, arcs={"pkg/m.py": frozenset({(2, 3)})})
+    kw: dict[str, Any] = dict(arcs={"pkg/m.py": frozenset({(2, 3)})}, duration_s=2.0)
+    kw.update(change)
+    lines = kw.pop("lines", ALL)
+    contexts = kw.pop("contexts", {"fp32"})
+    floors = w.rung("floors", {"steps": 1, "layers": 1}, kw.pop("duration_s"), lines,
+                    contexts=contexts, decl=TWO, **kw)
+    assert stand_in({"steps": 4}, [full, floors], full, WORKLOAD) is None
+
+
+# The ladder of TWO in calibration order, each rung's cost its steps x layers.
+LADDER = [("floors", {"steps": 1, "layers": 1}), ("steps=1", {"steps": 1}),
+          ("layers=1", {"layers": 1}), ("steps=4", {"steps": 4}), ("layers=2", {"layers": 2})]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(measured=st.lists(st.tuples(st.sets(st.sampled_from(sorted(ALL))),
+                                   st.sets(st.sampled_from(["fp32", "tp=2"]), min_size=1),
+                                   st.booleans()),
+                         min_size=len(LADDER), max_size=len(LADDER)),
+       edited=st.sampled_from(sorted(ALL)))
+def test_leaving_out_stood_in_rungs_never_makes_a_plan_costlier(
+        tmp_path_factory: Any, measured: list[Any], edited: int) -> None:
+    # Calibrate as `fastci calibrate` does (ladder order, a rung left out when a measured
+    # one stands in for it) into one store, and every rung into another: the plan from
+    # the first reduces wherever the plan from the second does, and costs no more.
+    w = World(tmp_path_factory.mktemp("s"))
+    every = CalibrationStore.open(w.store.path.parent / "every.db", create=True)
+    full = w.rung("full", {}, 32.0, ALL, decl=TWO, contexts={"fp32", "tp=2"})
+    every.put(full)
+    kept = [full]
+    for (name, overrides), (lines, contexts, passed) in zip(LADDER, measured):
+        cost = float(_value_product(overrides))
+        rung = Rung(test="//t:a", rung=name, declaration=full.declaration, overrides=overrides,
+                    commit=w.base, duration_s=cost, gpus=1,
+                    outcome="passed" if passed else "failed", complete=True, recorded_at=1.0,
+                    lines={"pkg/m.py": frozenset(lines | {1, 10})}, units={
+                        UNIT: ("c", frozenset(contexts)), "pkg/m.py::<module>": ("m", frozenset())},
+                    digests={"pkg/m.py": w.digest})
+        every.put(rung)
+        if stand_in(overrides, kept, full, WORKLOAD) is None:
+            w.store.put(rung)
+            kept.append(rung)
+    w.edit(edited, "    pass  # edited")
+    lean = w.choose(decl=TWO)
+    d = Decision("//t:a", (Reason(DecisionKind.CHANGED_UNIT, "executes f", unit=UNIT,
+                                  path="pkg/m.py"),))
+    rich = choose([d], {"//t:a": TWO}, every, Versions(Git(w.repo.root), WORKTREE), w.base,
+                  history=lambda t: [])["//t:a"]
+    assert lean.reduced == rich.reduced, (lean.why, rich.why)
+    if rich.reduced:
+        assert lean.est_gpu_s <= rich.est_gpu_s, (lean.why, rich.why)
+    every.close()
+    w.store.close()
+
+
+def _value_product(overrides: dict[str, int]) -> int:
+    return overrides.get("steps", 8) * overrides.get("layers", 4)

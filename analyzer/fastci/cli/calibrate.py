@@ -21,20 +21,23 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from fastci import config
 from fastci.cli.command import Command
 from fastci.evidence.calibration import CalibrationStore
+from fastci.evidence.store import EvidenceStore
 from fastci.integrations.git.repository import repo_root
 from fastci.integrations.git.tree import evidence_commit
 from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.pytest.collect import collect
 from fastci.plan.build import choose_runner, declared_test, runner_python
+from fastci.plan.reduce import escapes, learned_floors
 from fastci.progress import Progress
 from fastci.run.calibrate import (CalibrationError, CalibrationReport, Declared, calibrate,
                                   calibrate_bazel)
+from fastci.select import DeclaredTest
 from fastci.types import TestId, normalize_test_id
 
 __all__ = ["COMMAND", "add_arguments", "run"]
@@ -67,6 +70,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-resume", action="store_true",
                         help="run every rung again, even those already calibrated at this "
                              "commit under the same declaration")
+    parser.add_argument("--every-rung", action="store_true",
+                        help="also run the rungs a smaller passing rung makes useless (one "
+                             "that reaches every line, arc and context of the full run)")
 
 
 def _is_pattern(target: str) -> bool:
@@ -105,6 +111,24 @@ def gpu_tests(bazel: Bazel, targets: Sequence[str], *, universe: str) -> dict[Te
     return found
 
 
+def learned_floors_of(store_path: Path, declared: Mapping[TestId, Declared]) -> dict[TestId, dict[str, Any]]:
+    """Each test's floors learned from escapes in the evidence store's run history
+    (dimension -> the value a rung must exceed; :func:`fastci.plan.reduce.learned_floors`),
+    for the tests that have any. No store: none. An unreadable store stops the command
+    (:class:`~fastci.errors.StoreError`): a rung below a learned floor must not stand in
+    for others."""
+    if not store_path.is_file():
+        return {}
+    out: dict[TestId, dict[str, Any]] = {}
+    with EvidenceStore.open(store_path) as store:
+        for test, decl in declared.items():
+            if isinstance(decl, DeclaredTest):
+                floors = learned_floors(escapes(store.runs_of_test(test)), decl)
+                if floors:
+                    out[test] = {dim: value for dim, (value, _why) in floors.items()}
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     """Collect, calibrate, print one line per rung (progress on stderr) and the cost summary.
 
@@ -119,12 +143,14 @@ def run(args: argparse.Namespace) -> int:
     if runner == "bazel":
         bz = Bazel(root, bazel=cfg.bazel)
         declared = gpu_tests(bz, list(args.tests), universe=cfg.targets)
+        learned = learned_floors_of(cfg.path(root, "store"), declared)
         print(f"fastci calibrate: {len(declared)} gpu_test(s) with Bazel ({why})", flush=True)
         with Progress(None, "calibrate", unit="rung") as progress:
             report = calibrate_bazel(root, list(declared), declared, store_path, bazel=bz,
                                      flags=args.bazel_flags, commit=evidence_commit(root),
                                      echo=progress.echo, resume=not args.no_resume,
-                                     progress=progress)
+                                     progress=progress, every_rung=args.every_rung,
+                                     learned=learned)
         return _finish(report, store_path)
     python = runner_python(root, cfg)
     declared = collect(root, list(args.tests), python=python, pytest_args=args.pytest_args)
@@ -136,10 +162,12 @@ def run(args: argparse.Namespace) -> int:
         if quiet:
             print(f"fastci calibrate: {quiet} collected test(s) declare no workload "
                   "(no fastci_workload marker): not calibrated")
+    learned = learned_floors_of(cfg.path(root, "store"), {t: declared[t] for t in tests})
     with Progress(None, "calibrate", unit="rung") as progress:
         report = calibrate(root, tests, declared, store_path, python=python,
                            pytest_args=args.pytest_args, commit=evidence_commit(root),
-                           echo=progress.echo, resume=not args.no_resume, progress=progress)
+                           echo=progress.echo, resume=not args.no_resume, progress=progress,
+                           every_rung=args.every_rung, learned=learned)
     return _finish(report, store_path)
 
 

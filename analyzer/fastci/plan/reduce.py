@@ -196,6 +196,8 @@ def _choose_one(d: Decision, decl: DeclaredTest, calibration: CalibrationStore |
     for rung in current:
         if rung is full or not rung.usable or not rung.overrides or rung.gpu_s >= full.gpu_s:
             continue
+        if rung.commit != full.commit:
+            continue  # another calibration's (a killed one, an older commit): not comparable
         if override_problems(workload, decl.floors, decl.constraints, rung.overrides):
             continue
         if any(dim in dims and {**workload, **rung.overrides}[dim] <= value
@@ -258,6 +260,78 @@ class _Need:
         if ctx:
             return f"does not run {self.unit} in contexts {_contexts(ctx)}"
         return None
+
+
+def reaches_all_of(rung: Rung, full: Rung, workload: Mapping[str, Any]) -> str | None:
+    """What of the full-workload rung's coverage ``rung`` misses (None: nothing).
+
+    Everything: each file's version, every line and arc the full rung executed, every
+    unit it ran in every context it ran it in (compared as a plan compares them:
+    :meth:`_Need.missing`). A rung that misses nothing passes that comparison for any
+    change of code the full run executes, so a plan can always take it where it could
+    take a rung that reduces less (:func:`stand_in`). ``workload`` is the full one.
+    """
+    for path, digest in full.digests.items():
+        if rung.digests.get(path) != digest:
+            return f"calibrated another version of {path}"
+    for path, lines in full.lines.items():
+        missed = lines - rung.lines.get(path, frozenset())
+        if missed:
+            return f"does not execute {path} lines {line_ranges(missed)}"
+    for path, arcs in full.arcs.items():
+        missed_arcs = arcs - rung.arcs.get(path, frozenset())
+        if missed_arcs:
+            a, b = min(missed_arcs)
+            return f"does not take {path}'s arc {a}->{b}"
+    for unit, (_checksum, contexts) in full.units.items():
+        path, _qualname = split_unit_id(unit)
+        if path not in full.digests:
+            continue  # a plan never reduces for it (``_need``: "never executed")
+        missing = _Need(unit, path, full.digests[path], frozenset(), frozenset(),
+                        contexts).missing(rung, workload)
+        if missing:
+            return missing
+    return None
+
+
+def _value(workload: Mapping[str, Any], overrides: Mapping[str, Any], dim: str) -> Any:
+    return overrides[dim] if dim in overrides else workload[dim]
+
+
+def stand_in(overrides: Mapping[str, Any], measured: Iterable[Rung], full: Rung,
+             workload: Mapping[str, Any],
+             learned: Mapping[str, Any] | None = None) -> tuple[Rung, str] | None:
+    """A measured rung that makes a rung at ``overrides`` useless to every plan, and why;
+    None when there is none (the rung must be measured).
+
+    A stand-in passed and was recorded completely, at the full rung's commit and
+    declaration, costs less than the full rung, reduces every dimension at least as
+    far as ``overrides`` does (so it is expected to cost no more), keeps above each
+    floor in ``learned`` (dimension -> the value a rung must exceed), and reaches all
+    the full rung does (:func:`reaches_all_of`). Wherever a plan could choose the rung
+    at ``overrides`` for a change, it can choose the stand-in: every check
+    :func:`choose` makes of a rung (lines, arcs, contexts, versions, floors,
+    constraints, cost) holds for it whatever the change.
+    """
+    learned = learned or {}
+    for f in sorted(measured, key=lambda r: (r.gpu_s, r.rung)):
+        if (f is full or not f.usable or not f.overrides or f.gpu_s >= full.gpu_s
+                or f.commit != full.commit or f.declaration != full.declaration):
+            continue
+        dims = set(f.overrides) | set(overrides)
+        try:
+            if any(d not in workload or _value(workload, f.overrides, d)
+                   > _value(workload, overrides, d) for d in dims):
+                continue
+            if any(d in workload and _value(workload, f.overrides, d) <= v
+                   for d, v in learned.items()):
+                continue
+        except TypeError:  # values that do not compare: no stand-in
+            continue
+        if reaches_all_of(f, full, workload) is None:
+            return f, (f"{f.rung} ({f.gpu_s:.1f} of {full.gpu_s:.1f} GPU-s) reduces at least "
+                       "as far and reaches every line, arc and context the full run does")
+    return None
 
 
 def moved_values(workload: Mapping[str, Any], reduced: Mapping[str, Any]) -> frozenset[tuple[str, str]]:

@@ -735,15 +735,20 @@ def reducible_dims(decl: ReductionDecl) -> dict[str, tuple[int | float, int | fl
 
 
 def ladder(decl: ReductionDecl) -> list[tuple[str, dict[str, WorkloadValue]]]:
-    """The rungs ``fastci calibrate`` runs a test at: (name, overrides), full first.
+    """The rungs ``fastci calibrate`` runs a test at: (name, overrides), smallest
+    reductions last.
 
-    The full workload (``full``, no overrides); each reducible dimension alone at its
-    floor (``dim=floor``) and at the midpoint between floor and full (``dim=mid``,
-    rounded down for integers); and every reducible dimension at its floor together
-    (``floors``). A rung that breaks a constraint, or repeats another rung's
-    workload, is left out. Nothing of a test with no reducible dimension
-    (:func:`reducible_dims`: frozen, performance check, invalid declaration) is run
-    but ``full``.
+    The full workload (``full``, no overrides); every reducible dimension at its floor
+    together (``floors``); each reducible dimension alone at its floor
+    (``dim=floor``); and each alone at the midpoint between floor and full
+    (``dim=mid``, rounded down for integers). A rung that breaks a constraint, or
+    repeats another rung's workload, is left out. Nothing of a test with no reducible
+    dimension (:func:`reducible_dims`: frozen, performance check, invalid
+    declaration) is run but ``full``.
+
+    The order lets a calibration leave out a rung that an earlier, smaller one makes
+    useless (:func:`fastci.plan.reduce.stand_in`): ``floors`` before the single
+    floors, each floor before its midpoint.
     """
     workload = decl.workload or {}
     dims = reducible_dims(decl)
@@ -758,11 +763,13 @@ def ladder(decl: ReductionDecl) -> list[tuple[str, dict[str, WorkloadValue]]]:
         seen.add(key)
         rungs.append((name, overrides))
 
-    for dim, (floor, full) in dims.items():
-        mid: WorkloadValue = (floor + full) // 2 if isinstance(full, int) else (floor + full) / 2
-        for value in (floor, mid):
-            if value != full:
-                add(f"{dim}={_render(value)}", {dim: value})
     if len(dims) > 1:
         add("floors", {dim: floor for dim, (floor, _) in dims.items()})
+    for dim, (floor, full) in dims.items():
+        if floor != full:
+            add(f"{dim}={_render(floor)}", {dim: floor})
+    for dim, (floor, full) in dims.items():
+        mid: WorkloadValue = (floor + full) // 2 if isinstance(full, int) else (floor + full) / 2
+        if mid != full:
+            add(f"{dim}={_render(mid)}", {dim: mid})
     return rungs

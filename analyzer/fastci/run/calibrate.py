@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections import Counter
+from collections import deque
 import os
 import subprocess
 import tempfile
@@ -54,6 +54,7 @@ from fastci.evidence.recorder import LINES_ENV
 from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo
 from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.bazel.testlogs import test_dir
+from fastci.plan.reduce import stand_in
 from fastci.plan.workload import ReductionDecl, ladder, reducible_dims, reduction_problems
 from fastci.types import RelPath, TestId
 
@@ -84,6 +85,9 @@ class CalibrationReport:
         ran: rungs run by this call.
         resumed: rungs already stored (same commit and declaration) and not run again.
         skipped: (test, why) for each test not calibrated.
+        not_needed: (test, rung, the rung standing in for it) for each rung left out
+            because a smaller measured rung reaches all the full run does
+            (:func:`fastci.plan.reduce.stand_in`).
         failed: (test, rung, what happened) for each rung run now that did not pass
             completely (stored all the same; a plan never chooses it).
         cost_gpu_s: the measured cost of every current rung of ``tests``.
@@ -95,6 +99,7 @@ class CalibrationReport:
     ran: int = 0
     resumed: int = 0
     skipped: list[tuple[TestId, str]] = field(default_factory=list)
+    not_needed: list[tuple[TestId, str, str]] = field(default_factory=list)
     failed: list[tuple[TestId, str, str]] = field(default_factory=list)
     cost_gpu_s: float = 0.0
     full_gpu_s: float = 0.0
@@ -107,8 +112,10 @@ class CalibrationReport:
                     f"{self.wall_s:.1f} s")
         ratio = (f" = {self.cost_gpu_s / self.full_gpu_s:.1f}x one full run of them "
                  f"({self.full_gpu_s:.2f} GPU-s)" if self.full_gpu_s > 0 else "")
+        spared = (f"{len(self.not_needed)} not needed (a smaller rung reached all the full "
+                  "run did), " if self.not_needed else "")
         return (f"calibrated {len(self.tests)} test(s): {self.ran} rung(s) run, "
-                f"{self.resumed} resumed, {len(self.skipped)} test(s) skipped, "
+                f"{self.resumed} resumed, {spared}{len(self.skipped)} test(s) skipped, "
                 f"{len(self.failed)} rung(s) did not pass; calibration cost "
                 f"{self.cost_gpu_s:.2f} GPU-s{ratio}; this call took {self.wall_s:.1f} s")
 
@@ -124,7 +131,8 @@ def node_arg(root: Path, test: TestId) -> str:
 def calibrate(root: Path, tests: Sequence[TestId], declarations: Mapping[TestId, Declared],
               store_path: Path, *, python: str, pytest_args: Sequence[str] = (),
               commit: str | None, echo: Callable[[str], None] = print,
-              resume: bool = True, progress: Progress | None = None) -> CalibrationReport:
+              resume: bool = True, progress: Progress | None = None, every_rung: bool = False,
+              learned: Mapping[TestId, Mapping[str, Any]] | None = None) -> CalibrationReport:
     """Run each of ``tests`` at each rung of its ladder; store the rungs at ``store_path``.
 
     Args:
@@ -141,21 +149,27 @@ def calibrate(root: Path, tests: Sequence[TestId], declarations: Mapping[TestId,
         resume: skip rungs already stored complete at ``commit`` under the same
             declaration.
         progress: counts the rungs run (see :func:`calibrate_with`).
+        every_rung: run rungs a smaller one makes useless too (see :func:`calibrate_with`).
+        learned: floors learned from escapes, by test (see :func:`calibrate_with`).
 
     Raises:
         StoreError: the store cannot be opened or written (nothing is run then, or
             nothing more).
     """
-    def one_by_one(items: Sequence[Pending]) -> Iterator[tuple[Pending, Rung, str]]:
+    def one_by_one(items: Sequence[Pending],
+                   wanted: Callable[[Pending], bool]) -> Iterator[tuple[Pending, Rung, str]]:
         checksums = Checksums(root)
         for item in items:
+            if not wanted(item):
+                continue
             rung, note = run_rung(root, item.test, item.name, item.overrides, item.declaration,
                                   python=python, pytest_args=pytest_args, commit=commit,
                                   checksums=checksums)
             yield item, rung, note
 
     return calibrate_with(tests, declarations, store_path, one_by_one, commit=commit,
-                          echo=echo, resume=resume, progress=progress)
+                          echo=echo, resume=resume, progress=progress, every_rung=every_rung,
+                          learned=learned)
 
 
 @dataclass(frozen=True)
@@ -170,17 +184,31 @@ class Pending:
 
 #: Runs rungs (each test at most once per call... or several: the runner decides how to
 #: batch them) and yields each with its measured rung and a note ("" when nothing went
-#: wrong), as each finishes, so progress shows and a killed calibration keeps them.
-RunRungs: TypeAlias = Callable[[Sequence[Pending]], Iterable[tuple[Pending, Rung, str]]]
+#: wrong), as each finishes, so progress shows and a killed calibration keeps them. The
+#: second argument says whether a rung is still wanted: a runner asks it right before it
+#: runs the rung (after every earlier rung of the same test was yielded) and leaves the
+#: rung out when it says no (:func:`fastci.plan.reduce.stand_in`: a smaller rung already
+#: reaches all the full run does).
+RunRungs: TypeAlias = Callable[[Sequence[Pending], Callable[[Pending], bool]],
+                               Iterable[tuple[Pending, Rung, str]]]
 
 
 def calibrate_with(tests: Sequence[TestId], declarations: Mapping[TestId, Declared],
                    store_path: Path, run_rungs: RunRungs, *, commit: str | None,
                    echo: Callable[[str], None] = print,
-                   resume: bool = True, progress: Progress | None = None) -> CalibrationReport:
+                   resume: bool = True, progress: Progress | None = None,
+                   every_rung: bool = False,
+                   learned: Mapping[TestId, Mapping[str, Any]] | None = None) -> CalibrationReport:
     """The runner-independent part of :func:`calibrate`: ladders, resuming, storing, the
     report. ``run_rungs`` runs what is left to run (pytest: one process per rung,
     :func:`calibrate`; Bazel: one ``bazel test`` per round, :func:`calibrate_bazel`).
+
+    A rung is not run when a smaller rung of the same test, measured at this commit and
+    declaration, already passed and reached every line, arc and context the full run
+    did (:func:`fastci.plan.reduce.stand_in`): no plan could prefer it. It is counted in
+    ``report.not_needed`` with the stand-in's name; ``every_rung`` runs it all the same.
+    ``learned`` holds each test's floors learned from escapes (dimension -> the value a
+    rung must exceed): a rung below them stands in for nothing.
 
     ``progress`` counts the rungs this call runs (resumed ones are not: they would make
     the ETA a guess), ticks while a rung runs and is closed once the last one is stored;
@@ -188,6 +216,7 @@ def calibrate_with(tests: Sequence[TestId], declarations: Mapping[TestId, Declar
     tear them)."""
     started = time.perf_counter()
     report = CalibrationReport()
+    learned = learned or {}
     # (test, its ladder, its declaration as stored with each rung, that declaration's digest)
     plans: list[tuple[TestId, list[tuple[str, dict[str, Any]]], dict[str, Any], str]] = []
     for test in tests:
@@ -201,28 +230,53 @@ def calibrate_with(tests: Sequence[TestId], declarations: Mapping[TestId, Declar
         plans.append((test, ladder(decl), declaration_spec(decl), declaration_digest(decl)))
     total = sum(len(rungs) for _, rungs, _, _ in plans)
     done = 0
+    # The rungs of this commit and declaration measured so far, by test (for stand_in).
+    measured: dict[TestId, list[Rung]] = {}
+    workloads: dict[TestId, Mapping[str, Any]] = {}
     with CalibrationStore.open(store_path, create=True) as store:
         todo: list[Pending] = []
         specs = {test: spec for test, _, spec, _ in plans}
-        for test, rungs, _spec, digest in plans:
+        for test, rungs, spec, digest in plans:
+            workloads[test] = spec["workload"]
             stored = {r.rung: r for r in store.rungs(test)} if resume else {}
+            measured[test] = []
             for name, overrides in rungs:
                 old = stored.get(name)
                 if (old is not None and old.complete and old.declaration == digest
                         and old.commit == commit and dict(old.overrides) == overrides):
                     done += 1
                     report.resumed += 1
+                    measured[test].append(old)
                     echo(f"calibrate [{done}/{total}] {test} {name}: already calibrated at "
                          f"{_stamp(commit)} ({old.outcome}, {old.duration_s:.2f} s): resumed")
                     continue
                 todo.append(Pending(test, name, dict(overrides), digest))
+
+        def wanted(item: Pending) -> bool:
+            nonlocal done
+            if every_rung:
+                return True
+            full = next((r for r in measured[item.test] if r.rung == "full"), None)
+            found = None if full is None else stand_in(
+                item.overrides, measured[item.test], full, workloads[item.test],
+                learned.get(item.test))
+            if found is None:
+                return True
+            done += 1
+            report.not_needed.append((item.test, item.name, found[0].rung))
+            echo(f"calibrate [{done}/{total}] {item.test} {item.name}: not run: {found[1]}")
+            if progress is not None:
+                progress.advance(note=f"{item.test} {item.name} (not needed)")
+            return False
+
         if progress is not None and todo:
             progress.set_total(len(todo))
         with progress.ticking() if progress is not None else contextlib.nullcontext():
-            for item, rung, note in run_rungs(todo):
+            for item, rung, note in run_rungs(todo, wanted):
                 done += 1
                 rung = replace(rung, spec=specs[item.test])
                 store.put(rung)
+                measured[item.test].append(rung)
                 report.ran += 1
                 if not rung.usable:
                     report.failed.append((item.test, item.name, note or rung.outcome))
@@ -250,13 +304,16 @@ def calibrate_bazel(workspace: Path, tests: Sequence[TestId],
                     declarations: Mapping[TestId, Declared], store_path: Path, *,
                     bazel: Bazel, flags: Sequence[str] = (), commit: str | None,
                     echo: Callable[[str], None] = print,
-                    resume: bool = True, progress: Progress | None = None) -> CalibrationReport:
+                    resume: bool = True, progress: Progress | None = None,
+                    every_rung: bool = False,
+                    learned: Mapping[TestId, Mapping[str, Any]] | None = None) -> CalibrationReport:
     """:func:`calibrate` for gpu_tests: the rungs run in rounds, one ``bazel test`` each.
 
-    Round *k* holds the *k*-th rung still to run of every test, so a test appears at
-    most once per command and the tests of a round run as Bazel schedules them (in
-    parallel where the machine allows; durations are each test's own, from the
-    build event file). Each round runs::
+    Round *k* holds the next rung still wanted of every test (rungs a smaller measured
+    one makes useless are left out as each round is put together:
+    :func:`calibrate_with`), so a test appears at most once per command and the tests
+    of a round run as Bazel schedules them (in parallel where the machine allows;
+    durations are each test's own, from the build event file). Each round runs::
 
         bazel test --config=fastci --config=fastci_record --test_env=FASTCI_RECORD_LINES=1 \
             --override_repository=fastci_plan=<a plan of the round's overrides> LABEL...
@@ -268,20 +325,28 @@ def calibrate_bazel(workspace: Path, tests: Sequence[TestId],
     test logs cannot take a rung run for evidence of the test.
     """
 
-    def by_rounds(items: Sequence[Pending]) -> Iterator[tuple[Pending, Rung, str]]:
+    def by_rounds(items: Sequence[Pending],
+                  wanted: Callable[[Pending], bool]) -> Iterator[tuple[Pending, Rung, str]]:
         if not items:
             return
         checksums = Checksums(workspace)
         testlogs = Path(bazel.info("bazel-testlogs"))
-        rounds: list[list[Pending]] = []
-        seen: Counter[TestId] = Counter()
+        queues: dict[TestId, deque[Pending]] = {}
         for item in items:
-            nth = seen[item.test]
-            seen[item.test] += 1
-            if nth == len(rounds):
-                rounds.append([])
-            rounds[nth].append(item)
-        for number, chosen in enumerate(rounds, 1):
+            queues.setdefault(item.test, deque()).append(item)
+        number = 0
+        while True:
+            # Asked only now: every earlier rung of each test was yielded and stored.
+            chosen = []
+            for queue in queues.values():
+                while queue:
+                    item = queue.popleft()
+                    if wanted(item):
+                        chosen.append(item)
+                        break
+            if not chosen:
+                return
+            number += 1
             with tempfile.TemporaryDirectory(prefix="fastci-calibrate-") as tmp:
                 repo = write_plan_repo(Path(tmp) / "plan", {p.test: p.overrides for p in chosen},
                                        status=f"fastci calibrate round {number}")
@@ -313,7 +378,8 @@ def calibrate_bazel(workspace: Path, tests: Sequence[TestId],
                 yield item, rung, note
 
     return calibrate_with(tests, declarations, store_path, by_rounds, commit=commit,
-                          echo=echo, resume=resume, progress=progress)
+                          echo=echo, resume=resume, progress=progress, every_rung=every_rung,
+                          learned=learned)
 
 
 def scrub_traces(outputs: Path) -> int:
