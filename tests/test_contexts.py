@@ -150,6 +150,28 @@ def test_abstract_never_leaks_values() -> None:
     assert abstract(abstract) == "fn:abstract"
 
 
+def test_scratch_paths_lose_their_random_part(mod: ModuleType, tmp_path: Path) -> None:
+    # mkdtemp names a folder at random: as a context the path would never match the same
+    # call in another run. Its part under the scratch folder is set aside, the rest kept.
+    import tempfile
+
+    one, two = tempfile.mkdtemp(prefix="ckpt-"), tempfile.mkdtemp(prefix="ckpt-")
+    try:
+        assert abstract(one) == abstract(two) == "'<tmp>/*'"
+        assert abstract(os.path.join(one, "iter_3")) == "'<tmp>/*/iter_3'"
+        assert abstract(os.path.join(os.path.realpath(one), "a")) == "'<tmp>/*/a'"
+        sigs = collect(tmp_path, lambda: (mod.kernel(1, mode=one), mod.kernel(1, mode=two)))
+        assert {s.split("|")[0] for s in sigs["kernel"]} == {"args(x=1;cfg=None;mode='<tmp>/*')"}
+    finally:
+        os.rmdir(one)
+        os.rmdir(two)
+    # Anything else keeps its value: other folders, names that only start like /tmp.
+    assert abstract("/data/ckpt-8rt1qzed") == "'/data/ckpt-8rt1qzed'"
+    assert abstract("/tmpfoo/x") == "'/tmpfoo/x'" and abstract("/tmp") == "'/tmp'"
+    long = "/tmp/" + "d" * 10 + "/" + "x" * 40
+    assert abstract(long) == "str[s]"
+
+
 def test_self_configs_carry_parallel_degrees(mod: ModuleType, tmp_path: Path) -> None:
     block = mod.Block()
     block.ctx = mod.ParallelConfig(tp=4)  # how microllm keeps its ParallelContext

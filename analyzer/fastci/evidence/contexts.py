@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import os
 import sys
 import weakref
 from types import CodeType, FrameType
@@ -103,9 +104,41 @@ def _tensor(value: Any) -> str:
     return f"T({tok},{value.dim()}d,{value.device.type},{_size_class(value.numel())})"
 
 
+def _temp_roots() -> tuple[str, ...]:
+    """This process's scratch folders (``/tmp``, ``/var/tmp``, ``$TMPDIR``, ``$TEMP``,
+    ``$TMP``, Bazel's ``$TEST_TMPDIR``), as given and resolved, each ending in a
+    separator, longest first."""
+    found = {"/tmp", "/var/tmp"}
+    for var in ("TMPDIR", "TEMP", "TMP", "TEST_TMPDIR"):
+        value = os.environ.get(var)
+        if value and os.path.isabs(value):
+            found.add(value)
+    roots = {p.rstrip(os.sep) + os.sep for r in found for p in (r, os.path.realpath(r))}
+    return tuple(sorted(roots - {os.sep}, key=lambda r: (-len(r), r)))
+
+
+_TEMP_ROOTS = _temp_roots()
+
+
 def _str_token(value: str) -> str:
-    """A short string by value, a long one by its size class."""
+    """A short string by value, a long one by its size class; a path in a scratch
+    folder with its first part there set aside (:func:`_temp_path`)."""
+    if value.startswith(_TEMP_ROOTS):
+        value = _temp_path(value)
     return repr(value) if len(value) <= _MAX_STR else f"str[{'l' if len(value) > 256 else 's'}]"
+
+
+def _temp_path(value: str) -> str:
+    """``/tmp/ckpt-8rt1qzed/iter_3`` -> ``<tmp>/*/iter_3``.
+
+    ``tempfile.mkdtemp`` and ``mkstemp`` name what they make at random, so a path under
+    a scratch folder differs on every run: as a context it would never match the same
+    call in another run or another test (a calibration rung, a stand-in). The folder
+    and its first part are set aside; the rest of the path stays.
+    """
+    root = next(r for r in _TEMP_ROOTS if value.startswith(r))
+    _first, sep, rest = value[len(root):].partition(os.sep)
+    return f"<tmp>/*{sep}{rest}"
 
 
 def abstract(value: Any, depth: int = 0) -> str:
