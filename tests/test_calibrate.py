@@ -264,9 +264,10 @@ TWO_DIMS = DeclaredTest("t::x", 1, {"steps": 8, "layers": 4}, floors={"steps": 2
                         reference="relational")
 
 
-def fake_runner(reaches_all: Any, ran: list[str]) -> Any:
+def fake_runner(reaches_all: Any, ran: list[str], cost: Any = None, fails: Any = None) -> Any:
     """Runs nothing: each wanted rung 'executes' lines 1-3 (as the full one does) when
-    ``reaches_all(overrides)``, else lines 1-2, at a cost of steps x layers."""
+    ``reaches_all(overrides)``, else lines 1-2, at a cost of steps x layers (or
+    ``cost(workload)``), and fails when ``fails(overrides)``."""
     def run(items: Any, wanted: Any) -> Any:
         for item in items:
             if not wanted(item):
@@ -274,10 +275,12 @@ def fake_runner(reaches_all: Any, ran: list[str]) -> Any:
             ran.append(item.name)
             o = {"steps": 8, "layers": 4, **item.overrides}
             lines = {1, 2, 3} if not item.overrides or reaches_all(item.overrides) else {1, 2}
+            failed = fails is not None and fails(item.overrides)
             yield item, Rung(test=item.test, rung=item.name, declaration=item.declaration,
                              overrides=item.overrides, commit="c1",
-                             duration_s=float(o["steps"] * o["layers"]), gpus=1,
-                             outcome="passed", complete=True, recorded_at=1.0,
+                             duration_s=float(cost(o) if cost else o["steps"] * o["layers"]),
+                             gpus=1, outcome="failed" if failed else "passed", complete=True,
+                             recorded_at=1.0,
                              lines={"m.py": frozenset(lines)},
                              units={"m.py::f": ("x", frozenset({"fp32"}))},
                              digests={"m.py": "d" * 64}), ""
@@ -328,6 +331,30 @@ def test_rungs_a_smaller_one_stands_in_for_are_not_run(
         assert {rung: by for _t, rung, by in report.not_needed} == want_spared
     else:
         assert "not needed" not in report.summary()
+
+
+def test_a_midpoint_is_not_run_when_its_floor_did_not_cut_the_cost(tmp_path: Path) -> None:
+    # Fewer layers cost as much as the full workload (say, more and smaller steps): the
+    # layers midpoint is not expected to be cheaper, so no plan would take it.
+    def cost(o: dict[str, int]) -> int:
+        return o["steps"] * 4
+
+    ran: list[str] = []
+    lines: list[str] = []
+    report = calibrate_with(["t::x"], {"t::x": TWO_DIMS}, tmp_path / "cal.db",
+                            fake_runner(lambda o: False, ran, cost), commit="c1",
+                            echo=lines.append)
+    assert ran == ["full", "floors", "layers=1", "steps=2", "steps=5"]
+    assert [(rung, by) for _t, rung, by in report.not_needed] == [("layers=2", "layers=1")]
+    assert any("layers=2: not run: layers=1 cost 32.0 GPU-s, no less than the full run's 32.0"
+               in line for line in lines), lines
+    # A floor that failed says nothing of the cost: the midpoint runs.
+    ran.clear()
+    report = calibrate_with(["t::x"], {"t::x": TWO_DIMS}, tmp_path / "cal2.db",
+                            fake_runner(lambda o: False, ran, cost,
+                                        fails=lambda o: o == {"layers": 1}),
+                            commit="c1", echo=lambda line: None)
+    assert "layers=2" in ran and not report.not_needed
 
 
 FLAT = '''def train(steps):

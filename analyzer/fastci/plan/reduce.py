@@ -334,6 +334,33 @@ def stand_in(overrides: Mapping[str, Any], measured: Iterable[Rung], full: Rung,
     return None
 
 
+def no_cheaper_floor(overrides: Mapping[str, Any], measured: Iterable[Rung], full: Rung,
+                     floors: Mapping[str, Any]) -> tuple[Rung, str] | None:
+    """For a rung that takes one dimension part of the way to its floor (a midpoint):
+    the measured rung at that floor alone, when it passed and cost no less than the full
+    rung, and why; else None.
+
+    A plan never takes a rung that costs as much as the full one (:func:`choose`). If
+    the floor of a dimension does not cut the cost (``micro_batch_size=1`` at a fixed
+    global batch runs more, smaller steps), a point between the floor and the full
+    value is not expected to either. This only bets on savings: a rung left out is one
+    a plan cannot choose, so the test runs larger, never less covered.
+    """
+    if len(overrides) != 1:
+        return None
+    ((dim, value),) = overrides.items()
+    if dim not in floors or value == floors[dim]:
+        return None
+    for f in measured:
+        if (f is not full and dict(f.overrides) == {dim: floors[dim]} and f.usable
+                and f.commit == full.commit and f.declaration == full.declaration
+                and f.gpu_s >= full.gpu_s):
+            return f, (f"{f.rung} cost {f.gpu_s:.1f} GPU-s, no less than the full run's "
+                       f"{full.gpu_s:.1f}: shrinking {dim} does not cut the cost, so a value "
+                       "between is not expected to")
+    return None
+
+
 def moved_values(workload: Mapping[str, Any], reduced: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
     """(full value, reduced value) of each reduced dimension, rendered as contexts render
     numbers (:func:`fastci.evidence.contexts.abstract`)."""

@@ -54,7 +54,7 @@ from fastci.evidence.recorder import LINES_ENV
 from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo
 from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.bazel.testlogs import test_dir
-from fastci.plan.reduce import stand_in
+from fastci.plan.reduce import no_cheaper_floor, stand_in
 from fastci.plan.workload import ReductionDecl, ladder, reducible_dims, reduction_problems
 from fastci.types import RelPath, TestId
 
@@ -85,9 +85,10 @@ class CalibrationReport:
         ran: rungs run by this call.
         resumed: rungs already stored (same commit and declaration) and not run again.
         skipped: (test, why) for each test not calibrated.
-        not_needed: (test, rung, the rung standing in for it) for each rung left out
-            because a smaller measured rung reaches all the full run does
-            (:func:`fastci.plan.reduce.stand_in`).
+        not_needed: (test, rung, the measured rung that decided it) for each rung left
+            out: a smaller rung reaches all the full run does
+            (:func:`fastci.plan.reduce.stand_in`), or the midpoint's floor cost as much
+            as the full rung (:func:`fastci.plan.reduce.no_cheaper_floor`).
         failed: (test, rung, what happened) for each rung run now that did not pass
             completely (stored all the same; a plan never chooses it).
         cost_gpu_s: the measured cost of every current rung of ``tests``.
@@ -113,7 +114,7 @@ class CalibrationReport:
         ratio = (f" = {self.cost_gpu_s / self.full_gpu_s:.1f}x one full run of them "
                  f"({self.full_gpu_s:.2f} GPU-s)" if self.full_gpu_s > 0 else "")
         spared = (f"{len(self.not_needed)} not needed (a smaller rung reached all the full "
-                  "run did), " if self.not_needed else "")
+                  "run did, or a floor did not cut the cost), " if self.not_needed else "")
         return (f"calibrated {len(self.tests)} test(s): {self.ran} rung(s) run, "
                 f"{self.resumed} resumed, {spared}{len(self.skipped)} test(s) skipped, "
                 f"{len(self.failed)} rung(s) did not pass; calibration cost "
@@ -205,8 +206,11 @@ def calibrate_with(tests: Sequence[TestId], declarations: Mapping[TestId, Declar
 
     A rung is not run when a smaller rung of the same test, measured at this commit and
     declaration, already passed and reached every line, arc and context the full run
-    did (:func:`fastci.plan.reduce.stand_in`): no plan could prefer it. It is counted in
-    ``report.not_needed`` with the stand-in's name; ``every_rung`` runs it all the same.
+    did (:func:`fastci.plan.reduce.stand_in`): no plan could prefer it; nor a midpoint
+    whose dimension's floor passed and cost no less than the full rung
+    (:func:`fastci.plan.reduce.no_cheaper_floor`): no plan is expected to take it. It is
+    counted in ``report.not_needed`` with the rung that decided it; ``every_rung`` runs
+    it all the same.
     ``learned`` holds each test's floors learned from escapes (dimension -> the value a
     rung must exceed): a rung below them stands in for nothing.
 
@@ -257,9 +261,11 @@ def calibrate_with(tests: Sequence[TestId], declarations: Mapping[TestId, Declar
             if every_rung:
                 return True
             full = next((r for r in measured[item.test] if r.rung == "full"), None)
-            found = None if full is None else stand_in(
-                item.overrides, measured[item.test], full, workloads[item.test],
-                learned.get(item.test))
+            found = None if full is None else (
+                stand_in(item.overrides, measured[item.test], full, workloads[item.test],
+                         learned.get(item.test))
+                or no_cheaper_floor(item.overrides, measured[item.test], full,
+                                    specs[item.test]["floors"]))
             if found is None:
                 return True
             done += 1
