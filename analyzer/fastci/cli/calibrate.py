@@ -71,8 +71,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run every rung again, even those already calibrated at this "
                              "commit under the same declaration")
     parser.add_argument("--every-rung", action="store_true",
-                        help="also run the rungs a smaller passing rung makes useless (one "
-                             "that reaches every line, arc and context of the full run)")
+                        help="also run the rungs left out as not needed: those a smaller "
+                             "passing rung makes useless (it reaches every line, arc and "
+                             "context of the full run), and midpoints whose floor did not "
+                             "cost less than the full workload")
 
 
 def _is_pattern(target: str) -> bool:
