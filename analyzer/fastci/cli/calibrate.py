@@ -26,14 +26,13 @@ from typing import Any, Mapping, Sequence
 from fastci import config
 from fastci.cli.command import Command
 from fastci.evidence.calibration import CalibrationStore
-from fastci.evidence.store import EvidenceStore
 from fastci.integrations.git.repository import repo_root
 from fastci.integrations.git.tree import evidence_commit
 from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.pytest.collect import collect
 from fastci.plan.build import choose_runner, declared_test, runner_python
-from fastci.plan.reduce import escapes, learned_floors
+from fastci.plan.reduce import learned_floors_at
 from fastci.progress import Progress
 from fastci.run.calibrate import (CalibrationError, CalibrationReport, Declared, calibrate,
                                   calibrate_bazel)
@@ -119,16 +118,10 @@ def learned_floors_of(store_path: Path, declared: Mapping[TestId, Declared]) -> 
     for the tests that have any. No store: none. An unreadable store stops the command
     (:class:`~fastci.errors.StoreError`): a rung below a learned floor must not stand in
     for others."""
-    if not store_path.is_file():
-        return {}
-    out: dict[TestId, dict[str, Any]] = {}
-    with EvidenceStore.open(store_path) as store:
-        for test, decl in declared.items():
-            if isinstance(decl, DeclaredTest):
-                floors = learned_floors(escapes(store.runs_of_test(test)), decl)
-                if floors:
-                    out[test] = {dim: value for dim, (value, _why) in floors.items()}
-    return out
+    found = learned_floors_at(store_path, {test: decl for test, decl in declared.items()
+                                           if isinstance(decl, DeclaredTest)})
+    return {test: {dim: value for dim, (value, _why) in floors.items()}
+            for test, floors in found.items()}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -70,20 +70,11 @@ def learned(root: Path, decls: list[TestDecl]) -> dict[str, dict[str, tuple[Any,
     Read from the evidence store's run history (:func:`fastci.plan.reduce.escapes`);
     empty when there is no store (nothing was learned)."""
     from fastci import config
-    from fastci.evidence.store import EvidenceStore
     from fastci.plan.build import declared_test
-    from fastci.plan.reduce import escapes, learned_floors
+    from fastci.plan.reduce import learned_floors_at
 
-    path = config.load(root).path(root, "store")
-    if not path.is_file():
-        return {}
-    out = {}
-    with EvidenceStore.open(path) as store:
-        for d in decls:
-            got = learned_floors(escapes(store.runs_of_test(d.id)), declared_test(d))
-            if got:
-                out[d.id] = got
-    return out
+    return learned_floors_at(config.load(root).path(root, "store"),
+                             {d.id: declared_test(d) for d in decls})
 
 
 def run(args: argparse.Namespace) -> int:

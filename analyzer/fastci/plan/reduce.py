@@ -38,10 +38,12 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from fastci.changes.versions import Versions
 from fastci.evidence.calibration import CalibrationStore, Rung, declaration_digest
+from fastci.evidence.store import EvidenceStore
 from fastci.plan.workload import (override_problems, reducible_dims, resolve_reduction)
 from fastci.select.contexts import TOKEN, varying_numbers, without_data_values
 from fastci.select.decisions import Decision, DecisionKind, Reason
@@ -125,6 +127,26 @@ def learned_floors(found: Sequence[Escape], decl: DeclaredTest) -> dict[str, tup
     return out
 
 
+def learned_floors_at(store_path: Path,
+                      declared: Mapping[TestId, DeclaredTest]) -> dict[TestId, dict[str, tuple[Any, str]]]:
+    """Test -> the floors its escapes raised (:func:`learned_floors`), from the run
+    history in the evidence store at ``store_path``, for the tests that have any.
+
+    No store: nothing was learned (``{}``). A store that cannot be read raises
+    :class:`~fastci.errors.StoreError`: the caller decides whether to go on without
+    the floors (``fastci targets`` only shows them) or stop (``fastci calibrate``).
+    """
+    if not store_path.is_file():
+        return {}
+    out: dict[TestId, dict[str, tuple[Any, str]]] = {}
+    with EvidenceStore.open(store_path) as store:
+        for test, decl in declared.items():
+            found = learned_floors(escapes(store.runs_of_test(test)), decl)
+            if found:
+                out[test] = found
+    return out
+
+
 def choose(decisions: Sequence[Decision], declared: Mapping[TestId, DeclaredTest],
            calibration: CalibrationStore | None, versions: Versions | None,
            base: str | None, history: Callable[[TestId], Iterable[Any]] | None = None,
@@ -194,10 +216,8 @@ def _choose_one(d: Decision, decl: DeclaredTest, calibration: CalibrationStore |
     workload = dict(decl.workload)
     rejected: list[str] = []
     for rung in current:
-        if rung is full or not rung.usable or not rung.overrides or rung.gpu_s >= full.gpu_s:
+        if not _of_calibration(rung, full) or rung.gpu_s >= full.gpu_s:
             continue
-        if rung.commit != full.commit:
-            continue  # another calibration's (a killed one, an older commit): not comparable
         if override_problems(workload, decl.floors, decl.constraints, rung.overrides):
             continue
         if any(dim in dims and {**workload, **rung.overrides}[dim] <= value
@@ -262,6 +282,18 @@ class _Need:
         return None
 
 
+def _of_calibration(rung: Rung, full: Rung) -> bool:
+    """Whether ``rung`` is a reduced rung that passed and was recorded completely in the
+    same calibration as the full-workload rung ``full`` (its commit and declaration).
+
+    The one filter every use of rungs shares (:func:`choose`, :func:`stand_in`,
+    :func:`no_cheaper_floor`): a rung left out of calibration because of another rung is
+    sound only if a plan would have taken that other rung on the same terms. A rung of
+    another calibration (a killed one, an older commit) is not comparable."""
+    return (rung is not full and rung.usable and bool(rung.overrides)
+            and rung.commit == full.commit and rung.declaration == full.declaration)
+
+
 def reaches_all_of(rung: Rung, full: Rung, workload: Mapping[str, Any]) -> str | None:
     """What of the full-workload rung's coverage ``rung`` misses (None: nothing).
 
@@ -315,8 +347,7 @@ def stand_in(overrides: Mapping[str, Any], measured: Iterable[Rung], full: Rung,
     """
     learned = learned or {}
     for f in sorted(measured, key=lambda r: (r.gpu_s, r.rung)):
-        if (f is full or not f.usable or not f.overrides or f.gpu_s >= full.gpu_s
-                or f.commit != full.commit or f.declaration != full.declaration):
+        if not _of_calibration(f, full) or f.gpu_s >= full.gpu_s:
             continue
         dims = set(f.overrides) | set(overrides)
         try:
@@ -352,8 +383,7 @@ def no_cheaper_floor(overrides: Mapping[str, Any], measured: Iterable[Rung], ful
     if dim not in floors or value == floors[dim]:
         return None
     for f in measured:
-        if (f is not full and dict(f.overrides) == {dim: floors[dim]} and f.usable
-                and f.commit == full.commit and f.declaration == full.declaration
+        if (_of_calibration(f, full) and dict(f.overrides) == {dim: floors[dim]}
                 and f.gpu_s >= full.gpu_s):
             return f, (f"{f.rung} cost {f.gpu_s:.1f} GPU-s, no less than the full run's "
                        f"{full.gpu_s:.1f}: shrinking {dim} does not cut the cost, so a value "
