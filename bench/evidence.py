@@ -13,6 +13,9 @@
   minutes): the example suite at its floors (target <= 1.15x plain; ``coverage run``
   follows its child processes as the recorder does) and CPU-light project tests
   (target: recorded <= 1.10x coverage run).
+* ``--instructions``: the project-tests comparison counted in instructions executed
+  (valgrind's callgrind, one run per mode), which repeat where wall times do not.
+  Not part of ``make bench`` (valgrind makes each run ~50x slower).
 * Both also time a *tracing floor*: coverage.py's C tracer on in the same
   processes but measuring no file (an empty source folder): the tracer's cost on
   Python 3.11 (``sys.settrace``) plus coverage.py's per-file decisions, which the
@@ -25,9 +28,12 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
+import re
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -299,6 +305,47 @@ def recording(work: Path) -> list[str]:
     return lines
 
 
+def _instructions(cmd: list[str], env: dict[str, str]) -> int:
+    """Instructions one command's main process executes, counted by valgrind's callgrind
+    (child processes are not followed: here they are git calls, the same in every mode)."""
+    res = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *cmd],
+                         cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    found = re.search(r"Collected : (\d+)", res.stderr)
+    if res.returncode != 0 or found is None:
+        tail = (res.stdout + res.stderr).strip().splitlines()[-3:]
+        raise RuntimeError(f"{' '.join(cmd)} under callgrind exited {res.returncode}: "
+                           f"{' | '.join(tail)}")
+    return int(found.group(1))
+
+
+def instructions(work: Path) -> list[str]:
+    """The project-tests comparison of :func:`recording`, in instructions executed.
+
+    Wall times of one command move by 20 % and more between minutes on a shared
+    machine; the instructions a run executes repeat to within a fraction of a percent,
+    so this is the steadier ratio (valgrind makes each run ~50x slower: one run per
+    mode, two at a time). Cache misses and system time are not in it.
+    """
+    if shutil.which("valgrind") is None:
+        return ["instructions benchmark: valgrind is not installed; skipped"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    own = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *PROJECT_TESTS]
+    modes = {"plain": own,
+             "coverage": [sys.executable, "-m", "coverage", "run",
+                          f"--data-file={work / 'icov.data'}", "-m", "pytest", *own[3:]],
+             "recorded": [*own, "--fastci-record", "--fastci-trace-dir", str(work / "i-traces")]}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {m: pool.submit(_instructions, cmd, env) for m, cmd in modes.items()}
+        count = {m: f.result() for m, f in futures.items()}
+    ratio = count["recorded"] / count["coverage"]
+    return [f"  project tests in instructions (valgrind callgrind, main process): plain "
+            f"{count['plain'] / 1e9:.2f} G, coverage run {count['coverage'] / 1e9:.2f} G "
+            f"({count['coverage'] / count['plain']:.2f}x plain), recorded "
+            f"{count['recorded'] / 1e9:.2f} G ({count['recorded'] / count['plain']:.2f}x plain, "
+            f"{ratio:.2f}x coverage run; target <= {PROJECT_TARGET}x coverage run: "
+            f"{'OK' if ratio <= PROJECT_TARGET else OVER_TARGET})"]
+
+
 def indexing(work: Path) -> list[str]:
     """Index the repository's units cold and from the cache."""
     from fastci.units.index import UnitCache, index_tree, iter_python_files
@@ -354,7 +401,9 @@ def ingest_speed(work: Path) -> list[str]:
 
 def main(argv: list[str]) -> int:
     """Run every evidence benchmark and print the report (``--cuda``: overhead on a GPU;
-    ``--recording``: only the whole-suite recording benchmark, :func:`recording`).
+    ``--recording``: only the whole-suite recording benchmark, :func:`recording`;
+    ``--instructions``: only its project-tests comparison counted in instructions,
+    :func:`instructions`, which needs valgrind).
 
     Returns 1 when a recording overhead is over its target, else 0.
     """
@@ -364,6 +413,8 @@ def main(argv: list[str]) -> int:
             lines = overhead(work, "cuda")
         elif "--recording" in argv:
             lines = recording(work)
+        elif "--instructions" in argv:
+            lines = instructions(work)
         else:
             lines = overhead(work) + recording(work) + indexing(work) + ingest_speed(work)
     for line in lines:

@@ -41,7 +41,7 @@ import os
 import sys
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generator
+from typing import TYPE_CHECKING, Any, Callable, Generator
 
 import pytest
 
@@ -58,6 +58,7 @@ DEFAULT_TRACE_DIR = Path(".fastci/runs/pytest-traces")
 #: A segment key no trace defines: a test naming it is recorded as incomplete.
 NO_COLLECTION = "fastci/collection-not-recorded"
 _COLLECTION = pytest.StashKey["CollectionRecorder"]()
+_UNDO_UNTRACED = pytest.StashKey[Callable[[], None]]()
 
 
 #: Every name this module is loaded under: the entry point, the documented path, its own.
@@ -103,12 +104,31 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
             from fastci.integrations.git.repository import repo_root
 
             col = CollectionRecorder(repo_root(Path(str(early_config.rootpath))))
+            _untrace_rewrites(early_config, col.mapper.roots)
             col.start()
             early_config.stash[_COLLECTION] = col
         except Exception as exc:  # tests then name a missing segment: incomplete, selected
             LOG.warning("fastci: collection not recorded (%r); every test's evidence "
                         "is recorded as incomplete", exc)
     yield
+
+
+def _untrace_rewrites(config: pytest.Config, roots: list[str]) -> None:
+    """pytest's assertion rewriting runs untraced while this session records (the
+    measured ``roots``: :mod:`fastci.integrations.pytest.untraced`); undone at
+    ``pytest_unconfigure``."""
+    from fastci.integrations.pytest import untraced
+
+    undo = untraced.install(roots)
+    if undo is not None:
+        config.stash[_UNDO_UNTRACED] = undo
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Undo what :func:`_untrace_rewrites` did (in-process sessions run one after another)."""
+    undo = config.stash.get(_UNDO_UNTRACED, None)
+    if undo is not None:
+        undo()
 
 
 def pytest_configure(config: pytest.Config) -> None:
