@@ -170,6 +170,12 @@ SUITE_REPEATS = 5
 PROJECT_TESTS = ("tests/test_units.py", "tests/test_changes.py", "tests/test_select.py")
 
 
+def _failed(cmd: list[str], res: subprocess.CompletedProcess[str]) -> RuntimeError:
+    """The error for a benchmarked command that failed: its exit code and last lines."""
+    tail = (res.stdout + res.stderr).strip().splitlines()[-3:]
+    return RuntimeError(f"{' '.join(cmd)} exited {res.returncode}: {' | '.join(tail)}")
+
+
 def _run(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
     """Wall seconds and CPU seconds (its processes, children included) of one command."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -178,8 +184,7 @@ def _run(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if res.returncode != 0:
-        tail = (res.stdout + res.stderr).strip().splitlines()[-3:]
-        raise RuntimeError(f"{' '.join(cmd)} exited {res.returncode}: {' | '.join(tail)}")
+        raise _failed(cmd, res)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
@@ -312,9 +317,7 @@ def _instructions(cmd: list[str], env: dict[str, str]) -> int:
                          cwd=REPO, env=env, capture_output=True, text=True, check=False)
     found = re.search(r"Collected : (\d+)", res.stderr)
     if res.returncode != 0 or found is None:
-        tail = (res.stdout + res.stderr).strip().splitlines()[-3:]
-        raise RuntimeError(f"{' '.join(cmd)} under callgrind exited {res.returncode}: "
-                           f"{' | '.join(tail)}")
+        raise _failed(["valgrind", *cmd], res)
     return int(found.group(1))
 
 

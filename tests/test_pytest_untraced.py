@@ -18,10 +18,14 @@ from typing import Any, Iterator
 
 import pytest
 
+from fastci.evidence.files import PathMapper
 from fastci.evidence.store import EvidenceStore
 from fastci.integrations.pytest import _not_rewritten, untraced
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+#: What the plug-in passes: the recorder's map of file names to repo paths.
+NOTHING_MEASURED = PathMapper(Path("/nonexistent-root"), extra_roots=[]).rel
+HERE_MEASURED = PathMapper(Path(HERE), extra_roots=[]).rel
 
 
 def _busy(n: int) -> int:
@@ -48,7 +52,7 @@ def events() -> Iterator[list[str]]:
 
 def test_the_wrapped_call_runs_untraced_and_the_tracer_comes_back(events: list[str]) -> None:
     tracer = sys.gettrace()
-    wrapped = untraced.paused_tracing(_busy, ["/nonexistent-root"])
+    wrapped = untraced.paused_tracing(_busy, NOTHING_MEASURED)
     assert wrapped(10) == 45
     assert "_busy" not in events
     assert sys.gettrace() is tracer
@@ -63,14 +67,14 @@ def test_the_tracer_comes_back_when_the_call_raises(events: list[str]) -> None:
         raise SyntaxError("bad test module")
 
     with pytest.raises(SyntaxError):
-        untraced.paused_tracing(boom, ["/nonexistent-root"])()
+        untraced.paused_tracing(boom, NOTHING_MEASURED)()
     assert sys.gettrace() is tracer
     assert "boom" not in events
 
 
 def test_garbage_collection_is_paused_inside_and_restored_after(events: list[str]) -> None:
     seen: list[bool] = []
-    wrapped = untraced.paused_tracing(lambda: seen.append(gc.isenabled()), ["/nonexistent-root"])
+    wrapped = untraced.paused_tracing(lambda: seen.append(gc.isenabled()), NOTHING_MEASURED)
     assert gc.isenabled()
     wrapped()
     assert seen == [False] and gc.isenabled()
@@ -88,18 +92,18 @@ def test_a_repo_signal_handler_keeps_the_call_traced(events: list[str]) -> None:
 
     saved = signal.signal(signal.SIGUSR1, handler)
     try:
-        assert untraced.handler_in((os.path.join(HERE, ""),))
-        untraced.paused_tracing(_busy, [HERE])(5)
+        assert untraced.handler_in(HERE_MEASURED)
+        untraced.paused_tracing(_busy, HERE_MEASURED)(5)
     finally:
         signal.signal(signal.SIGUSR1, saved)
     assert "_busy" in events
-    assert not untraced.handler_in((os.path.join(HERE, ""),))
+    assert not untraced.handler_in(HERE_MEASURED)
 
 
 def test_a_handler_whose_code_cannot_be_told_counts_as_the_repo_s() -> None:
     saved = signal.signal(signal.SIGUSR1, functools.partial(lambda *a: None))
     try:
-        assert untraced.handler_in(("/nonexistent-root/",))
+        assert untraced.handler_in(NOTHING_MEASURED)
     finally:
         signal.signal(signal.SIGUSR1, saved)
 
@@ -108,7 +112,7 @@ def test_nothing_changes_when_nothing_traces() -> None:
     saved = sys.gettrace()
     sys.settrace(None)
     try:
-        assert untraced.paused_tracing(lambda: sys.gettrace(), ["/x"])() is None
+        assert untraced.paused_tracing(lambda: sys.gettrace(), NOTHING_MEASURED)() is None
     finally:
         sys.settrace(saved)
 
@@ -117,12 +121,12 @@ def test_install_wraps_pytest_s_rewrite_once_and_undo_restores_it() -> None:
     from _pytest.assertion import rewrite
 
     before = rewrite._rewrite_test
-    undo = untraced.install(["/nonexistent-root"])
+    undo = untraced.install(NOTHING_MEASURED)
     try:
         assert undo is not None
         assert rewrite._rewrite_test is not before
         assert getattr(rewrite._rewrite_test, "__wrapped__") is before
-        assert untraced.install(["/nonexistent-root"]) is None  # never wrapped twice
+        assert untraced.install(NOTHING_MEASURED) is None  # never wrapped twice
     finally:
         if undo is not None:
             undo()

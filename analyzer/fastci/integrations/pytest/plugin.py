@@ -104,31 +104,29 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
             from fastci.integrations.git.repository import repo_root
 
             col = CollectionRecorder(repo_root(Path(str(early_config.rootpath))))
-            _untrace_rewrites(early_config, col.mapper.roots)
             col.start()
             early_config.stash[_COLLECTION] = col
         except Exception as exc:  # tests then name a missing segment: incomplete, selected
             LOG.warning("fastci: collection not recorded (%r); every test's evidence "
                         "is recorded as incomplete", exc)
+        else:
+            _untrace_rewrites(early_config, col)
     yield
 
 
-def _untrace_rewrites(config: pytest.Config, roots: list[str]) -> None:
-    """pytest's assertion rewriting runs untraced while this session records (the
-    measured ``roots``: :mod:`fastci.integrations.pytest.untraced`); undone at
-    ``pytest_unconfigure``."""
-    from fastci.integrations.pytest import untraced
+def _untrace_rewrites(config: pytest.Config, col: "CollectionRecorder") -> None:
+    """pytest's assertion rewriting runs untraced while this session records
+    (:mod:`fastci.integrations.pytest.untraced`); :class:`RecordPlugin` undoes it at
+    the end. A failure only leaves rewriting traced: slower, the same evidence."""
+    try:
+        from fastci.integrations.pytest import untraced
 
-    undo = untraced.install(roots)
+        undo = untraced.install(col.mapper.rel)
+    except Exception as exc:
+        LOG.warning("fastci: assertion rewriting stays traced (%r)", exc)
+        return
     if undo is not None:
         config.stash[_UNDO_UNTRACED] = undo
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    """Undo what :func:`_untrace_rewrites` did (in-process sessions run one after another)."""
-    undo = config.stash.get(_UNDO_UNTRACED, None)
-    if undo is not None:
-        undo()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -280,8 +278,13 @@ class RecordPlugin:
                         "evidence is recorded as incomplete", exc)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """Take the session's wrappers off: the collection recorder's import hooks and
+        the untraced assertion rewriting (in-process sessions run one after another)."""
         if self.collection is not None:
             self.collection.close()
+        undo = config.stash.get(_UNDO_UNTRACED, None)
+        if undo is not None:
+            undo()
 
     def _collection_keys(self, item: pytest.Item) -> list[str]:
         col = self.collection

@@ -24,17 +24,16 @@ cannot be repository code runs untraced:
 * other threads keep their tracers: ``sys.settrace`` is per thread.
 
 The evidence is the same with and without it (``tests/test_pytest_untraced.py``
-records one suite both ways and compares the traces).
+records one project both ways and compares the evidence).
 """
 
 from __future__ import annotations
 
 import functools
 import gc
-import os
 import signal
 import sys
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 __all__ = ["install", "paused_tracing", "handler_in"]
 
@@ -42,12 +41,11 @@ __all__ = ["install", "paused_tracing", "handler_in"]
 _MARK = "__fastci_untraced__"
 
 
-def handler_in(roots: tuple[str, ...]) -> bool:
-    """Whether a Python-level signal handler may run code under ``roots``.
-
-    A handler that is not a plain function or method (a ``functools.partial``, a
-    callable object) is counted as one: what it calls cannot be told.
-    """
+def handler_in(measured: Callable[[str], object]) -> bool:
+    """Whether a Python-level signal handler may run measured code: one defined in a
+    file ``measured`` maps to a repo path (:meth:`fastci.evidence.files.PathMapper.rel`),
+    or one that is not a plain function or method (a ``functools.partial``, a callable
+    object), since what that calls cannot be told."""
     for sig in signal.valid_signals():
         try:
             handler = signal.getsignal(sig)
@@ -57,25 +55,19 @@ def handler_in(roots: tuple[str, ...]) -> bool:
             continue
         code = getattr(getattr(handler, "__func__", handler), "__code__", None)
         filename = getattr(code, "co_filename", None)
-        if not isinstance(filename, str):
-            return True
-        real = os.path.realpath(filename)
-        if any(p.startswith(roots) for p in (os.path.abspath(filename), real)):
+        if not isinstance(filename, str) or measured(filename) is not None:
             return True
     return False
 
 
-def paused_tracing(fn: Callable[..., Any], roots: Iterable[str]) -> Callable[..., Any]:
+def paused_tracing(fn: Callable[..., Any], measured: Callable[[str], object]) -> Callable[..., Any]:
     """``fn`` run with this thread's trace and profile functions off (see the module
     docstring); as it is when nothing traces, or while a handler of :func:`handler_in`
     is installed."""
-    prefixes = tuple(sorted({os.path.join(os.path.realpath(r), "") for r in roots}
-                            | {os.path.join(os.path.abspath(r), "") for r in roots}))
-
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         trace, profile = sys.gettrace(), sys.getprofile()
-        if (trace is None and profile is None) or handler_in(prefixes):
+        if (trace is None and profile is None) or handler_in(measured):
             return fn(*args, **kwargs)
         collecting = gc.isenabled()
         gc.disable()
@@ -93,10 +85,11 @@ def paused_tracing(fn: Callable[..., Any], roots: Iterable[str]) -> Callable[...
     return wrapper
 
 
-def install(roots: Iterable[str]) -> Callable[[], None] | None:
+def install(measured: Callable[[str], object]) -> Callable[[], None] | None:
     """Run pytest's assertion rewriting untraced for the rest of the process (or until
-    the returned function undoes it); None when this pytest has no rewrite function
-    to wrap (nothing changes then)."""
+    the returned function undoes it); ``measured`` maps a file name to its repo path,
+    None when it is not measured. None when this pytest has no rewrite function to
+    wrap (nothing changes then)."""
     try:
         from _pytest.assertion import rewrite
     except ImportError:
@@ -104,7 +97,7 @@ def install(roots: Iterable[str]) -> Callable[[], None] | None:
     orig = getattr(rewrite, "_rewrite_test", None)
     if not callable(orig) or getattr(orig, _MARK, False):
         return None
-    wrapped = paused_tracing(orig, list(roots))
+    wrapped = paused_tracing(orig, measured)
     setattr(rewrite, "_rewrite_test", wrapped)
 
     def undo() -> None:
