@@ -364,29 +364,44 @@ def ablation(rows: Sequence[Row]) -> list[str]:
     changes where no test it keeps fails) and its order's APFDc and time to first
     failure (GPU-s run before the first failing test finishes, one slot) are measured,
     not estimated. ``+ reduce`` is the last stage at the planned workloads.
+
+    From ``+ pruned run on failure`` on, the stages do what ``fastci run`` does: when a
+    test the stage kept fails, the pruned tests run after it, at full workload
+    (:func:`fastci.run.runner.execute`); ``+ safe pruning`` is the prune alone, never
+    running them (plain ``bazel test --config=fastci``).
     """
     out = ["  ablation (real runs; misses relative to the unit plan, which the selection "
            "benchmark measures against running everything):",
-           f"    {'stage':<20} {'tests':>6} {'GPU-s':>8} {'failing dropped':>15} "
+           f"    {'stage':<26} {'tests':>6} {'GPU-s':>8} {'failing dropped':>15} "
            f"{'changes missed':>14} {'APFDc':>6} {'TTFF GPU-s':>10}"]
-    names = ["select (unit)", "+ line granularity", "+ safe pruning", "+ prioritize", "+ reduce"]
-    for name in names:
-        key = "+ prioritize" if name == "+ reduce" else name
+    stages = {  # name: (the stage whose tests it runs, the pruned run after a failure)
+        "select (unit)": ("select (unit)", False),
+        "+ line granularity": ("+ line granularity", False),
+        "+ safe pruning": ("+ safe pruning", False),
+        "+ pruned run on failure": ("+ safe pruning", True),
+        "+ prioritize": ("+ prioritize", True),
+        "+ reduce": ("+ prioritize", True),
+    }
+    for name, (key, after_failure) in stages.items():
         cost = 0.0
         tests = dropped = missed = 0
         apf: list[float] = []
         ttff: list[float] = []
         for r in rows:
-            run = r.stages.get(key, ())
-            costs = r.costs_reduced if name == "+ reduce" else r.costs_full
+            run = list(r.stages.get(key, ()))
+            failing = set(r.failing_full)
+            costs = dict(r.costs_reduced if name == "+ reduce" else r.costs_full)
+            if after_failure and failing & set(run):
+                pruned = [t for t in r.stages.get("+ line granularity", ()) if t not in run]
+                run += pruned
+                costs.update({t: r.costs_full.get(t, 0.0) for t in pruned})  # run full
             cost += sum(costs.get(t, 0.0) for t in run)
             tests += len(run)
-            failing = set(r.failing_full)
             dropped += len(failing - set(run))
             if failing and not failing & set(run):
                 missed += 1
             if failing & set(run):
-                got = apfdc(list(run), {t: costs.get(t, 0.0) for t in run}, tuple(failing),
+                got = apfdc(run, {t: costs.get(t, 0.0) for t in run}, tuple(failing),
                             one_fault=True)
                 if got is not None:
                     apf.append(got)
@@ -398,10 +413,10 @@ def ablation(rows: Sequence[Row]) -> list[str]:
                 ttff.append(spent)
         mean = f"{sum(apf) / len(apf):.3f}" if apf else "-"
         first = f"{sum(ttff) / len(ttff):.1f}" if ttff else "-"
-        out.append(f"    {name:<20} {tests:>6} {cost:>8.0f} {dropped:>15} {missed:>14} "
+        out.append(f"    {name:<26} {tests:>6} {cost:>8.0f} {dropped:>15} {missed:>14} "
                    f"{mean:>6} {first:>10}")
     out.append("    (APFDc and TTFF: means over the buggy changes a stage catches; the first "
-               "three stages run in test-id order)")
+               "four stages run in test-id order)")
     return out
 
 

@@ -118,3 +118,27 @@ def test_the_ablation_counts_what_each_stage_drops_from_measured_costs() -> None
     assert pruned[3:7] == ["1", "4", "1", "1"]
     reduced = next(x for x in lines if x.strip().startswith("+ reduce")).split()
     assert reduced[2:4] == ["1", "1"]
+
+
+def test_the_ablation_runs_pruned_tests_after_a_kept_test_fails() -> None:
+    from bench.reduction import ablation
+
+    # Both a and b fail; pruning keeps a and drops b. fastci run then runs b (full).
+    row = Row("01_bug", "bug", failing_full=("//t:a", "//t:b"))
+    row.costs_full = {"//t:a": 4.0, "//t:b": 2.0, "//t:c": 6.0}
+    row.costs_reduced = {"//t:a": 1.0, "//t:b": 1.0, "//t:c": 6.0}
+    row.stages = {"select (unit)": ("//t:a", "//t:b", "//t:c"),
+                  "+ line granularity": ("//t:a", "//t:b", "//t:c"),
+                  "+ safe pruning": ("//t:a",),
+                  "+ prioritize": ("//t:a",)}
+    # A passing change: nothing fails, so nothing pruned runs.
+    green = Row("09_ok", "benign")
+    green.costs_full, green.costs_reduced = dict(row.costs_full), dict(row.costs_reduced)
+    green.stages = dict(row.stages)
+    lines = ablation([row, green])
+    pruned = next(x for x in lines if x.strip().startswith("+ safe pruning")).split()
+    assert pruned[3:7] == ["2", "8", "1", "0"]  # a twice; b dropped
+    after = next(x for x in lines if x.strip().startswith("+ pruned run on failure")).split()
+    assert after[5:9] == ["4", "16", "0", "0"]  # a, b, c on the red change; a on the green
+    reduced = next(x for x in lines if x.strip().startswith("+ reduce")).split()
+    assert reduced[2:4] == ["4", "10"]  # a reduced (1 + 1), b and c at full (2 + 6)

@@ -61,7 +61,27 @@ def test_the_expensive_duplicate_is_pruned_and_names_its_stand_in() -> None:
     plan = to_plan(sel, base="B", head="H")
     assert [t.id for t in plan.tests] == ["//t:b"]
     assert [(s.id, s.why) for s in plan.skipped] == [("//t:a", a.why)]
+    # The plan names the stand-ins: `fastci run` runs the pruned test when a test fails.
+    assert a.stand_ins == ("//t:b",) and plan.skipped[0].stand_ins == ("//t:b",)
     assert "1 pruned" in plan.reason
+
+
+@pytest.mark.parametrize("mode", ["safe", "aggressive"])
+def test_nothing_is_pruned_while_a_selected_test_failed_its_last_run(mode: str) -> None:
+    # c failed last time (the branch is red): a prune holds only while its stand-ins
+    # pass, and plain `bazel test` cannot run a pruned test after a failure.
+    units = {t: {U1: CTX} for t in ("//t:a", "//t:b", "//t:c")}
+    decls = {t: decl(t) for t in units}
+    red = Decision("//t:c", changed("//t:c", U1).reasons
+                   + (Reason(DecisionKind.FAILED_LAST, "failed in its last run"),))
+    pruned, sel = run([changed("//t:a", U1), changed("//t:b", U1), red], units, decls,
+                      {"//t:a": 50.0, "//t:b": 10.0, "//t:c": 1.0}, mode)
+    assert pruned == set() and all(d.selected for d in sel.decisions)
+    assert sel.summary == "2 changed units; nothing pruned: 1 selected test(s) failed their last run"
+    # Without the failure the same selection prunes.
+    pruned, _ = run([changed("//t:a", U1), changed("//t:b", U1), changed("//t:c", U1)], units,
+                    decls, {"//t:a": 50.0, "//t:b": 10.0, "//t:c": 1.0}, mode)
+    assert pruned
 
 
 def test_a_weaker_check_never_stands_in_for_a_stronger_one() -> None:

@@ -192,6 +192,32 @@ def test_shadow_runs_everything_and_reports_what_the_plan_would_have_missed(ws: 
 
 
 
+def test_a_failure_runs_the_pruned_tests_through_bazel(ws: Ws) -> None:
+    # A hand-written plan (obeyed by Bazel from .fastci/plan.json): beta runs, alpha is
+    # pruned with beta as its stand-in. While beta passes, alpha stays skipped.
+    plan = Plan(mode="selective", reason="prune check", tests=(PlannedTest(BETA),),
+                skipped=(SkippedTest(ALPHA, "pruned: same contexts as beta", (BETA,)),))
+    dump_plan(plan, ws.root / ".fastci/plan.json")
+    lines, report = ws.run(plan)
+    assert report.pruned_run is None and lines[-1] == "1 passed, 0 failed", lines
+    original = (REPO / "tests/selection_fixture/pkg/beta.py").read_text()
+    ws.repo.write({"pkg/beta.py": original.replace("return", "return 1 +", 1)})  # beta fails
+    try:
+        lines, report = ws.run(plan)
+        assert report.pruned_run is not None and report.pruned_run.report is not None, lines
+        assert {t: o.status for t, o in report.pruned_run.report.outcomes.items()} == \
+            {ALPHA: "PASSED"}, lines
+        assert any(line.startswith("fastci run: 1 test(s) failed: the plan's prunes do not hold")
+                   for line in lines), lines
+        assert lines[-1] == "1 passed, 1 failed", lines
+        with EvidenceStore.open(ws.store_path) as store:
+            latest = store.latest_runs()
+        assert latest[ALPHA].outcome == "passed" and latest[ALPHA].full
+    finally:
+        ws.repo.write({"pkg/beta.py": original})
+        (ws.root / ".fastci/plan.json").unlink()
+
+
 def test_run_cli_with_a_plan_for_another_tree_runs_everything_loudly(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     repo = Repo(tmp_path)

@@ -18,7 +18,7 @@ MODES = ["selective", "all", "shadow"]
 
 _TOP_KEYS = ["version", "base", "head", "tree", "mode", "reason", "tests", "skipped"]
 _TEST_KEYS = ["id", "overrides", "priority", "why", "est_gpu_s"]
-_SKIPPED_KEYS = ["id", "why"]
+_SKIPPED_KEYS = ["id", "why", "stand_ins"]
 
 # Caps on what a plan may hold: the same values and checks as `fastci.plan.model`.
 # The file-size cap is applied by `plan.bzl` before the file is decoded.
@@ -162,6 +162,26 @@ def _check_entry(where, entry, allowed, skipped):
     for num in ("priority", "est_gpu_s"):
         if num in entry and not is_number(entry[num]):
             return "%s.%s: expected a number, got %s" % (where, num, _tname(entry[num]))
+    if "stand_ins" in entry:
+        return _stand_ins_problem(where + ".stand_ins", entry["stand_ins"])
+    return None
+
+def _stand_ins_problem(where, stand_ins):
+    # The same checks in the same order as `fastci.plan.model._check_stand_ins`. Bazel
+    # skips a pruned test like any other skipped one; the ids are for `fastci run`.
+    if type(stand_ins) != "list":
+        return "%s: expected a list of test ids, got %s" % (where, _tname(stand_ins))
+    for j, test in enumerate(stand_ins):
+        at = "%s[%d]" % (where, j)
+        if type(test) != "string" or not test:
+            return "%s: expected a non-empty string (a label or pytest node id), got %s" % (at, _repr(test))
+        problem = _too_long(at, test)
+        if problem:
+            return problem
+        if is_label(test):
+            problem = label_problem(test)
+            if problem:
+                return "%s: %s is not a valid Bazel label: %s" % (at, _repr(test), problem)
     return None
 
 def _overrides_problem(where, overrides):

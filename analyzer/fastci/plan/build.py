@@ -174,7 +174,7 @@ def to_plan(selection: Selection, *, base: str | None, head: str | None,
     if selection.widen:
         reason = "; ".join(dict.fromkeys(r.sentence for r in selection.widen))
         return Plan(mode="all", reason=reason, tests=tests, base=base, head=head)
-    skipped = tuple(SkippedTest(d.test, d.why) for d in selection.skipped)
+    skipped = tuple(SkippedTest(d.test, d.why, d.stand_ins) for d in selection.skipped)
     reason = f"{selection.summary}; {len(tests)} of {len(tests) + len(skipped)} tests selected"
     return Plan(mode="selective", reason=reason, tests=tests, skipped=skipped, base=base, head=head)
 

@@ -54,7 +54,7 @@ _DIM_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TOP_KEYS = ("version", "base", "head", "tree", "mode", "reason", "tests", "skipped")
 #: The tree id runners use when the current tree cannot be computed (never equals a plan's).
 _TEST_KEYS = ("id", "overrides", "priority", "why", "est_gpu_s")
-_SKIPPED_KEYS = ("id", "why")
+_SKIPPED_KEYS = ("id", "why", "stand_ins")
 
 #: The largest plan file, in bytes, checked before it is read (a 250k-test plan
 #: with one-line reasons is about 30 MB; parsing one that size takes ~2 s).
@@ -83,10 +83,16 @@ class PlannedTest:
 
 @dataclass(frozen=True)
 class SkippedTest:
-    """A test the plan does not run, and why (e.g. ``pruned: same contexts as //x:y``)."""
+    """A test the plan does not run, and why (e.g. ``pruned: same contexts as //x:y``).
+
+    ``stand_ins``: set for a pruned test (:mod:`fastci.select.prune`), the planned tests
+    that stand in for it. A prune holds only while the plan's tests pass: ``fastci run``
+    runs the pruned tests after any planned test fails (docs/RUNNING.md).
+    """
 
     id: TestId
     why: str = ""
+    stand_ins: tuple[TestId, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -145,7 +151,7 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of this plan (optional fields left out when unset)."""
         out = self._dict_before_skipped()
-        out["skipped"] = [{"id": s.id, "why": _fit(s.why)} for s in self.skipped]
+        out["skipped"] = [_skipped_dict(s) for s in self.skipped]
         return out
 
     def _dict_before_skipped(self) -> dict[str, Any]:
@@ -168,7 +174,8 @@ class Plan:
         indent=2)``'s text, made faster (:func:`_pretty`). The cyclic collector is paused
         meanwhile (:mod:`fastci.gcpause`): the dicts made for 100,000 tests would start
         collections that walk every object the analysis made (0.4 s at that scale)."""
-        if not self.skipped:
+        if not self.skipped or any(s.stand_ins for s in self.skipped):
+            # (A plan with pruned tests is written the plain way: they are few.)
             return _pretty(self.to_dict(), "\n") + "\n"
         # The skipped entries (100,000 at scale) are written straight from the plan, as
         # _pretty writes each {"id": ..., "why": ...} at that depth: the same text.
@@ -215,6 +222,13 @@ def _pretty(obj: Any, newline: str) -> str:
 
 
 _escape = json.encoder.encode_basestring_ascii
+
+
+def _skipped_dict(s: SkippedTest) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": s.id, "why": _fit(s.why)}
+    if s.stand_ins:
+        out["stand_ins"] = list(s.stand_ins)
+    return out
 
 
 def _test_dict(t: PlannedTest) -> dict[str, Any]:
@@ -389,7 +403,27 @@ def _parse_entry(where: str, raw: object, allowed: tuple[str, ...], *, skipped: 
     for key in ("priority", "est_gpu_s"):
         if key in raw and not _is_number(raw[key]):
             raise PlanError(f"{where}.{key}: expected a number, got {_tname(raw[key])}")
+    if "stand_ins" in raw:
+        _check_stand_ins(f"{where}.stand_ins", raw["stand_ins"])
     return raw
+
+
+def _check_stand_ins(where: str, raw: object) -> None:
+    # The same checks in the same order as plan_model.bzl's `_stand_ins_problem`.
+    if not isinstance(raw, list):
+        raise PlanError(f"{where}: expected a list of test ids, got {_tname(raw)}")
+    for j, test in enumerate(raw):
+        if not isinstance(test, str) or not test:
+            raise PlanError(f"{where}[{j}]: expected a non-empty string (a label or pytest "
+                            f"node id), got {test!r}")
+        problem = _too_long(f"{where}[{j}]", test)
+        if problem:
+            raise PlanError(problem)
+        if is_label(test):
+            try:
+                parse_label(test)
+            except LabelError as exc:
+                raise PlanError(f"{where}[{j}]: {exc}") from exc
 
 
 def _parse(data: object, source: str) -> Plan:
@@ -440,7 +474,8 @@ def _parse(data: object, source: str) -> Plan:
                     )
                 )
             else:
-                skipped.append(SkippedTest(id=test_id, why=entry.get("why", "")))
+                skipped.append(SkippedTest(id=test_id, why=entry.get("why", ""),
+                                           stand_ins=tuple(entry.get("stand_ins", ()))))
     return Plan(
         mode=data["mode"],
         reason=data.get("reason", ""),

@@ -34,6 +34,13 @@ are counted as ``N not run`` after ``N passed, N failed``, never as passed, and
 nothing is recorded for them. When a test failed the summary says how long
 after the start of the run the first failure came (see docs/RUNNING.md).
 
+A pruned test (a ``skipped`` entry with ``stand_ins``) is skipped only while the
+plan's tests pass: when any test of the run fails (and the run was not
+``fail_fast``), ``fastci run`` then runs every pruned test at full workload
+(:func:`_run_pruned`; Bazel labels under a stand-in ``@fastci_plan`` that selects
+them, node ids through pytest), so a failing change reports every failure the
+unpruned plan would have. Their results count in the summary line and are recorded.
+
 A plan in mode ``shadow`` runs everything at full workload (safety invariant 7)
 and ends with a *miss report*: the failures among the tests the plan would have
 skipped, each with the reason the plan gave, also written as JSON to
@@ -49,6 +56,7 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,12 +160,15 @@ class RunReport:
     pytest: PytestRun | None = None  # the pytest half, when it ran
     stopped: tuple[str, ...] = ()  # fail-fast: tests that did not run after the first failure
     first_failure: tuple[str, float] | None = None  # (test, seconds after the run started)
+    #: The pruned tests, run because a test of this run failed (None: not run).
+    pruned_run: RunReport | None = None
 
     @property
     def passed(self) -> int:
-        """Tests that passed (both runners)."""
+        """Tests that passed (both runners, and the pruned tests run after a failure)."""
         py = sum(r.passed for r in self.pytest.results) if self.pytest else 0
-        return (self.report.passed if self.report else 0) + py
+        more = self.pruned_run.passed if self.pruned_run is not None else 0
+        return (self.report.passed if self.report else 0) + py + more
 
     @property
     def failed(self) -> int:
@@ -165,7 +176,8 @@ class RunReport:
         py = 0
         if self.pytest is not None:
             py = sum(r.failed for r in self.pytest.results) + (1 if self.pytest.error else 0)
-        return (self.report.failed if self.report else 0) + len(self.not_run) + py
+        more = self.pruned_run.failed if self.pruned_run is not None else 0
+        return (self.report.failed if self.report else 0) + len(self.not_run) + py + more
 
     def summary_line(self) -> str:
         """``N passed, N failed`` (fail-fast: ``, N not run`` after it when some did not run)."""
@@ -280,7 +292,9 @@ def execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | No
     """Run ``plan`` under Bazel and pytest in ``root``; record results in ``store``.
 
     ``fail_fast``: stop at the first failing test (Bazel ``--notest_keep_going``,
-    pytest ``-x``); the tests that did not run are reported as not run.
+    pytest ``-x``); the tests that did not run are reported as not run, and so are
+    the plan's pruned tests (a failure voids their prunes, but the run stopped).
+    Without it, a failure runs the pruned tests (:func:`_run_pruned`).
 
     ``progress``: advanced as Bazel finishes each test (the build event file followed
     while Bazel writes it; its total is the test targets Bazel configured), and closed
@@ -292,6 +306,28 @@ def execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | No
     Bazel workspace in ``root`` only pytest runs (``python``: its interpreter,
     default the config's ``runner_python``; ``pytest_args``: more pytest arguments).
     """
+    bazel = bazel or (Bazel(root, config.bazel) if is_bazel_workspace(root) else None)
+    rr = _execute(root, plan, config, store=store, bazel=bazel, flags=flags, echo=echo,
+                  python=python, pytest_args=pytest_args, fail_fast=fail_fast, progress=progress)
+    pruned = [s for s in plan.skipped if s.stand_ins] if rr.mode == "selective" else []
+    if pruned and rr.failed:
+        if fail_fast:
+            rr = dataclasses.replace(rr, stopped=(*rr.stopped, *(s.id for s in pruned)))
+            for s in pruned:
+                echo(f"  NOT RUN    {s.id} (pruned; a test failed, but --fail-fast stopped the run)")
+        else:
+            rr = dataclasses.replace(rr, pruned_run=_run_pruned(
+                root, [s.id for s in pruned], rr.failed, config, store=store, bazel=bazel,
+                flags=flags, echo=echo, python=python, pytest_args=pytest_args))
+    echo(rr.summary_line())
+    return rr
+
+
+def _execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | None,
+             bazel: Bazel | None, flags: tuple[str, ...], echo: Callable[[str], None],
+             python: str | None, pytest_args: tuple[str, ...], fail_fast: bool,
+             progress: Progress | None) -> RunReport:
+    """:func:`execute` up to its summary line, without running the pruned tests."""
     t0 = time.time()
     tree = current_tree(root)
     plan, warning = for_tree(plan, tree)
@@ -382,8 +418,64 @@ def execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | No
     if plan.mode == "shadow":
         _echo_misses(plan, misses, bep.with_name(bep.name.replace("bep-", "miss-report-")), echo)
     _echo_first_failure(first, echo)
-    echo(rr.summary_line())
     return rr
+
+
+def _run_pruned(root: Path, pruned: list[TestId], failed: int, config: Config, *,
+                store: ResultHistory | None, bazel: Bazel | None, flags: tuple[str, ...],
+                echo: Callable[[str], None], python: str | None,
+                pytest_args: tuple[str, ...]) -> RunReport:
+    """Run the plan's pruned tests at full workload, after ``failed`` tests failed.
+
+    A prune says the stand-ins' checks would catch what the pruned test catches; once a
+    test fails that no longer holds for this change (a stand-in may have failed for
+    another reason, or pass while the pruned test would fail), and a developer needs
+    every failure to fix the change. Bazel labels run under a stand-in ``@fastci_plan``
+    that selects exactly them (no overrides: full workload); other ids through pytest.
+    """
+    from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo
+    from fastci.plan.model import PlannedTest
+
+    echo(f"fastci run: {failed} test(s) failed: the plan's prunes do not hold for this "
+         f"change; running the {len(pruned)} pruned test(s) at full workload")
+    labels = [t for t in pruned if is_label(t)] if bazel is not None else []
+    others = [t for t in pruned if t not in labels]
+    esc = Plan(mode="selective", reason="pruned tests, run after a failure",
+               tests=tuple(PlannedTest(t, why="pruned; run because a test failed")
+                           for t in pruned))
+    report: BuildReport | None = None
+    not_run: tuple[str, ...] = ()
+    recorded = 0
+    if labels:
+        assert bazel is not None
+        bep = root / RUNS_DIR / f"bep-pruned-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6}.json"
+        with tempfile.TemporaryDirectory(prefix="fastci-pruned-") as tmp:
+            repo = write_plan_repo(Path(tmp) / "plan", {t: {} for t in labels},
+                                   status="pruned tests, run after a failure")
+            try:
+                bazel.test(labels, flags=(f"--config={config.bazel_config}", override_flag(repo),
+                                          *flags), bep_path=bep)
+            except BazelError as exc:  # a test that cannot build counts as not run below
+                echo(f"fastci run: bazel test of the pruned tests: {exc}")
+        report = parse_bep(bep) if bep.is_file() else None
+        seen = set(report.outcomes) if report is not None else set()
+        not_run = tuple(normalize_test_id(t) for t in labels if normalize_test_id(t) not in seen)
+        if report is not None and store is not None:
+            recorded += _record(root, report, store, bazel, esc)
+        for label, outcome in sorted((report.outcomes if report else {}).items()):
+            echo(f"  {outcome.status:<10} {label} {outcome.duration_s:.1f}s (pruned; run after a failure)")
+        for label in not_run:
+            echo(f"  NOT RUN    {label} (pruned; Bazel reported no result)")
+    py_run = None
+    if others:
+        py_run = run_pytest(root, esc, config, current_tree(root), args=(*pytest_args, *others),
+                            echo=echo, python=python)
+        recorded += _record_pytest(root, py_run, store) if store is not None else 0
+        missing = _not_reported(others, py_run.results) if py_run.error is None else ()
+        _echo_pytest(py_run, missing, echo)
+        not_run = (*not_run, *missing)
+    return RunReport(tuple(labels), report, not_run, tuple(others), recorded, mode="selective",
+                     pytest=py_run)
 
 
 @contextlib.contextmanager
@@ -487,7 +579,6 @@ def _execute_pytest_only(root: Path, plan: Plan, config: Config, tree: str | Non
         path.parent.mkdir(parents=True, exist_ok=True)
         _echo_misses(plan, misses, path, echo)
     _echo_first_failure(first, echo)
-    echo(rr.summary_line())
     return rr
 
 

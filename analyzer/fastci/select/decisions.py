@@ -72,6 +72,7 @@ class Reason:
         change: what happened to it (``function body changed``) or to the path.
         path: the changed path, when a path led here.
         via: the evidence row or static rule that connects the change to the test.
+        stand_ins: a pruned test's stand-ins (kind PRUNED), the tests that run for it.
     """
 
     kind: DecisionKind
@@ -80,6 +81,7 @@ class Reason:
     change: str | None = None
     path: RelPath | None = None
     via: str | None = None
+    stand_ins: tuple[TestId, ...] = ()
 
     def to_json(self) -> dict[str, str]:
         """A JSON-ready dict without empty fields."""
@@ -137,6 +139,11 @@ class Decision:
     def pruned(self) -> bool:
         """Whether the test was affected but pruned (:mod:`fastci.select.prune`)."""
         return any(r.kind is DecisionKind.PRUNED for r in self.reasons)
+
+    @property
+    def stand_ins(self) -> tuple[TestId, ...]:
+        """A pruned test's stand-ins (empty for any other decision)."""
+        return next((r.stand_ins for r in self.reasons if r.kind is DecisionKind.PRUNED), ())
 
     @_once
     def set_aside(self) -> bool:

@@ -26,6 +26,12 @@ every test pruned before it.
   contexts of a changed unit are unknown or capped (the recorder keeps at most
   :data:`fastci.evidence.contexts.MAX_CONTEXTS` per unit: more may have run).
 
+* Nothing is pruned while a selected test failed its last run (the branch is red): a
+  prune holds only while its stand-ins pass, and a runner that cannot run the pruned
+  tests after a failure in the same run (plain ``bazel test --config=fastci``) runs
+  them in the next plan. ``fastci run`` runs them in the same run
+  (:func:`fastci.run.runner.execute`).
+
 ``aggressive`` drops the check and relational rules (any test stands in for any) and
 prunes undeclared tests; the other rules stay. ``off`` prunes nothing.
 """
@@ -107,6 +113,12 @@ def prune(selection: Selection, store: EvidenceReader, declared: Mapping[TestId,
         raise ValueError(f"prune mode {mode!r}: expected one of {', '.join(MODES)}")
     if mode == "off" or selection.widen:
         return selection, []
+    red = sum(1 for d in selection.selected
+              if any(r.kind is DecisionKind.FAILED_LAST for r in d.reasons))
+    if red:
+        summary = (f"{selection.summary}; nothing pruned: {red} selected test(s) failed their "
+                   "last run" if selection.summary else "")
+        return replace(selection, summary=summary), []
     aggressive = mode == "aggressive"
     recorded = changed_unit_contexts(selection, store)
     # A number that varies within any test's run of a unit is data for that unit, in
@@ -219,5 +231,5 @@ def _pruned_decision(d: Decision, p: Pruned) -> Decision:
                 f"{shown}, whose check{'s are' if len(p.stand_ins) > 1 else ' is'} at least "
                 f"as strong (e.g. {unit} in {context})")
     reason = Reason(DecisionKind.PRUNED, sentence, unit=unit,
-                    via="stand-ins: " + ", ".join(p.stand_ins))
+                    via="stand-ins: " + ", ".join(p.stand_ins), stand_ins=p.stand_ins)
     return Decision(d.test, (reason,) + tuple(d.reasons), d.est_gpu_s, 0.0)
