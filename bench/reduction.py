@@ -47,6 +47,7 @@ from fastci.evidence.ingest import Checksums, results_from_bep
 from fastci.evidence.store import EvidenceStore
 from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo
 from fastci.integrations.bazel.query import list_gpu_tests
+from fastci.integrations.git.repository import Git
 from fastci.integrations.bazel.testlogs import test_dir
 from fastci.plan.build import analyze, declared_test, strategy_orders
 from fastci.run.calibrate import CalibrationReport, calibrate_bazel, decode_run, scrub_traces
@@ -220,7 +221,7 @@ def bench_change(sc, patch: Path, cfg: Config, declared, gpus: Mapping[str, int]
                                prune="off", granularity="line")
             lines_pruned = analyze(sc.ws, cfg, base=sc.commit, declared=declared, store=store,
                                    prune="safe", granularity="line")
-            orders = strategy_orders(analysis, store)
+            orders = strategy_orders(analysis, store, Git(sc.ws))
         plan = analysis.plan
         row.pruned = tuple(sorted(d.test for d in with_pruning.selection.decisions if d.pruned))
         row.line_skipped = tuple(sorted(d.test for d in by_lines.selection.decisions

@@ -228,3 +228,66 @@ def test_the_config_default_is_the_default_strategy() -> None:
 
     assert Config().priority == DEFAULT and DEFAULT in STRATEGIES
     assert set(PRIORITY_STRATEGIES) == set(STRATEGIES)
+
+
+def test_cofailure_is_the_smoothed_failure_rate_when_the_same_files_changed() -> None:
+    from fastci.select.priority import cofailure
+
+    files_of = {"c1": frozenset({"pkg/model.py"}), "c2": frozenset({"pkg/data.py"}),
+                "c3": frozenset({"pkg/model.py", "README.md"})}
+    changed = frozenset({"pkg/model.py"})
+    assert cofailure([("failed", "c1")], files_of, changed) == 0.5
+    assert cofailure([("failed", "c1"), ("error", "c3")], files_of, changed) == pytest.approx(2 / 3)
+    assert cofailure([("failed", "c1"), ("passed", "c3")], files_of, changed) == pytest.approx(1 / 3)
+    # Failures where other files changed, unknown commits and no commit say nothing.
+    assert cofailure([("failed", "c2"), ("failed", "c9"), ("failed", None)], files_of, changed) == 0
+    more = RiskFacts(unit("//t:a"), recent=("passed", "failed"), cofailure=0.5)
+    less = RiskFacts(unit("//t:a"), recent=("passed", "failed"))
+    assert risk(more) == pytest.approx(risk(less) + 0.5)
+
+
+def test_a_plan_runs_first_the_test_that_failed_when_the_same_file_changed(tmp_path: Any) -> None:
+    from fastci.config import Config
+    from fastci.evidence.store import EvidenceStore
+    from fastci.integrations.git.repository import Git
+    from fastci.plan import build
+    from fastci.plan.build import analyze
+    from fastci.select import DeclaredTest
+    from selection_support import MODEL, env_now, ingest, model_repo
+
+    repo, base, scale = model_repo(tmp_path / "repo", "::scale", "::<module>")
+    # Two commits after base, then back to base (git keeps them): one changed the model,
+    # one only a README. Both tests failed once and passed since; //t:cheap failed where
+    # the README changed, //t:costly where the model changed.
+    at_model = repo.commit({"pkg/model.py": MODEL.replace("return x * 2", "return x * 5")})
+    at_readme = repo.commit({"README.md": "notes\n"})
+    later = repo.commit({"README.md": "more notes\n"})
+    repo.git("reset", "-q", "--hard", base)
+    assert Git(repo.root).files_of_commits([at_model, at_readme, "0" * 40, "--all"]) == {
+        at_model: frozenset({"pkg/model.py"}), at_readme: frozenset({"README.md"})}
+    store = EvidenceStore.open(tmp_path / "e.db", create=True)
+    try:
+        ingest(store, "//t:cheap", scale, commit=base, duration_s=1.0)
+        ingest(store, "//t:costly", scale, commit=base, duration_s=1.2)
+        for test, failed_at in (("//t:cheap", at_readme), ("//t:costly", at_model)):
+            for i, (outcome, commit) in enumerate((("failed", failed_at), ("passed", later))):
+                store.record_result(test, outcome=outcome, duration_s=1.0, commit=commit, gpus=1,
+                                    workload={}, source="test", recorded_at=1000.0 + i)
+        # Newest first: the recording, then the two results.
+        assert store.recent_runs(["//t:costly"]) == {"//t:costly": (
+            ("passed", base), ("passed", later), ("failed", at_model))}
+        declared = {t: DeclaredTest(t, 1, {}) for t in ("//t:cheap", "//t:costly")}
+        repo.write({"pkg/model.py": MODEL.replace("return x * 2", "return x * 3")})
+
+        def ids(strategy: str) -> list[str]:
+            plan = analyze(repo.root, Config(priority=strategy), base=base, declared=declared,
+                           env_fingerprint=env_now(), store=store).plan
+            return [t.id for t in plan.tests]
+
+        assert ids("reasons") == ["//t:cheap", "//t:costly"]  # same kind: cheaper first
+        assert ids("risk") == ids("rare_inputs") == ["//t:costly", "//t:cheap"]
+        analysis = analyze(repo.root, Config(), base=base, declared=declared,
+                           env_fingerprint=env_now(), store=store)
+        assert build.strategy_orders(analysis, store, Git(repo.root))["risk"] == ids("risk")
+    finally:
+        store.close()

@@ -53,7 +53,7 @@ from fastci.eval.workspace import Snapshot, Worktree
 from fastci.evidence.ingest import TestResult, find_traces, ingest
 from fastci.errors import FastCIError
 from fastci.evidence.store import EvidenceStore
-from fastci.integrations.git.repository import WORKTREE
+from fastci.integrations.git.repository import WORKTREE, Git
 from fastci.integrations.git.tree import evidence_commit
 from fastci.plan.build import BY_RUNNER, analyze, choose_runner, runner_python, strategy_orders
 from fastci.plan.model import Plan, by_priority
@@ -272,7 +272,7 @@ class Evaluator:
                                    declared=BY_RUNNER if declared is None else declared)
                 plan, analysis_s = analysis.plan, time.perf_counter() - t0
                 try:
-                    orders = strategy_orders(analysis, store)
+                    orders = strategy_orders(analysis, store, Git(self.tree.path))
                 except Exception as exc:  # noqa: BLE001 - the comparison only, not the plan
                     LOG.warning("%s: the strategies' orders could not be computed (%s): "
                                 "they are not compared on this change", change.id, exc)

@@ -808,17 +808,22 @@ class EvidenceStore:
         """The outcomes of each of ``tests``' last ``n`` runs, newest first, in
         :meth:`runs_of_test`'s order (ties: the greater run key); one query per chunk of
         tests. A test with no run is absent."""
-        out: dict[TestId, list[str]] = {}
+        return {t: tuple(o for o, _ in runs) for t, runs in self.recent_runs(tests, n).items()}
+
+    def recent_runs(self, tests: Iterable[TestId], n: int = 10
+                    ) -> dict[TestId, tuple[tuple[str, str | None], ...]]:
+        """(outcome, commit) of each of ``tests``' last ``n`` runs, as :meth:`recent_outcomes`."""
+        out: dict[TestId, list[tuple[str, str | None]]] = {}
         for chunk in chunks(sorted(set(tests))):
             rows = self.conn.execute(
-                "SELECT name, outcome FROM (SELECT t.name AS name, r.outcome AS outcome,"
-                " row_number() OVER (PARTITION BY r.test_id ORDER BY r.recorded_at DESC,"
-                " r.run_key DESC) AS k FROM run r JOIN test t ON t.id = r.test_id"
-                " WHERE t.name IN (%s)) WHERE k <= ? ORDER BY name, k" % ",".join("?" * len(chunk)),
-                (*chunk, n))
-            for name, outcome in rows:
-                out.setdefault(name, []).append(outcome)
-        return {t: tuple(o) for t, o in out.items()}
+                "SELECT name, outcome, commit_sha FROM (SELECT t.name AS name, r.outcome AS"
+                " outcome, r.commit_sha AS commit_sha, row_number() OVER (PARTITION BY"
+                " r.test_id ORDER BY r.recorded_at DESC, r.run_key DESC) AS k FROM run r JOIN"
+                " test t ON t.id = r.test_id WHERE t.name IN (%s)) WHERE k <= ? ORDER BY name, k"
+                % ",".join("?" * len(chunk)), (*chunk, n))
+            for name, outcome, commit in rows:
+                out.setdefault(name, []).append((outcome, commit))
+        return {t: tuple(r) for t, r in out.items()}
 
     def _runs(self, where: str, args: tuple[str, ...]) -> Iterator[RunRecord]:
         """Runs (joined with their test) matching ``where``, oldest first."""

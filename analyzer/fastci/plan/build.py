@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping, Nam
 from fastci.changes.scan import ChangeSet, scan
 from fastci import config as config_mod
 from fastci.config import Config
-from fastci.errors import FastCIError
+from fastci.errors import FastCIError, GitError
 from fastci.gcpause import gc_paused
 from fastci.integrations.git.repository import WORKTREE, Git
 from fastci.plan.model import Plan, PlannedTest, SkippedTest
@@ -41,8 +41,8 @@ from fastci.plan.reduce import Choice, choose
 from fastci.select import (DeclaredTest, DecisionKind, Reason, Selection, select_tests,
                            widen_everything)
 from fastci.select.decisions import SKIP_KINDS, Decision
-from fastci.select.priority import (INPUT_BASED, RISK_BASED, STRATEGIES, RiskFacts, input_tokens,
-                                    order, reorder)
+from fastci.select.priority import (INPUT_BASED, RISK_BASED, STRATEGIES, RiskFacts, cofailure,
+                                    input_tokens, order, reorder)
 from fastci.select.rules import EvidenceReader, own_output
 from fastci.types import RelPath, TestId, UnitId
 
@@ -284,7 +284,8 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
             selection, _pruned = prune_selection(selection, store, decl or {}, cost, prune,
                                                  import_time)
         if not selection.widen:
-            selection = prioritized(selection, store, choices, config.priority, lines)
+            selection = prioritized(selection, store, choices, config.priority, lines,
+                                    history=(git, changed_paths(changes)))
     except Exception as exc:  # noqa: BLE001 - any failure must widen, never narrow
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if not isinstance(exc, FastCIError):
@@ -393,30 +394,45 @@ def planned_cost(d: Decision, choices: Mapping[TestId, Choice]) -> float | None:
         else d.est_gpu_s
 
 
+#: Commits: where a test's runs were recorded (its history) and what the change changes.
+History = tuple[Git, frozenset[RelPath]]
+
+
+def changed_paths(changes: ChangeSet | None) -> frozenset[RelPath]:
+    """Every path the change touches (both sides of a rename; :attr:`ChangeSet.paths`)."""
+    return frozenset(changes.paths) if changes is not None else frozenset()
+
+
 def prioritized(selection: Selection, store: EvidenceReader, choices: Mapping[TestId, Choice],
-                strategy: str, lines: Mapping[TestId, Sequence[Reach]] | None = None) -> Selection:
+                strategy: str, lines: Mapping[TestId, Sequence[Reach]] | None = None, *,
+                history: History | None = None) -> Selection:
     """The selected tests in the order of the ``priority`` strategy (fastci.select.priority),
-    scored with their expected cost at the planned workload, their recorded outcomes and,
-    where line evidence speaks for them, how many changed lines they ran."""
+    scored with their expected cost at the planned workload, their recorded outcomes (with
+    ``history``: also their failures at commits that changed the same paths) and, where
+    line evidence speaks for them, how many changed lines they ran."""
     strategy = _affordable(strategy, selection, log=True)
     # Only the history-aware strategies pay for reading the tests' recent runs, and only
     # the input-aware ones for the contexts of the changed units.
-    facts = _risk_facts(selection, store, choices, lines, history=strategy in RISK_BASED,
-                        inputs=strategy in INPUT_BASED)
+    risky = strategy in RISK_BASED
+    facts = _risk_facts(selection, store, choices, lines, history=risky,
+                        inputs=strategy in INPUT_BASED, commits=history if risky else None)
     return reorder(selection, lambda d: facts[d.test], STRATEGIES[strategy])
 
 
-def strategy_orders(analysis: Analysis, store: EvidenceReader) -> dict[str, list[TestId]]:
+def strategy_orders(analysis: Analysis, store: EvidenceReader, git: Git | None = None
+                    ) -> dict[str, list[TestId]]:
     """The analysis's selected tests in the order of every prioritization strategy
     (:data:`fastci.select.priority.STRATEGIES`), as ``fastci plan`` would order them
-    with ``priority:`` set to it; {} when the selection was widened (nothing to order).
+    with ``priority:`` set to it (``git``: the repository, for failures at commits that
+    changed the same paths); {} when the selection was widened (nothing to order).
     What the strategies read is read once for all of them."""
     selection = analysis.selection
     if selection.widen:
         return {}
     used = {name: _affordable(name, selection) for name in STRATEGIES}
     facts = _risk_facts(selection, store, analysis.choices, analysis.lines, history=True,
-                        inputs=bool(INPUT_BASED & set(used.values())))
+                        inputs=bool(INPUT_BASED & set(used.values())),
+                        commits=(git, changed_paths(analysis.changes)) if git else None)
     return {name: [d.test for d in order(selection.selected, lambda d: facts[d.test],
                                           STRATEGIES[strategy])]
             for name, strategy in used.items()}
@@ -433,19 +449,33 @@ def _affordable(strategy: str, selection: Selection, log: bool = False) -> str:
     return "reasons"
 
 
+#: Runs per test read for its failures at commits that changed the same paths, and the
+#: most distinct commits whose paths one plan asks git for (one ``git log``).
+HISTORY_RUNS = 20
+HISTORY_COMMITS = 2000
+
+
 def _risk_facts(selection: Selection, store: EvidenceReader, choices: Mapping[TestId, Choice],
                 lines: Mapping[TestId, Sequence[Reach]] | None, *, history: bool,
-                inputs: bool) -> dict[TestId, RiskFacts]:
+                inputs: bool, commits: History | None = None) -> dict[TestId, RiskFacts]:
     """What a strategy may know of each selected test: its cost at the planned workload
     and its line facts; with ``history`` its recent outcomes (one query per chunk of
-    tests when the store has ``recent_outcomes``); with ``inputs`` its inputs to the
-    changed units (:func:`changed_unit_inputs`)."""
+    tests when the store has ``recent_outcomes``) and, with ``commits`` too, its failure
+    history correlated with the changed paths (:func:`fastci.select.priority.cofailure`;
+    the paths of the commits its runs were recorded at, from git); with ``inputs`` its
+    inputs to the changed units (:func:`changed_unit_inputs`)."""
     tests = [d.test for d in selection.selected]
     recent: Mapping[TestId, tuple[str, ...]] = {}
+    correlated: dict[TestId, float] = {}
     if history:
+        with_commits = getattr(store, "recent_runs", None)
         batch = getattr(store, "recent_outcomes", None)
         runs = getattr(store, "runs_of_test", None)
-        if batch is not None:
+        if commits is not None and commits[1] and with_commits is not None:
+            got = with_commits(tests, HISTORY_RUNS)
+            recent = {t: tuple(o for o, _ in r[:10]) for t, r in got.items()}
+            correlated = _correlated(got, *commits)
+        elif batch is not None:
             recent = batch(tests)
         elif runs is not None:
             recent = {t: tuple(r.outcome for r in reversed(runs(t))) for t in tests}
@@ -455,8 +485,25 @@ def _risk_facts(selection: Selection, store: EvidenceReader, choices: Mapping[Te
         reach = (lines or {}).get(d.test)
         out[d.test] = RiskFacts(d, planned_cost(d, choices), recent.get(d.test, ()),
                                 sum(r.ran for r in reach) if reach else None,
-                                given.get(d.test, {}))
+                                given.get(d.test, {}), correlated.get(d.test, 0.0))
     return out
+
+
+def _correlated(runs: Mapping[TestId, Sequence[tuple[str, str | None]]], git: Git,
+                changed: frozenset[RelPath]) -> dict[TestId, float]:
+    """:func:`fastci.select.priority.cofailure` of each test that failed in one of ``runs``
+    (one that never failed scores 0: git is asked only about its failing tests' commits)."""
+    failing = {t: r for t, r in runs.items() if any(o in ("failed", "error", "timeout")
+                                                    for o, _ in r)}
+    wanted = list(dict.fromkeys(c for r in failing.values() for _, c in r if c))
+    if not wanted:
+        return {}
+    try:
+        files_of = git.files_of_commits(wanted[:HISTORY_COMMITS])
+    except GitError as exc:  # only the order loses a signal
+        LOG.info("failure history by changed files not read: %s", exc)
+        return {}
+    return {t: cofailure(r, files_of, changed) for t, r in failing.items()}
 
 
 #: Above this many selected tests, ``rare_inputs`` reads neither the contexts of the

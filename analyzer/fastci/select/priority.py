@@ -2,7 +2,7 @@
 
 A :class:`Strategy` scores each selected test from :class:`RiskFacts` (its decision:
 how directly and how much of the change it reaches; its recent outcomes: failures and
-flakiness; its expected cost); tests run highest score first, and the plan's
+flakiness; its failures at commits that changed the same files; its expected cost); tests run highest score first, and the plan's
 ``priority`` is the normalized rank (1.0 first). Strategies:
 
 * ``reasons`` — by the kind of reason (failed last, modified, new, changed unit,
@@ -33,8 +33,8 @@ from fastci.select.contexts import NUMERIC, TOKEN, varying_numbers
 from fastci.select.decisions import Decision, DecisionKind, Selection
 from fastci.types import TestId, UnitId
 
-__all__ = ["STRATEGIES", "DEFAULT", "Strategy", "RiskFacts", "apfdc", "order", "reorder", "risk",
-           "input_tokens", "input_rarity"]
+__all__ = ["STRATEGIES", "DEFAULT", "Strategy", "RiskFacts", "apfdc", "cofailure", "order",
+           "reorder", "risk", "input_tokens", "input_rarity"]
 
 #: Evidence that a reason's test is affected, in [0, 1): the more direct, the higher.
 DIRECTNESS = {
@@ -76,6 +76,8 @@ class RiskFacts:
         inputs: per changed unit the test reached, the ``name=value`` tokens of the
             contexts its evidence recorded there (:func:`input_tokens`); empty when
             not read.
+        cofailure: how often it failed when a commit changed the files this change
+            changes (:func:`cofailure`), in [0, 1); 0 when unknown.
     """
 
     decision: Decision
@@ -83,6 +85,7 @@ class RiskFacts:
     recent: tuple[str, ...] = ()
     changed_lines_ran: int | None = None
     inputs: Mapping[UnitId, frozenset[str]] = field(default_factory=dict)
+    cofailure: float = 0.0
 
 
 class Strategy(Protocol):
@@ -141,13 +144,33 @@ def _failed(outcome: str) -> bool:
     return outcome in ("failed", "error", "timeout")
 
 
+def cofailure(runs: Iterable[tuple[str, str | None]], files_of: Mapping[str, frozenset[str]],
+              changed: frozenset[str]) -> float:
+    """A test's failure history correlated with the changed files, in [0, 1).
+
+    ``runs``: its recorded (outcome, commit) pairs; ``files_of``: the paths each known
+    commit changed (against its first parent). Of the runs at a commit that changed one
+    of ``changed``, the share that failed, smoothed as ``failed / (runs + 1)``: one
+    failure in one such run gives 0.5, two in two 0.67; none such, 0.
+    """
+    n = failed = 0
+    for outcome, commit in runs:
+        files = files_of.get(commit) if commit else None
+        if files and not files.isdisjoint(changed):
+            n += 1
+            failed += _failed(outcome)
+    return failed / (n + 1)
+
+
 def risk(facts: RiskFacts) -> float:
     """How likely the test is to fail on this change, in [0, 2).
 
     The reasons combine as independent evidence (1 - prod(1 - directness)), so a test
     that executes several changed units ranks above one that executes one; recent
     failures (of the last 10 runs) add up to 0.5; a flaky history (its outcomes flip
-    back and forth) takes some of that back, since its failures say less. Line
+    back and forth) takes some of that back, since its failures say less; failures at
+    commits that changed the files this change changes (:func:`cofailure`) add up to
+    1 more (they speak of this change more than failures anywhere). Line
     evidence sharpens a body change: a test that ran changed lines counts each such
     reason as :data:`RAN_CHANGED_LINES`; one that ran none of them behaves as before the
     change (:mod:`fastci.select.lines`), so it goes last: its score is cut to a hundredth.
@@ -168,7 +191,7 @@ def risk(facts: RiskFacts) -> float:
         flips = sum(_failed(a) != _failed(b) for a, b in zip(recent, recent[1:]))
         flaky = flips / max(len(recent) - 1, 1)
         score += 0.5 * fails * (1.0 - 0.5 * flaky)
-    return score
+    return score + facts.cofailure
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,10 @@ def _names(raw: bytes) -> list[RelPath]:
 def shown(path: str) -> str:
     """``path`` printable: a byte that is not UTF-8 is shown escaped (``caf\\xe9.bin``)."""
     return path.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="backslashreplace")
+
+
+#: A full or abbreviated commit id (nothing git would read as an option or a range).
+_HEX = re.compile(r"[0-9a-f]{7,64}")
 
 
 class Git:
@@ -119,6 +124,21 @@ class Git:
                 if p and p not in seen:
                     changes.append(FileChange("A", p))
         return sorted(changes, key=lambda c: c.path)
+
+    def files_of_commits(self, commits: Iterable[str]) -> dict[str, frozenset[RelPath]]:
+        """The paths each commit changed against its first parent, in one ``git log``
+        (a commit the repository does not hold, e.g. in a shallow clone, is left out)."""
+        wanted = sorted({c for c in commits if c and _HEX.fullmatch(c)})
+        if not wanted:
+            return {}
+        out = self._run(["-c", "core.quotepath=off", "log", "--no-walk=unsorted",
+                         "--ignore-missing", "-m", "--first-parent", "--name-only",
+                         "--format=%x00%H", *wanted]).stdout
+        got: dict[str, set[RelPath]] = {}
+        for block in _text(out).split("\0")[1:]:
+            sha, *paths = block.strip("\n").split("\n")
+            got.setdefault(sha, set()).update(p for p in paths if p)
+        return {c: frozenset(paths) for c, paths in got.items()}
 
     def read(self, rev: str, path: RelPath) -> bytes | None:
         """The bytes of ``path`` at ``rev`` (``WORKTREE`` reads the disk); None if absent."""
