@@ -221,7 +221,7 @@ def bench_change(sc, patch: Path, cfg: Config, declared, gpus: Mapping[str, int]
                                prune="off", granularity="line")
             lines_pruned = analyze(sc.ws, cfg, base=sc.commit, declared=declared, store=store,
                                    prune="safe", granularity="line")
-            orders = strategy_orders(analysis, store, Git(sc.ws))
+            orders = strategy_orders(analysis, store, Git(sc.ws), declared)
         plan = analysis.plan
         row.pruned = tuple(sorted(d.test for d in with_pruning.selection.decisions if d.pruned))
         row.line_skipped = tuple(sorted(d.test for d in by_lines.selection.decisions

@@ -291,3 +291,51 @@ def test_a_plan_runs_first_the_test_that_failed_when_the_same_file_changed(tmp_p
         assert build.strategy_orders(analysis, store, Git(repo.root))["risk"] == ids("risk")
     finally:
         store.close()
+
+
+def test_words_split_identifiers_and_paths() -> None:
+    from fastci.select.priority import words
+
+    assert words("//examples/llm/tests:checkpoint_resume_test") == {
+        "examples", "llm", "checkpoint", "resume"}
+    assert words("pkg/optim.py::AdamW.lrAt") == {"pkg", "optim", "adam", "lr", "at"}
+
+
+def test_name_match_weighs_the_words_a_test_shares_with_the_changed_code() -> None:
+    from fastci.select.priority import name_match
+
+    def reached(test: str, unit: str, scope: tuple[str, ...] = ()) -> RiskFacts:
+        return RiskFacts(Decision(test, (Reason(DecisionKind.CHANGED_UNIT, "x", unit=unit),)),
+                         scope=scope)
+
+    u = "lib/checkpoint.py::load"
+    facts = [reached("//t:checkpoint_resume_test", u), reached("//t:smoke_test", u),
+             reached("//t:other_test", u, scope=("checkpointing",)),  # a prefix match
+             reached("//t:loss_test", "lib/loss.py::f")]
+    got = name_match(facts)
+    assert got[0] == got[2] > 0 and got[1] == 0 and got[3] > 0
+    # A word every selected test carries says nothing.
+    same = [reached("//t:checkpoint_a_test", u), reached("//t:checkpoint_b_test", u)]
+    assert name_match(same) == [pytest.approx(math.log(3 / 2))] * 2
+
+
+def test_rare_named_prefers_the_named_test_and_the_stricter_check() -> None:
+    u = "lib/checkpoint.py::load"
+
+    def f(test: str, check: str | None, cost: float = 10.0) -> RiskFacts:
+        return RiskFacts(Decision(test, (Reason(DecisionKind.CHANGED_UNIT, "x", unit=u),)),
+                         cost=cost, check=check)
+
+    facts = {x.decision.test: x for x in (
+        f("//t:smoke_test", "completes"), f("//t:parity_test", "tolerance"),
+        f("//t:bitwise_test", "exact"), f("//t:undeclared_test", None),
+        f("//t:checkpoint_resume_test", "tolerance", cost=40.0))}
+    ranked = [d.test for d in order([x.decision for x in facts.values()],
+                                    lambda d: facts[d.test], STRATEGIES["rare_named"])]
+    # Its name reaches the changed file: first though 4x dearer; then by check strength
+    # (an undeclared check counts as a tolerance one; ties run cheaper first, then by id).
+    assert ranked == ["//t:checkpoint_resume_test", "//t:bitwise_test", "//t:parity_test",
+                      "//t:undeclared_test", "//t:smoke_test"]
+    # rare_inputs reads neither: cost, then id.
+    assert [d.test for d in order([x.decision for x in facts.values()], lambda d: facts[d.test],
+                                  STRATEGIES["rare_inputs"])][-1] == "//t:checkpoint_resume_test"

@@ -108,7 +108,7 @@ class Config:
     runner: str = "auto"  # auto | bazel | pytest: who declares and runs the tests (RUNNERS)
     prune: str = "off"  # off | safe | aggressive: equivalent-context pruning (PRUNE_MODES)
     granularity: str = "unit"  # unit | line: line evidence narrows body changes (GRANULARITIES)
-    priority: str = "rare_inputs"  # reasons | risk | risk_per_cost | rare_inputs: run order (PRIORITY_STRATEGIES)
+    priority: str = "rare_inputs"  # reasons | risk | risk_per_cost | rare_inputs | rare_named: run order (PRIORITY_STRATEGIES)
     pure_callables: tuple[str, ...] = DEFAULT_PURE_CALLABLES  # side-effect-free at import
     # Provenance, not keys (never compared), set by :func:`load`: the config file it
     # consulted (absolute; it may not exist; None for a Config built in code) and the
@@ -156,7 +156,8 @@ PRUNE_MODES: tuple[str, ...] = ("off", "safe", "aggressive")
 #: Values of ``granularity`` (:mod:`fastci.select.lines`).
 GRANULARITIES: tuple[str, ...] = ("unit", "line")
 #: Values of ``priority`` (:data:`fastci.select.priority.STRATEGIES`).
-PRIORITY_STRATEGIES: tuple[str, ...] = ("reasons", "risk", "risk_per_cost", "rare_inputs")
+PRIORITY_STRATEGIES: tuple[str, ...] = ("reasons", "risk", "risk_per_cost", "rare_inputs",
+                                         "rare_named")
 
 _LIST_KEYS = {"run_all", "ignore", "metadata_ignore"}
 _INTERNAL = frozenset({"origin", "overridden"})

@@ -272,7 +272,7 @@ class Evaluator:
                                    declared=BY_RUNNER if declared is None else declared)
                 plan, analysis_s = analysis.plan, time.perf_counter() - t0
                 try:
-                    orders = strategy_orders(analysis, store, Git(self.tree.path))
+                    orders = strategy_orders(analysis, store, Git(self.tree.path), declared)
                 except Exception as exc:  # noqa: BLE001 - the comparison only, not the plan
                     LOG.warning("%s: the strategies' orders could not be computed (%s): "
                                 "they are not compared on this change", change.id, exc)

@@ -285,7 +285,7 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
                                                  import_time)
         if not selection.widen:
             selection = prioritized(selection, store, choices, config.priority, lines,
-                                    history=(git, changed_paths(changes)))
+                                    history=(git, changed_paths(changes)), declared=decl)
     except Exception as exc:  # noqa: BLE001 - any failure must widen, never narrow
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if not isinstance(exc, FastCIError):
@@ -405,7 +405,8 @@ def changed_paths(changes: ChangeSet | None) -> frozenset[RelPath]:
 
 def prioritized(selection: Selection, store: EvidenceReader, choices: Mapping[TestId, Choice],
                 strategy: str, lines: Mapping[TestId, Sequence[Reach]] | None = None, *,
-                history: History | None = None) -> Selection:
+                history: History | None = None,
+                declared: Mapping[TestId, DeclaredTest] | None = None) -> Selection:
     """The selected tests in the order of the ``priority`` strategy (fastci.select.priority),
     scored with their expected cost at the planned workload, their recorded outcomes (with
     ``history``: also their failures at commits that changed the same paths) and, where
@@ -415,16 +416,19 @@ def prioritized(selection: Selection, store: EvidenceReader, choices: Mapping[Te
     # the input-aware ones for the contexts of the changed units.
     risky = strategy in RISK_BASED
     facts = _risk_facts(selection, store, choices, lines, history=risky,
-                        inputs=strategy in INPUT_BASED, commits=history if risky else None)
+                        inputs=strategy in INPUT_BASED, commits=history if risky else None,
+                        declared=declared)
     return reorder(selection, lambda d: facts[d.test], STRATEGIES[strategy])
 
 
-def strategy_orders(analysis: Analysis, store: EvidenceReader, git: Git | None = None
+def strategy_orders(analysis: Analysis, store: EvidenceReader, git: Git | None = None,
+                    declared: Mapping[TestId, DeclaredTest] | None = None
                     ) -> dict[str, list[TestId]]:
     """The analysis's selected tests in the order of every prioritization strategy
     (:data:`fastci.select.priority.STRATEGIES`), as ``fastci plan`` would order them
     with ``priority:`` set to it (``git``: the repository, for failures at commits that
-    changed the same paths); {} when the selection was widened (nothing to order).
+    changed the same paths; ``declared``: the tests' declarations, for their scopes
+    and checks); {} when the selection was widened (nothing to order).
     What the strategies read is read once for all of them."""
     selection = analysis.selection
     if selection.widen:
@@ -432,7 +436,8 @@ def strategy_orders(analysis: Analysis, store: EvidenceReader, git: Git | None =
     used = {name: _affordable(name, selection) for name in STRATEGIES}
     facts = _risk_facts(selection, store, analysis.choices, analysis.lines, history=True,
                         inputs=bool(INPUT_BASED & set(used.values())),
-                        commits=(git, changed_paths(analysis.changes)) if git else None)
+                        commits=(git, changed_paths(analysis.changes)) if git else None,
+                        declared=declared)
     return {name: [d.test for d in order(selection.selected, lambda d: facts[d.test],
                                           STRATEGIES[strategy])]
             for name, strategy in used.items()}
@@ -457,13 +462,15 @@ HISTORY_COMMITS = 2000
 
 def _risk_facts(selection: Selection, store: EvidenceReader, choices: Mapping[TestId, Choice],
                 lines: Mapping[TestId, Sequence[Reach]] | None, *, history: bool,
-                inputs: bool, commits: History | None = None) -> dict[TestId, RiskFacts]:
+                inputs: bool, commits: History | None = None,
+                declared: Mapping[TestId, DeclaredTest] | None = None) -> dict[TestId, RiskFacts]:
     """What a strategy may know of each selected test: its cost at the planned workload
     and its line facts; with ``history`` its recent outcomes (one query per chunk of
     tests when the store has ``recent_outcomes``) and, with ``commits`` too, its failure
     history correlated with the changed paths (:func:`fastci.select.priority.cofailure`;
     the paths of the commits its runs were recorded at, from git); with ``inputs`` its
-    inputs to the changed units (:func:`changed_unit_inputs`)."""
+    inputs to the changed units (:func:`changed_unit_inputs`); from ``declared``, its
+    scope and check."""
     tests = [d.test for d in selection.selected]
     recent: Mapping[TestId, tuple[str, ...]] = {}
     correlated: dict[TestId, float] = {}
@@ -483,9 +490,12 @@ def _risk_facts(selection: Selection, store: EvidenceReader, choices: Mapping[Te
     out: dict[TestId, RiskFacts] = {}
     for d in selection.selected:
         reach = (lines or {}).get(d.test)
+        decl = (declared or {}).get(d.test)
         out[d.test] = RiskFacts(d, planned_cost(d, choices), recent.get(d.test, ()),
                                 sum(r.ran for r in reach) if reach else None,
-                                given.get(d.test, {}), correlated.get(d.test, 0.0))
+                                given.get(d.test, {}), correlated.get(d.test, 0.0),
+                                decl.scope if decl else (),
+                                decl.check if decl and "check" not in decl.defaulted else None)
     return out
 
 

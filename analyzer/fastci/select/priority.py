@@ -26,6 +26,7 @@ every failure comes first at no cost.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Protocol, Sequence
 
@@ -34,7 +35,7 @@ from fastci.select.decisions import Decision, DecisionKind, Selection
 from fastci.types import TestId, UnitId
 
 __all__ = ["STRATEGIES", "DEFAULT", "Strategy", "RiskFacts", "apfdc", "cofailure", "order",
-           "reorder", "risk", "input_tokens", "input_rarity"]
+           "reorder", "risk", "input_tokens", "input_rarity", "name_match", "words"]
 
 #: Evidence that a reason's test is affected, in [0, 1): the more direct, the higher.
 DIRECTNESS = {
@@ -78,6 +79,8 @@ class RiskFacts:
             not read.
         cofailure: how often it failed when a commit changed the files this change
             changes (:func:`cofailure`), in [0, 1); 0 when unknown.
+        scope: what its declaration says it validates (``scope``; empty: not declared).
+        check: its declared check (``exact``, ``tolerance``...; None: not declared).
     """
 
     decision: Decision
@@ -86,6 +89,8 @@ class RiskFacts:
     changed_lines_ran: int | None = None
     inputs: Mapping[UnitId, frozenset[str]] = field(default_factory=dict)
     cofailure: float = 0.0
+    scope: tuple[str, ...] = ()
+    check: str | None = None
 
 
 class Strategy(Protocol):
@@ -255,13 +260,79 @@ class _RareInputs:
                 for f, r in zip(facts, input_rarity(facts))]
 
 
+_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+#: Words every test id or unit carries, which say nothing of what it is about.
+_NOISE = frozenset({"test", "tests", "py", "self", "init", "main"})
+
+
+def words(text: str) -> frozenset[str]:
+    """The lower-case words of identifiers and paths in ``text`` (``snake_case``,
+    ``camelCase``, path parts; one-letter words and :data:`_NOISE` left out)."""
+    return frozenset(w for w in (m.lower() for m in _WORD.findall(text))
+                     if len(w) > 1 and w not in _NOISE)
+
+
+def _same_word(a: str, b: str) -> bool:
+    """Equal, or one a prefix of the other of at least 4 letters (``optim``/``optimizer``)."""
+    if a == b:
+        return True
+    short, long_ = (a, b) if len(a) <= len(b) else (b, a)
+    return len(short) >= 4 and long_.startswith(short)
+
+
+def name_match(facts: Sequence[RiskFacts]) -> list[float]:
+    """How much each test's name says it is about the changed code it reaches.
+
+    Test-to-code traceability by naming: a test's words (its id: path, file, target
+    or function names; its declared ``scope``) that also name the changed units it
+    reaches (their path and qualified name), each weighted ``log((n + 1) / df)`` over
+    the ``n`` selected tests, ``df`` of them carrying the word: a word in every test's
+    id (the package, ``parity``) weighs little.
+    """
+    docs = [words(f.decision.test) | frozenset(w for s in f.scope for w in words(s))
+            for f in facts]
+    n = len(facts)
+    df: dict[str, int] = {}
+    out = []
+    for f, doc in zip(facts, docs):
+        changed = frozenset(w for r in f.decision.reasons if r.unit for w in words(r.unit))
+        total = 0.0
+        for word in doc:
+            if any(_same_word(word, c) for c in changed):
+                if word not in df:
+                    df[word] = sum(1 for d in docs if any(_same_word(word, x) for x in d))
+                total += math.log((n + 1) / df[word])
+        out.append(total)
+    return out
+
+
+#: How much a declared check's strength scales a score (``exact`` 1.1 ... ``completes``
+#: 0.8; undeclared 1.0): a strict oracle sees more of what a change breaks.
+_CHECK_WEIGHT = {"exact": 1.1, "tolerance": 1.0, "threshold": 0.9, "completes": 0.8}
+
+
+@dataclass(frozen=True)
+class _RareNamed:
+    name: str = "rare_named"
+
+    def score(self, facts: RiskFacts) -> float:
+        return self.scores([facts])[0]
+
+    def scores(self, facts: Sequence[RiskFacts]) -> list[float]:
+        # rare_inputs' terms, plus what the test's name says (name_match), scaled by
+        # the strength of its check.
+        return [_OWN_STATE * _own_state(f)
+                + (risk(f) + r + m) * _CHECK_WEIGHT.get(f.check or "", 1.0) / math.sqrt(_cost(f))
+                for f, r, m in zip(facts, input_rarity(facts), name_match(facts))]
+
+
 STRATEGIES: dict[str, Strategy] = {s.name: s for s in (_Reasons(), _Risk(), _RiskPerCost(),
-                                                        _RareInputs())}
+                                                        _RareInputs(), _RareNamed())}
 #: The strategies that read :func:`risk`: recent outcomes and line facts (``reasons``
 #: reads neither, so planning does not compute them for it).
-RISK_BASED = frozenset({"risk", "risk_per_cost", "rare_inputs"})
+RISK_BASED = frozenset({"risk", "risk_per_cost", "rare_inputs", "rare_named"})
 #: The strategies that read the contexts of the changed units (:attr:`RiskFacts.inputs`).
-INPUT_BASED = frozenset({"rare_inputs"})
+INPUT_BASED = frozenset({"rare_inputs", "rare_named"})
 #: The default: the best mean APFDc measured on the example's bench changes (docs/SELECTION.md,
 #: "Order"). fastci.config.Config.priority holds the same name (a test checks it).
 DEFAULT = "rare_inputs"
