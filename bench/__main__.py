@@ -21,6 +21,7 @@ MODULES = [
     "bench.store_scale",
     "bench.replay",
     "bench.reduction",
+    "bench.priority",
     "bench.eval_report",
 ]
 

@@ -163,5 +163,5 @@ def test_priority_key_env_and_values(tmp_path: Path) -> None:
     assert config.load(tmp_path, env={}).priority == DEFAULT
     assert config.load(tmp_path, env={"FASTCI_PRIORITY": "risk"}).priority == "risk"
     (tmp_path / "fastci.yaml").write_text("priority: random\n")
-    with pytest.raises(ConfigError, match="priority: expected one of reasons, risk, risk_per_cost, rare_inputs"):
+    with pytest.raises(ConfigError, match="priority: expected one of reasons, risk, risk_per_cost, rare_inputs, rare_named"):
         config.load(tmp_path, env={})

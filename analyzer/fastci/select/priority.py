@@ -21,6 +21,10 @@ flakiness; its failures at commits that changed the same files; its expected cos
 :func:`apfdc` measures an order on real outcomes: the cost-cognizant average
 percentage of faults detected (each failing test a fault of severity 1), 1.0 when
 every failure comes first at no cost.
+* ``rare_named`` (the default) — ``rare_inputs``' terms plus :func:`name_match`
+  (what the test's id and declared scope say it is about, against the changed units
+  it reaches), the sum scaled by the strength of its declared check.
+
 """
 
 from __future__ import annotations
@@ -333,9 +337,10 @@ STRATEGIES: dict[str, Strategy] = {s.name: s for s in (_Reasons(), _Risk(), _Ris
 RISK_BASED = frozenset({"risk", "risk_per_cost", "rare_inputs", "rare_named"})
 #: The strategies that read the contexts of the changed units (:attr:`RiskFacts.inputs`).
 INPUT_BASED = frozenset({"rare_inputs", "rare_named"})
-#: The default: the best mean APFDc measured on the example's bench changes (docs/SELECTION.md,
-#: "Order"). fastci.config.Config.priority holds the same name (a test checks it).
-DEFAULT = "rare_inputs"
+#: The default: the best mean APFDc measured on the example's bench changes, really run
+#: (``python -m bench.priority``; docs/SELECTION.md, "Order").
+#: fastci.config.Config.priority holds the same name (a test checks it).
+DEFAULT = "rare_named"
 
 
 def order(decisions: Sequence[Decision], facts: Callable[[Decision], RiskFacts],
