@@ -249,21 +249,6 @@ def _own_state(facts: RiskFacts) -> int:
     return max(len(_OWN_KINDS) - _group(facts), 0)
 
 
-@dataclass(frozen=True)
-class _RareInputs:
-    name: str = "rare_inputs"
-
-    def score(self, facts: RiskFacts) -> float:
-        return self.scores([facts])[0]
-
-    def scores(self, facts: Sequence[RiskFacts]) -> list[float]:
-        # The test's own state first (it failed last time, the change edits or adds it:
-        # ``reasons``' first groups), then risk plus rarity per square root of the
-        # expected GPU-seconds (as risk_per_cost).
-        return [_OWN_STATE * _own_state(f) + (risk(f) + r) / math.sqrt(_cost(f))
-                for f, r in zip(facts, input_rarity(facts))]
-
-
 _WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
 #: Words every test id or unit carries, which say nothing of what it is about.
 _NOISE = frozenset({"test", "tests", "py", "self", "init", "main"})
@@ -316,22 +301,30 @@ _CHECK_WEIGHT = {"exact": 1.1, "tolerance": 1.0, "threshold": 0.9, "completes": 
 
 
 @dataclass(frozen=True)
-class _RareNamed:
-    name: str = "rare_named"
+class _Rare:
+    """``rare_inputs``; with ``named``, ``rare_named``."""
+
+    name: str
+    named: bool = False
 
     def score(self, facts: RiskFacts) -> float:
         return self.scores([facts])[0]
 
     def scores(self, facts: Sequence[RiskFacts]) -> list[float]:
-        # rare_inputs' terms, plus what the test's name says (name_match), scaled by
-        # the strength of its check.
-        return [_OWN_STATE * _own_state(f)
-                + (risk(f) + r + m) * _CHECK_WEIGHT.get(f.check or "", 1.0) / math.sqrt(_cost(f))
-                for f, r, m in zip(facts, input_rarity(facts), name_match(facts))]
+        # The test's own state first (it failed last time, the change edits or adds it:
+        # ``reasons``' first groups), then risk plus rarity per square root of the
+        # expected GPU-seconds (as risk_per_cost); named: plus what the test's name says
+        # (name_match), the sum scaled by the strength of its check.
+        named = name_match(facts) if self.named else [0.0] * len(facts)
+        return [_OWN_STATE * _own_state(f) + (risk(f) + r + m)
+                * (_CHECK_WEIGHT.get(f.check or "", 1.0) if self.named else 1.0)
+                / math.sqrt(_cost(f))
+                for f, r, m in zip(facts, input_rarity(facts), named)]
 
 
 STRATEGIES: dict[str, Strategy] = {s.name: s for s in (_Reasons(), _Risk(), _RiskPerCost(),
-                                                        _RareInputs(), _RareNamed())}
+                                                        _Rare("rare_inputs"),
+                                                        _Rare("rare_named", named=True))}
 #: The strategies that read :func:`risk`: recent outcomes and line facts (``reasons``
 #: reads neither, so planning does not compute them for it).
 RISK_BASED = frozenset({"risk", "risk_per_cost", "rare_inputs", "rare_named"})
