@@ -546,14 +546,16 @@ def test_plan_to_json_is_json_dumps_of_its_dict() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.text(min_size=1, max_size=8), st.text(max_size=8)), max_size=4),
+@given(st.lists(st.tuples(st.text(min_size=1, max_size=8), st.text(max_size=8),
+                          st.lists(st.text(min_size=1, max_size=8), max_size=3)), max_size=4),
        st.text(max_size=8), st.sampled_from(["selective", "all"]))
-def test_plan_to_json_writes_skipped_entries_as_json_dumps_does(skipped: list[tuple[str, str]],
-                                                               reason: str, mode: str) -> None:
+def test_plan_to_json_writes_skipped_entries_as_json_dumps_does(
+        skipped: list[tuple[str, str, list[str]]], reason: str, mode: str) -> None:
     """The skipped entries are written straight from the plan (not through its dict): the
-    text is still json.dumps(indent=2)'s, whatever the ids, whys and reason hold ("null",
-    quotes, control and non-ASCII characters)."""
+    text is still json.dumps(indent=2)'s, whatever the ids, whys, stand-ins and reason
+    hold ("null", quotes, control and non-ASCII characters)."""
     plan = Plan(mode=mode, reason=reason or "null", base=None, head="h",
                 tests=(PlannedTest("//a:t", {"steps": 2}, 0.5, "null", None),),
-                skipped=tuple(SkippedTest(i, w) for i, w in skipped) if mode == "selective" else ())
+                skipped=tuple(SkippedTest(i, w, tuple(s)) for i, w, s in skipped)
+                if mode == "selective" else ())
     assert plan.to_json() == json.dumps(plan.to_dict(), indent=2) + "\n"

@@ -174,8 +174,7 @@ class Plan:
         indent=2)``'s text, made faster (:func:`_pretty`). The cyclic collector is paused
         meanwhile (:mod:`fastci.gcpause`): the dicts made for 100,000 tests would start
         collections that walk every object the analysis made (0.4 s at that scale)."""
-        if not self.skipped or any(s.stand_ins for s in self.skipped):
-            # (A plan with pruned tests is written the plain way: they are few.)
+        if not self.skipped:
             return _pretty(self.to_dict(), "\n") + "\n"
         # The skipped entries (100,000 at scale) are written straight from the plan, as
         # _pretty writes each {"id": ..., "why": ...} at that depth: the same text.
@@ -184,7 +183,9 @@ class Plan:
         head, tail = _pretty(out, "\n").rsplit("null", 1)
         esc = _escape
         body = "},\n    {\n      ".join(
-            f'"id": {esc(s.id)},\n      "why": {esc(_fit(s.why))}\n    ' for s in self.skipped)
+            f'"id": {esc(s.id)},\n      "why": {esc(_fit(s.why))}'
+            + (',\n      "stand_ins": [\n        ' + ",\n        ".join(map(esc, s.stand_ins))
+               + "\n      ]" if s.stand_ins else "") + "\n    " for s in self.skipped)
         return f"{head}{{\n      {body}}}{tail}\n"
 
     def planned(self, test: TestId) -> PlannedTest | None:
