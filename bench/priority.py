@@ -4,7 +4,9 @@ In the scratch workspace of ``make demo`` (evidence recorded on its base commit)
 
 1. **The bench changes** (``bench/changes/*.patch``, the selection benchmark's). Each is
    applied and planned as ``fastci plan`` plans it (prune off; with the calibration the
-   reduction benchmark leaves in the workspace, when it is there: line facts). The plan's
+   reduction benchmark leaves in the workspace, when it is there: the order then weighs
+   each test's cost at its reduced workload, and line facts; ``make bench`` runs the
+   reduction benchmark first). The report says which. The plan's
    selected tests then really run at full workload through Bazel (not recorded, results
    never cached), so each test's cost (seconds x GPUs) and outcome are measured.
 2. **Held-out faults**: ``--mutants N`` seeded single-site mutants
@@ -160,6 +162,11 @@ def run(*, mutants: int, seed: int, max_tests: int, only: Sequence[str] = (),
         calibration = sc.config.path(sc.ws, "calibration")
         if calibration.is_file():
             cfg = dataclasses.replace(cfg, calibration=str(calibration))
+        echo("== plans " + (f"with the calibration in the workspace ({calibration.name}: the "
+                            "reduction benchmark's; reduced costs and line facts)"
+                            if calibration.is_file() else
+                            "without a calibration (python -m bench.reduction leaves one): "
+                            "recorded costs, no line facts"))
         rows: list[Row] = []
         for patch in sorted(p for p in CHANGES.glob("*.patch")
                             if not only or any(o in p.stem for o in only)):
