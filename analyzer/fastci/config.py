@@ -108,7 +108,7 @@ class Config:
     runner: str = "auto"  # auto | bazel | pytest: who declares and runs the tests (RUNNERS)
     prune: str = "off"  # off | safe | aggressive: equivalent-context pruning (PRUNE_MODES)
     granularity: str = "unit"  # unit | line: line evidence narrows body changes (GRANULARITIES)
-    priority: str = "rare_named"  # reasons | risk | risk_per_cost | rare_inputs | rare_named: run order (PRIORITY_STRATEGIES)
+    priority: str = "rare_inputs"  # reasons | risk | risk_per_cost | rare_inputs | rare_named: run order (PRIORITY_STRATEGIES)
     pure_callables: tuple[str, ...] = DEFAULT_PURE_CALLABLES  # side-effect-free at import
     # Provenance, not keys (never compared), set by :func:`load`: the config file it
     # consulted (absolute; it may not exist; None for a Config built in code) and the

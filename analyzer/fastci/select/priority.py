@@ -21,7 +21,7 @@ flakiness; its failures at commits that changed the same files; its expected cos
 :func:`apfdc` measures an order on real outcomes: the cost-cognizant average
 percentage of faults detected (each failing test a fault of severity 1), 1.0 when
 every failure comes first at no cost.
-* ``rare_named`` (the default) — ``rare_inputs``' terms plus :func:`name_match`
+* ``rare_named`` — ``rare_inputs``' terms plus :func:`name_match`
   (what the test's id and declared scope say it is about, against the changed units
   it reaches), the sum scaled by the strength of its declared check.
 
@@ -330,10 +330,11 @@ STRATEGIES: dict[str, Strategy] = {s.name: s for s in (_Reasons(), _Risk(), _Ris
 RISK_BASED = frozenset({"risk", "risk_per_cost", "rare_inputs", "rare_named"})
 #: The strategies that read the contexts of the changed units (:attr:`RiskFacts.inputs`).
 INPUT_BASED = frozenset({"rare_inputs", "rare_named"})
-#: The default: the best mean APFDc measured on the example's bench changes, really run
-#: (``python -m bench.priority``; docs/SELECTION.md, "Order").
+#: The default: the best mean APFDc measured on the example's bench changes (docs/SELECTION.md,
+#: "Order") among the strategies that do not lose on held-out faults (``rare_named`` scores
+#: higher on the bench changes and lower on held-out faults: ``python -m bench.priority``).
 #: fastci.config.Config.priority holds the same name (a test checks it).
-DEFAULT = "rare_named"
+DEFAULT = "rare_inputs"
 
 
 def order(decisions: Sequence[Decision], facts: Callable[[Decision], RiskFacts],
