@@ -12,13 +12,15 @@ from fastci.evidence.store import EvidenceStore
 from fastci.plan.model import Plan, PlannedTest, dump_plan
 from test_pytest_ids import _commit, _project
 
-ORDERED = '''
+#: A test module's head: each test calls _ran(name), which appends it to order.txt.
+RAN = '''
 import os
 
 def _ran(name):
     with open(os.path.join(os.path.dirname(__file__), "order.txt"), "a") as f:
         f.write(name + "\\n")
-
+'''
+ORDERED = RAN + '''
 def test_a():
     _ran("a")
 

@@ -10,14 +10,11 @@ import pytest
 from fastci import cli
 from fastci.evidence.store import EvidenceStore
 from fastci.plan.model import Plan, PlannedTest, SkippedTest, dump_plan
+from test_fast_feedback_pytest import RAN
 from test_pytest_ids import _commit, _project
 
-TESTS = '''
+TESTS = RAN + '''
 import os
-
-def _ran(name):
-    with open(os.path.join(os.path.dirname(__file__), "order.txt"), "a") as f:
-        f.write(name + "\\n")
 
 def test_a():
     _ran("a")
