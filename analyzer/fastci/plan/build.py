@@ -42,7 +42,7 @@ from fastci.select import (DeclaredTest, DecisionKind, Reason, Selection, select
                            widen_everything)
 from fastci.select.decisions import SKIP_KINDS, Decision
 from fastci.select.priority import (INPUT_BASED, RISK_BASED, STRATEGIES, RiskFacts, cofailure,
-                                    input_tokens, order, reorder)
+                                    failed_outcome, input_tokens, order, reorder)
 from fastci.select.rules import EvidenceReader, own_output
 from fastci.types import RelPath, TestId, UnitId
 
@@ -503,8 +503,7 @@ def _correlated(runs: Mapping[TestId, Sequence[tuple[str, str | None]]], git: Gi
                 changed: frozenset[RelPath]) -> dict[TestId, float]:
     """:func:`fastci.select.priority.cofailure` of each test that failed in one of ``runs``
     (one that never failed scores 0: git is asked only about its failing tests' commits)."""
-    failing = {t: r for t, r in runs.items() if any(o in ("failed", "error", "timeout")
-                                                    for o, _ in r)}
+    failing = {t: r for t, r in runs.items() if any(failed_outcome(o) for o, _ in r)}
     wanted = list(dict.fromkeys(c for r in failing.values() for _, c in r if c))
     if not wanted:
         return {}

@@ -185,6 +185,11 @@ class RunReport:
         return f"{self.passed} passed, {self.failed} failed{stopped}"
 
 
+def _stamp() -> str:
+    """A name part for the files of one run under :data:`RUNS_DIR` (time, then ns)."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6}"
+
+
 def planned_targets(plan: Plan, config: Config) -> tuple[list[str], list[str]]:
     """(Bazel target patterns to test, planned ids that are not Bazel labels).
 
@@ -306,8 +311,10 @@ def execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | No
     Bazel workspace in ``root`` only pytest runs (``python``: its interpreter,
     default the config's ``runner_python``; ``pytest_args``: more pytest arguments).
     """
+    t0 = time.time()  # time to first failure counts from here
     bazel = bazel or (Bazel(root, config.bazel) if is_bazel_workspace(root) else None)
-    rr = _execute(root, plan, config, store=store, bazel=bazel, flags=flags, echo=echo,
+    tree = current_tree(root)
+    rr = _execute(root, plan, config, tree, t0, store=store, bazel=bazel, flags=flags, echo=echo,
                   python=python, pytest_args=pytest_args, fail_fast=fail_fast, progress=progress)
     pruned = [s for s in plan.skipped if s.stand_ins] if rr.mode == "selective" else []
     if pruned and rr.failed:
@@ -317,19 +324,18 @@ def execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | No
                 echo(f"  NOT RUN    {s.id} (pruned; a test failed, but --fail-fast stopped the run)")
         else:
             rr = dataclasses.replace(rr, pruned_run=_run_pruned(
-                root, [s.id for s in pruned], rr.failed, config, store=store, bazel=bazel,
+                root, [s.id for s in pruned], rr.failed, config, tree, store=store, bazel=bazel,
                 flags=flags, echo=echo, python=python, pytest_args=pytest_args))
     echo(rr.summary_line())
     return rr
 
 
-def _execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | None,
-             bazel: Bazel | None, flags: tuple[str, ...], echo: Callable[[str], None],
-             python: str | None, pytest_args: tuple[str, ...], fail_fast: bool,
-             progress: Progress | None) -> RunReport:
-    """:func:`execute` up to its summary line, without running the pruned tests."""
-    t0 = time.time()
-    tree = current_tree(root)
+def _execute(root: Path, plan: Plan, config: Config, tree: str | None, t0: float, *,
+             store: ResultHistory | None, bazel: Bazel | None, flags: tuple[str, ...],
+             echo: Callable[[str], None], python: str | None, pytest_args: tuple[str, ...],
+             fail_fast: bool, progress: Progress | None) -> RunReport:
+    """:func:`execute` up to its summary line, without running the pruned tests
+    (``tree``: the current tree id, :func:`current_tree`; ``t0``: when the run began)."""
     plan, warning = for_tree(plan, tree)
     if warning is not None:
         loud = "WARNING" if plan.mode == "all" else "warning"
@@ -350,7 +356,7 @@ def _execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | N
         echo("fastci run: the plan selects no tests: running only tests it does not list"
              + (f" ({plan.reason})" if plan.reason else ""))
     bazel = bazel or Bazel(root, config.bazel)
-    bep = root / RUNS_DIR / f"bep-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6}.json"
+    bep = root / RUNS_DIR / f"bep-{_stamp()}.json"
     bep.parent.mkdir(parents=True, exist_ok=True)
     echo(f"fastci run: bazel test {' '.join(targets)} --config={config.bazel_config}"
          + (f" (plan mode {plan.mode}: {plan.reason})" if plan.mode != "selective" else
@@ -421,7 +427,8 @@ def _execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | N
     return rr
 
 
-def _run_pruned(root: Path, pruned: list[TestId], failed: int, config: Config, *,
+def _run_pruned(root: Path, pruned: list[TestId], failed: int, config: Config,
+                tree: str | None, *,
                 store: ResultHistory | None, bazel: Bazel | None, flags: tuple[str, ...],
                 echo: Callable[[str], None], python: str | None,
                 pytest_args: tuple[str, ...]) -> RunReport:
@@ -448,7 +455,7 @@ def _run_pruned(root: Path, pruned: list[TestId], failed: int, config: Config, *
     recorded = 0
     if labels:
         assert bazel is not None
-        bep = root / RUNS_DIR / f"bep-pruned-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6}.json"
+        bep = root / RUNS_DIR / f"bep-pruned-{_stamp()}.json"
         with tempfile.TemporaryDirectory(prefix="fastci-pruned-") as tmp:
             repo = write_plan_repo(Path(tmp) / "plan", {t: {} for t in labels},
                                    status="pruned tests, run after a failure")
@@ -468,7 +475,7 @@ def _run_pruned(root: Path, pruned: list[TestId], failed: int, config: Config, *
             echo(f"  NOT RUN    {label} (pruned; Bazel reported no result)")
     py_run = None
     if others:
-        py_run = run_pytest(root, esc, config, current_tree(root), args=(*pytest_args, *others),
+        py_run = run_pytest(root, esc, config, tree, args=(*pytest_args, *others),
                             echo=echo, python=python)
         recorded += _record_pytest(root, py_run, store) if store is not None else 0
         missing = _not_reported(others, py_run.results) if py_run.error is None else ()
@@ -574,7 +581,7 @@ def _execute_pytest_only(root: Path, plan: Plan, config: Config, tree: str | Non
     for test in stopped:
         echo(f"  NOT RUN    {test} (--fail-fast stopped the run)")
     if plan.mode == "shadow":
-        stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6}"
+        stamp = _stamp()
         path = root / RUNS_DIR / f"miss-report-{stamp}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         _echo_misses(plan, misses, path, echo)
@@ -622,7 +629,7 @@ def run_pytest(root: Path, plan: Plan, config: Config, tree: str | None, *, args
     (stamped with it, so the plugin obeys it without a second warning). pytest's
     output is echoed line by line as it comes.
     """
-    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6}"
+    stamp = _stamp()
     runs = root / RUNS_DIR
     runs.mkdir(parents=True, exist_ok=True)
     plan_file = runs / f"pytest-plan-{stamp}.json"

@@ -2,8 +2,9 @@
 
 A :class:`Strategy` scores each selected test from :class:`RiskFacts` (its decision:
 how directly and how much of the change it reaches; its recent outcomes: failures and
-flakiness; its failures at commits that changed the same files; its expected cost); tests run highest score first, and the plan's
-``priority`` is the normalized rank (1.0 first). Strategies:
+flakiness; its failures at commits that changed the same files; its expected cost);
+tests run highest score first, and the plan's ``priority`` is the normalized rank (1.0
+first). Strategies:
 
 * ``reasons`` — by the kind of reason (failed last, modified, new, changed unit,
   ...), cheaper first within a kind: the order before prioritization existed.
@@ -17,14 +18,13 @@ flakiness; its failures at commits that changed the same files; its expected cos
   bug fails many tests, the cheap ones find it early; when it fails few, it lives on a
   path few tests take, and the contexts those tests recorded for the changed unit
   (arguments, parallel degrees, dtypes, caller) hold values the others do not.
+* ``rare_named`` — ``rare_inputs``' terms plus :func:`name_match` (what the test's id
+  and declared scope say it is about, against the changed units it reaches), the sum
+  scaled by the strength of its declared check.
 
 :func:`apfdc` measures an order on real outcomes: the cost-cognizant average
 percentage of faults detected (each failing test a fault of severity 1), 1.0 when
 every failure comes first at no cost.
-* ``rare_named`` — ``rare_inputs``' terms plus :func:`name_match`
-  (what the test's id and declared scope say it is about, against the changed units
-  it reaches), the sum scaled by the strength of its declared check.
-
 """
 
 from __future__ import annotations
@@ -149,7 +149,8 @@ def input_rarity(facts: Sequence[RiskFacts]) -> list[float]:
             for f in facts]
 
 
-def _failed(outcome: str) -> bool:
+def failed_outcome(outcome: str) -> bool:
+    """Whether a recorded outcome counts as a failure in a test's history."""
     return outcome in ("failed", "error", "timeout")
 
 
@@ -167,7 +168,7 @@ def cofailure(runs: Iterable[tuple[str, str | None]], files_of: Mapping[str, fro
         files = files_of.get(commit) if commit else None
         if files and not files.isdisjoint(changed):
             n += 1
-            failed += _failed(outcome)
+            failed += failed_outcome(outcome)
     return failed / (n + 1)
 
 
@@ -196,8 +197,8 @@ def risk(facts: RiskFacts) -> float:
         score *= 0.01
     recent = facts.recent[:10]
     if recent:
-        fails = sum(_failed(o) for o in recent) / len(recent)
-        flips = sum(_failed(a) != _failed(b) for a, b in zip(recent, recent[1:]))
+        fails = sum(failed_outcome(o) for o in recent) / len(recent)
+        flips = sum(failed_outcome(a) != failed_outcome(b) for a, b in zip(recent, recent[1:]))
         flaky = flips / max(len(recent) - 1, 1)
         score += 0.5 * fails * (1.0 - 0.5 * flaky)
     return score + facts.cofailure

@@ -116,9 +116,8 @@ def prune(selection: Selection, store: EvidenceReader, declared: Mapping[TestId,
     red = sum(1 for d in selection.selected
               if any(r.kind is DecisionKind.FAILED_LAST for r in d.reasons))
     if red:
-        summary = (f"{selection.summary}; nothing pruned: {red} selected test(s) failed their "
-                   "last run" if selection.summary else "")
-        return replace(selection, summary=summary), []
+        note = f"nothing pruned: {red} selected test(s) failed their last run"
+        return replace(selection, summary=_noted(selection.summary, note)), []
     aggressive = mode == "aggressive"
     recorded = changed_unit_contexts(selection, store)
     # A number that varies within any test's run of a unit is data for that unit, in
@@ -135,9 +134,15 @@ def prune(selection: Selection, store: EvidenceReader, declared: Mapping[TestId,
     by_test = {p.test: p for p in pruned}
     decisions = tuple(_pruned_decision(d, by_test[d.test]) if d.test in by_test else d
                       for d in selection.decisions)
-    summary = (f"{selection.summary}; {len(pruned)} pruned (their changed units run in the "
-               "same contexts in other planned tests)" if selection.summary else "")
-    return replace(selection, decisions=decisions, summary=summary), pruned
+    note = (f"{len(pruned)} pruned (their changed units run in the same contexts in other "
+            "planned tests)")
+    return replace(selection, decisions=decisions, summary=_noted(selection.summary, note)), pruned
+
+
+def _noted(summary: str, note: str) -> str:
+    """``summary`` with ``note`` after it (the note alone when there is no summary: what
+    pruning did is never left out of the plan's reason)."""
+    return f"{summary}; {note}" if summary else note
 
 
 def changed_unit_contexts(selection: Selection, store: EvidenceReader

@@ -59,8 +59,9 @@ def shown(path: str) -> str:
     return path.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="backslashreplace")
 
 
-#: A full or abbreviated commit id (nothing git would read as an option or a range).
-_HEX = re.compile(r"[0-9a-f]{7,64}")
+#: A full commit id, SHA-1 or SHA-256 (nothing git would read as an option or a range;
+#: ``git log --format=%H`` answers with full ids, so an abbreviated one would never match).
+_HEX = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 
 
 class Git:
