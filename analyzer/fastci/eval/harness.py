@@ -49,7 +49,7 @@ from fastci.eval.execute import Executor, TestRun, executor_for
 from fastci.eval.faults import Mutant, changed_units_of, generate
 from fastci.eval.results import (ChangeResult, TestOutcome, Arm, EvalResultsError, merge,
                                  read_results, write_results)
-from fastci.eval.workspace import Snapshot, Worktree
+from fastci.eval.workspace import Snapshot, WorkspaceError, Worktree, check_workdir
 from fastci.evidence.ingest import TestResult, find_traces, ingest
 from fastci.errors import FastCIError
 from fastci.evidence.store import EvidenceStore
@@ -175,13 +175,15 @@ class Evaluator:
         user_cfg = load_config(repo)
         # The interpreter the repository's tests run with (its venv): a worktree has none.
         self.python = runner_python(repo, user_cfg)
-        workdir = options.workdir or default_workdir(repo)
+        users = [user_cfg.path(repo, key) for key in ("store", "calibration", "plan")]
+        default = default_workdir(repo)
+        workdir = check_workdir(repo, options.workdir or default, users)
         self.workdir = workdir
-        self.tree = Worktree.open(repo, workdir / "tree")
+        self.tree = Worktree.open(repo, workdir / "tree", adopt=workdir == default.resolve())
         self.store_path = workdir / "evidence.db"
         self.calibration = workdir / "calibration.db"
-        _copy_or_remove(user_cfg.path(repo, "store"), self.store_path)
-        _copy_or_remove(user_cfg.path(repo, "calibration"), self.calibration)
+        _copy_or_remove(users[0], self.store_path)
+        _copy_or_remove(users[1], self.calibration)
         self.config = self._config()
         runner = options.runner or choose_runner(self.tree.path, self.config)[0]
         self.executor: Executor = executor_for(self.tree.path, self.config, runner,
@@ -463,7 +465,13 @@ def default_workdir(repo: Path) -> Path:
 
 
 def _copy_or_remove(src: Path, dst: Path) -> None:
-    """Make ``dst`` a copy of ``src`` (removed when ``src`` does not exist)."""
+    """Make ``dst`` a copy of ``src`` (removed when ``src`` does not exist).
+
+    Raises:
+        WorkspaceError: ``dst`` is ``src`` itself (it would be deleted).
+    """
+    if dst.resolve() == src.resolve():
+        raise WorkspaceError(f"{dst} is the file it would be a copy of: choose another --workdir")
     dst.parent.mkdir(parents=True, exist_ok=True)
     for suffix in ("", "-wal", "-shm"):
         Path(str(dst) + suffix).unlink(missing_ok=True)

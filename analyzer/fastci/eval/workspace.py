@@ -10,7 +10,11 @@ between evaluations, so a second evaluation starts warm.
 
 Every operation that puts a tree in place first resets the worktree (``checkout
 -f``, ``clean -fd``: ignored files such as Bazel's ``bazel-*`` links stay), so no
-change leaks into the next one.
+change leaks into the next one. Because that reset destroys work, a worktree is
+reset only if FastCI made it: :meth:`Worktree.open` marks the worktrees it makes
+(a file beside them in the work directory) and refuses any other, and
+:func:`check_workdir` refuses a work directory inside the checkout or one whose
+files would be the user's own store, calibration or plan.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 from fastci.errors import FastCIError
 from fastci.types import RelPath
@@ -42,6 +47,43 @@ def git(root: Path, *args: str, check: bool = True, stdin: str | None = None) ->
     return proc.stdout
 
 
+#: The file beside a scratch worktree that says FastCI made it (its content: the
+#: worktree's resolved path). A worktree without it is never reset or checked out.
+MARK = ".fastci-eval-worktree"
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def check_workdir(repo: Path, workdir: Path, keep: Iterable[Path]) -> Path:
+    """``workdir`` resolved, once it is known to be safe for an evaluation to write.
+
+    An evaluation resets the worktree ``workdir/tree`` and overwrites
+    ``workdir/{evidence,calibration}.db`` and ``workdir/plan.json``. So the folder must
+    lie outside the checkout (and so outside its ``.fastci``), and none of those files
+    may be one of ``keep`` (the user's store, calibration and plan, wherever the
+    configuration puts them). Nothing is written before this check.
+
+    Raises:
+        WorkspaceError: the folder is unsafe; the message says why and what to do.
+    """
+    work = workdir.expanduser().resolve()
+    top = repo.resolve()
+    if _inside(work, top):
+        raise WorkspaceError(f"--workdir {workdir} is inside the checkout {top}: an evaluation "
+                             "resets and overwrites its work directory; choose a folder "
+                             "outside the repository")
+    mine = {work / name for name in ("evidence.db", "calibration.db", "plan.json")}
+    mine |= {Path(f"{p}{s}") for p in list(mine) for s in ("-wal", "-shm")}
+    for user in keep:
+        user = user.expanduser().resolve()
+        if user in mine or _inside(user, work / "tree"):
+            raise WorkspaceError(f"--workdir {workdir} would overwrite {user}, which the "
+                                 "evaluation must only read: choose another folder")
+    return work
+
+
 @dataclass(frozen=True)
 class Worktree:
     """A detached worktree of ``repo`` at ``path``."""
@@ -50,13 +92,20 @@ class Worktree:
     path: Path
 
     @classmethod
-    def open(cls, repo: Path, path: Path) -> Worktree:
-        """The worktree at ``path``: made when absent, reused when it is one of ``repo``'s.
+    def open(cls, repo: Path, path: Path, *, adopt: bool = False) -> Worktree:
+        """The worktree at ``path``: made (and marked as FastCI's) when absent, reused
+        when FastCI made it for ``repo``.
+
+        ``adopt`` marks an unmarked worktree of ``repo`` as FastCI's: only for a folder
+        that no one but FastCI writes (the default work directory under
+        ``~/.cache/fastci``, whose worktrees earlier versions made without a mark).
 
         Raises:
-            WorkspaceError: ``path`` exists and is something else, or git refuses.
+            WorkspaceError: ``path`` exists and is something else, a worktree FastCI did
+                not make, or git refuses.
         """
         path = path.resolve()
+        mark = path.parent / MARK
         if path.exists():
             if not (path / ".git").is_file():
                 raise WorkspaceError(f"{path} exists and is not a worktree of {repo}: "
@@ -66,10 +115,18 @@ class Worktree:
             if (path / common).resolve() != (repo / mine).resolve():
                 raise WorkspaceError(f"{path} is a worktree of another repository: remove it "
                                      "or choose another --workdir")
+            if not _marks(mark, path):
+                if not adopt:
+                    raise WorkspaceError(
+                        f"{path} is a worktree FastCI did not make (it may hold your work): "
+                        "fastci eval resets its worktree, so it refuses; choose another "
+                        "--workdir")
+                mark.write_text(f"{path}\n")
             return cls(repo, path)
         path.parent.mkdir(parents=True, exist_ok=True)
         git(repo, "worktree", "prune")
         git(repo, "worktree", "add", "--detach", "--force", str(path), "HEAD")
+        mark.write_text(f"{path}\n")
         LOG.info("made the scratch worktree %s", path)
         return cls(repo, path)
 
@@ -119,6 +176,14 @@ class Worktree:
         proc = subprocess.run(["git", "-C", str(self.path), "show", f"{rev}:{rel}"],
                               capture_output=True, check=False)
         return proc.stdout if proc.returncode == 0 else None
+
+
+def _marks(mark: Path, path: Path) -> bool:
+    """Whether ``mark`` says FastCI made the worktree at ``path``."""
+    try:
+        return mark.read_text().strip() == str(path)
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 @dataclass(frozen=True)
