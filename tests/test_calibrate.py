@@ -402,3 +402,38 @@ def test_a_floor_that_runs_everything_spares_the_midpoint(tmp_path: Path,
     assert rc == 0 and "1 rung(s) run, 2 resumed" in out, out
     with CalibrationStore.open(store) as cal:
         assert {r.rung for r in cal.rungs(test)} == {"full", "steps=2", "steps=5"}
+
+
+#: ``train`` hangs below 5 steps: the floor rung (steps=2) never ends on its own.
+HANGS = WORK.replace("    total = prepare(7)\n",
+                     "    total = prepare(7)\n    if steps < 5:\n        time.sleep(600)\n")
+
+
+def test_a_hanging_rung_times_out_and_is_stored_failed(tmp_path: Path) -> None:
+    """Reported: a rung that hangs had no timeout, so ``fastci calibrate`` never ended.
+    The rung is stopped at its timeout and stored as failed (never chosen)."""
+    root = tmp_path / "repo"
+    commit = Repo(root).commit({
+        "pkg/__init__.py": "", "pkg/work.py": HANGS, "tests/__init__.py": "",
+        "tests/test_w.py": TRAIN_TESTS, ".gitignore": "__pycache__/\n.fastci/\n"})
+    store = root / ".fastci" / "calibration.db"
+    lines: list[str] = []
+    decls = collect(root, [ID], python=sys.executable)
+    report = calibrate(root, [ID], decls, store, python=sys.executable, commit=commit,
+                       echo=lines.append, rung_timeout_s=8.0)
+    with CalibrationStore.open(store) as cal:
+        rungs = {r.rung: r for r in cal.rungs(ID)}
+    hung = rungs["steps=2"]
+    assert rungs["full"].outcome == "passed"
+    assert hung.outcome != "passed" and not hung.usable and hung.duration_s < 30
+    assert any(t == ID and r == "steps=2" and "timed out after 8 s" in what
+               for t, r, what in report.failed), report.failed
+
+
+def test_rung_timeouts_follow_the_full_rung_within_a_floor_and_the_cap() -> None:
+    from fastci.run.calibrate import RUNG_TIMEOUT_FLOOR_S, rung_timeout
+
+    assert rung_timeout(None, 7200) == 7200  # the full rung: the cap
+    assert rung_timeout(1.0, 7200) == RUNG_TIMEOUT_FLOOR_S
+    assert rung_timeout(600.0, 7200) == 1800.0
+    assert rung_timeout(3000.0, 7200) == 7200

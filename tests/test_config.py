@@ -125,8 +125,9 @@ def test_with_rules_from_takes_decision_keys_and_keeps_env_and_cli(tmp_path: Pat
     assert rules.run_all == ("BUILD",) and rules.ignore == config.DEFAULT_IGNORE
     assert rules.path_tests == (("data/**", ("//t:c",)),) and rules.runner_python == "py3"
     assert rules.targets == "//env/..."  # set by the environment: not the change's to decide
-    # Where FastCI reads and writes and how it runs Bazel stay the effective ones.
-    assert (rules.store, rules.plan, rules.bazel) == ("head.db", "p.json", "mybazel")
+    # Where FastCI reads and writes stays the effective one; the program the planner
+    # runs (bazel) is the base's: a change must not choose a script for it to run.
+    assert (rules.store, rules.plan, rules.bazel) == ("head.db", "p.json", "bazel")
     assert config.with_rules_from(cfg, None, "none").run_all == config.DEFAULT_RUN_ALL
     with pytest.raises(ConfigError, match="at base: unknown key 'run_al'"):
         config.with_rules_from(cfg, b"run_al: []\n", "fastci.yaml at base")

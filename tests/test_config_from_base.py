@@ -194,3 +194,28 @@ def test_targets_come_from_base_unless_the_environment_sets_them(suite: Suite) -
     suite.plan(suite.load(), declared=declared)
     suite.plan(suite.load({"FASTCI_TARGETS": "//from/env/..."}), declared=declared)
     assert seen == ["//...", "//from/env/..."]
+
+
+def test_the_bazel_program_comes_from_base_a_change_cannot_choose_it(suite: Suite) -> None:
+    """Reported: a change's fastci.yaml could set ``bazel:`` to a script of its own, which
+    the planner then ran (``bazel query``). The planner runs the base's program."""
+    seen: list[str] = []
+
+    def declared(root: Path, cfg: Config) -> dict[str, DeclaredTest]:
+        seen.append(cfg.bazel)
+        return suite.declared
+
+    suite.repo.write({"fastci.yaml": BASE_CONFIG + "bazel: ./evil.sh\n"})
+    a = suite.plan(suite.load(), declared=declared)
+    suite.plan(suite.load({"FASTCI_BAZEL": "/ci/bazel"}), declared=declared)
+    assert seen == ["bazel", "/ci/bazel"]
+    assert a.selection.widen  # the rules changed: everything runs, with the base's bazel
+
+
+def test_rung_timeout_is_a_positive_number_of_seconds(tmp_path: Path) -> None:
+    (tmp_path / "fastci.yaml").write_text("rung_timeout_s: 600\n")
+    assert config.load(tmp_path, env={}).rung_timeout_s == 600.0
+    assert config.load(tmp_path, env={"FASTCI_RUNG_TIMEOUT_S": "90"}).rung_timeout_s == 90.0
+    for bad in ("0", "-3", "soon"):
+        with pytest.raises(config.ConfigError, match="rung_timeout_s"):
+            config.load(tmp_path, env={"FASTCI_RUNG_TIMEOUT_S": bad})

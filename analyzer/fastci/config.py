@@ -9,7 +9,8 @@ Precedence, lowest first (a later source replaces a key of an earlier one):
 
 Every key and every environment variable is documented in ``docs/CONFIG.md``.
 
-The *decision keys* (:data:`DECISION_KEYS`: what decides which tests run) are
+The *decision keys* (:data:`DECISION_KEYS`: what decides which tests run) and the
+*tool keys* (:data:`TOOL_KEYS`: programs the planner runs) are
 not taken from the change being planned: :mod:`fastci.plan.build` rebuilds them
 from the base revision's ``fastci.yaml`` with :func:`with_rules_from`, keeping
 whatever the environment or command line set, so a change cannot rewrite the
@@ -110,6 +111,7 @@ class Config:
     granularity: str = "unit"  # unit | line: line evidence narrows body changes (GRANULARITIES)
     priority: str = "rare_inputs"  # reasons | risk | risk_per_cost | rare_inputs | rare_named: run order (PRIORITY_STRATEGIES)
     pure_callables: tuple[str, ...] = DEFAULT_PURE_CALLABLES  # side-effect-free at import
+    rung_timeout_s: float = 7200.0  # the most a calibration rung may run (its cap)
     # Provenance, not keys (never compared), set by :func:`load`: the config file it
     # consulted (absolute; it may not exist; None for a Config built in code) and the
     # keys the environment or command line set (levels 3 and 4).
@@ -138,6 +140,7 @@ ENV_VARS: dict[str, str] = {
     "FASTCI_PRUNE": "prune",
     "FASTCI_GRANULARITY": "granularity",
     "FASTCI_PRIORITY": "priority",
+    "FASTCI_RUNG_TIMEOUT_S": "rung_timeout_s",
 }
 #: Names the config file location (not a key).
 ENV_CONFIG_FILE = "FASTCI_CONFIG"
@@ -148,6 +151,10 @@ ENV_CONFIG_FILE = "FASTCI_CONFIG"
 DECISION_KEYS: tuple[str, ...] = ("run_all", "ignore", "path_tests", "targets", "runner_python",
                                   "runner", "pure_callables", "metadata_ignore", "prune",
                                   "granularity")
+#: Keys naming programs the planner runs (``bazel query``). Like the decision keys they
+#: come from the base revision's config: a change must not make the planner run a
+#: script of its own choosing.
+TOOL_KEYS: tuple[str, ...] = ("bazel",)
 #: Values of ``runner`` (``auto``: Bazel in a Bazel workspace with ``bazel`` found, else
 #: pytest; :func:`fastci.plan.build.choose_runner`).
 RUNNERS: tuple[str, ...] = ("auto", "bazel", "pytest")
@@ -160,6 +167,7 @@ PRIORITY_STRATEGIES: tuple[str, ...] = ("reasons", "risk", "risk_per_cost", "rar
                                          "rare_named")
 
 _LIST_KEYS = {"run_all", "ignore", "metadata_ignore"}
+_SECONDS_KEYS = {"rung_timeout_s"}
 _INTERNAL = frozenset({"origin", "overridden"})
 _KEYS = {f.name for f in fields(Config)} - _INTERNAL
 
@@ -191,6 +199,15 @@ def _coerce(key: str, value: Any, where: str) -> Any:
                 raise ConfigError(f"{where}: path_tests: {glob!r}: expected a list of test ids")
             out.append((glob, tuple(tests)))
         return tuple(out)
+    if key in _SECONDS_KEYS:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            seconds = -1.0
+        if isinstance(value, bool) or not seconds > 0:
+            raise ConfigError(f"{where}: {key}: expected a number of seconds above 0, "
+                              f"got {value!r}")
+        return seconds
     if key == "priority" and value not in PRIORITY_STRATEGIES:
         raise ConfigError(f"{where}: priority: expected one of {', '.join(PRIORITY_STRATEGIES)}, "
                           f"got {value!r}")
@@ -262,7 +279,8 @@ def load(root: Path, *, env: Mapping[str, str] | None = None,
 
 
 def with_rules_from(config: Config, text: str | bytes | None, where: str) -> Config:
-    """``config`` with its :data:`DECISION_KEYS` taken from another version of its file.
+    """``config`` with its :data:`DECISION_KEYS` and :data:`TOOL_KEYS` taken from another
+    version of its file.
 
     Levels 1 and 2 are rebuilt from ``text`` (None: no file, the built-in defaults);
     keys the environment or command line set (``config.overridden``) keep their
@@ -274,7 +292,7 @@ def with_rules_from(config: Config, text: str | bytes | None, where: str) -> Con
     values: dict[str, Any] = {}
     if text is not None:
         _apply(values, parse_text(text, where), where)
-    rules = {k: values.get(k, getattr(DEFAULTS, k)) for k in DECISION_KEYS
+    rules = {k: values.get(k, getattr(DEFAULTS, k)) for k in (*DECISION_KEYS, *TOOL_KEYS)
              if k not in config.overridden}
     return replace(config, **rules)
 

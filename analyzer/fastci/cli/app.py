@@ -18,6 +18,7 @@ from typing import Any, Callable, NoReturn, Sequence
 from fastci import __version__
 from fastci.cli.command import COMMAND_MODULES, COMMANDS, Command
 from fastci.errors import FastCIError
+from fastci.integrations import procs
 
 OK = 0
 ERR = 2
@@ -115,7 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
-        rc: int = args._run(args)
+        # A cancelling signal (a CI's cancel button) stops every child first.
+        with procs.cancellable():
+            rc: int = args._run(args)
         return rc
     except BaseException as exc:
         if args._on_error is not None:

@@ -162,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
         report = calibrate(root, tests, declared, store_path, python=python,
                            pytest_args=args.pytest_args, commit=evidence_commit(root),
                            echo=progress.echo, resume=not args.no_resume, progress=progress,
-                           every_rung=args.every_rung, learned=learned)
+                           every_rung=args.every_rung, learned=learned,
+                           rung_timeout_s=cfg.rung_timeout_s)
     return _finish(report, store_path)
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Protocol
 
+from fastci.integrations import procs
 from fastci.config import Config
 from fastci.errors import BazelError, FastCIError
 from fastci.evidence.ingest import Checksums, results_from_bep
@@ -180,7 +181,7 @@ class PytestExecutor:
                 "skipped": []}))
             traces, results = Path(tmp) / "traces", Path(tmp) / "results.jsonl"
             env = dict(os.environ, **{LINES_ENV: "1"})
-            subprocess.run(
+            procs.run(
                 # Options as one token each, and --rootdir: pytest takes a separate path
                 # argument for a test path when it looks for the rootdir (ids are
                 # relative to the root).
@@ -188,8 +189,7 @@ class PytestExecutor:
                  f"--rootdir={self.root}", f"--fastci-plan={plan}", "--fastci-record",
                  f"--fastci-trace-dir={traces}", f"--fastci-results={results}",
                  *self.pytest_args, *(node_arg(self.root, t) for t in tests)],
-                cwd=self.root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                check=False)
+                cwd=self.root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             reported = _pytest_results(results)
             if keep is not None and traces.is_dir():
                 shutil.copytree(traces, keep / "pytest", dirs_exist_ok=True)

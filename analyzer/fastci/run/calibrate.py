@@ -44,6 +44,8 @@ from pathlib import Path
 from typing import (TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence,
                     TypeAlias)
 
+from fastci.config import DEFAULTS
+from fastci.integrations import procs
 from fastci.errors import BazelError, FastCIError, TraceError
 from fastci.evidence import trace
 from fastci.evidence.calibration import (CalibrationStore, Rung, declaration_digest,
@@ -67,6 +69,12 @@ __all__ = ["PLUGIN", "CalibrationError", "CalibrationReport", "Pending", "Record
 
 #: The pytest plugin the recorded run loads (``-p``).
 PLUGIN = "fastci.integrations.pytest.plugin"
+#: The ladder's rung at the declared workload (:func:`fastci.plan.workload.ladder`).
+FULL = "full"
+#: A reduced rung may take this many times its full rung's time, and at least
+#: :data:`RUNG_TIMEOUT_FLOOR_S` (process start and imports do not shrink with the workload).
+RUNG_TIMEOUT_FACTOR = 3.0
+RUNG_TIMEOUT_FLOOR_S = 120.0
 #: A test's declaration as the caller found it: the declaration, None (the test has no
 #: ``fastci_workload`` marker) or why its marker could not be read (a string).
 Declared: TypeAlias = "ReductionDecl | str | None"
@@ -133,7 +141,8 @@ def calibrate(root: Path, tests: Sequence[TestId], declarations: Mapping[TestId,
               store_path: Path, *, python: str, pytest_args: Sequence[str] = (),
               commit: str | None, echo: Callable[[str], None] = print,
               resume: bool = True, progress: Progress | None = None, every_rung: bool = False,
-              learned: Mapping[TestId, Mapping[str, Any]] | None = None) -> CalibrationReport:
+              learned: Mapping[TestId, Mapping[str, Any]] | None = None,
+              rung_timeout_s: float = DEFAULTS.rung_timeout_s) -> CalibrationReport:
     """Run each of ``tests`` at each rung of its ladder; store the rungs at ``store_path``.
 
     Args:
@@ -152,6 +161,8 @@ def calibrate(root: Path, tests: Sequence[TestId], declarations: Mapping[TestId,
         progress: counts the rungs run (see :func:`calibrate_with`).
         every_rung: run rungs a smaller one makes useless too (see :func:`calibrate_with`).
         learned: floors learned from escapes, by test (see :func:`calibrate_with`).
+        rung_timeout_s: the most a rung may run (config ``rung_timeout_s``); see
+            :func:`rung_timeout` for what each rung gets.
 
     Raises:
         StoreError: the store cannot be opened or written (nothing is run then, or
@@ -160,12 +171,17 @@ def calibrate(root: Path, tests: Sequence[TestId], declarations: Mapping[TestId,
     def one_by_one(items: Sequence[Pending],
                    wanted: Callable[[Pending], bool]) -> Iterator[tuple[Pending, Rung, str]]:
         checksums = Checksums(root)
+        full_s: dict[TestId, float] = {}  # each test's full rung, as measured in this call
         for item in items:
             if not wanted(item):
                 continue
+            timeout = rung_timeout(full_s.get(item.test) if item.name != FULL else None,
+                                   rung_timeout_s)
             rung, note = run_rung(root, item.test, item.name, item.overrides, item.declaration,
                                   python=python, pytest_args=pytest_args, commit=commit,
-                                  checksums=checksums)
+                                  checksums=checksums, timeout=timeout)
+            if item.name == FULL and rung.outcome == "passed":
+                full_s[item.test] = rung.duration_s
             yield item, rung, note
 
     return calibrate_with(tests, declarations, store_path, one_by_one, commit=commit,
@@ -260,7 +276,7 @@ def calibrate_with(tests: Sequence[TestId], declarations: Mapping[TestId, Declar
             nonlocal done
             if every_rung:
                 return True
-            full = next((r for r in measured[item.test] if r.rung == "full"), None)
+            full = next((r for r in measured[item.test] if r.rung == FULL), None)
             found = None if full is None else (
                 stand_in(item.overrides, measured[item.test], full, workloads[item.test],
                          learned.get(item.test))
@@ -301,7 +317,7 @@ def calibrate_with(tests: Sequence[TestId], declarations: Mapping[TestId, Declar
             if current:
                 report.tests.append(test)
                 report.cost_gpu_s += sum(r.gpu_s for r in current)
-                report.full_gpu_s += sum(r.gpu_s for r in current if r.rung == "full")
+                report.full_gpu_s += sum(r.gpu_s for r in current if r.rung == FULL)
     report.wall_s = time.perf_counter() - started
     return report
 
@@ -437,10 +453,24 @@ def _stamp(commit: str | None) -> str:
     return commit if commit.startswith("dirty:") else commit[:12]
 
 
+def rung_timeout(full_s: float | None, cap_s: float) -> float:
+    """The seconds a rung may run: the cap for the full rung (or when the full rung's time
+    is unknown), else :data:`RUNG_TIMEOUT_FACTOR` times the full rung's measured time, at
+    least :data:`RUNG_TIMEOUT_FLOOR_S` and at most the cap. A reduced rung does less work
+    than the full one; one that runs far longer hangs."""
+    if full_s is None:
+        return cap_s
+    return min(cap_s, max(RUNG_TIMEOUT_FLOOR_S, RUNG_TIMEOUT_FACTOR * full_s))
+
+
 def run_rung(root: Path, test: TestId, name: str, overrides: Mapping[str, Any],
              declaration: str, *, python: str, pytest_args: Sequence[str] = (),
-             commit: str | None, checksums: Checksums | None = None) -> tuple[Rung, str]:
+             commit: str | None, checksums: Checksums | None = None,
+             timeout: float | None = None) -> tuple[Rung, str]:
     """Run ``test`` at one rung under the recorder in line mode and measure it.
+
+    A rung still running after ``timeout`` seconds is stopped (its process group) and
+    stored as not complete, with outcome ``error``: a plan never chooses it.
 
     Returns the rung and a note on what went wrong ("" when nothing did).
     """
@@ -450,11 +480,17 @@ def run_rung(root: Path, test: TestId, name: str, overrides: Mapping[str, Any],
     with tempfile.TemporaryDirectory(prefix="fastci-calibrate-") as tmp:
         traces = Path(tmp) / "traces"
         began = time.perf_counter()
-        proc = subprocess.run(
-            [python, "-m", "pytest", node_arg(root, test), "-q", "-p", "no:cacheprovider",
-             "-p", PLUGIN, "--fastci-record", "--fastci-trace-dir", str(traces), *pytest_args],
-            cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            errors="replace", check=False)
+        try:
+            proc = procs.run(
+                [python, "-m", "pytest", node_arg(root, test), "-q", "-p", "no:cacheprovider",
+                 "-p", PLUGIN, "--fastci-record", "--fastci-trace-dir", str(traces),
+                 *pytest_args],
+                cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                errors="replace", timeout=timeout)
+        except subprocess.TimeoutExpired:
+            wall = time.perf_counter() - began
+            return _measured(test, name, overrides, declaration, commit, None, wall,
+                             f"timed out after {timeout:.0f} s: stopped, never chosen")
         wall = time.perf_counter() - began
         got = decode_run(test, traces, commit, checksums or Checksums(root))
     missing = f"no trace of the test (pytest exited {proc.returncode}: {_last_line(proc.stdout)})"

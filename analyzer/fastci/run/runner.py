@@ -62,6 +62,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol
 
+from fastci.integrations import procs
 from fastci.integrations.bazel.bep import BuildReport, parse_bep
 from fastci.integrations.bazel.bep_follow import follow_bep_progress
 from fastci.integrations.bazel.mains import conventional_main, labels_by_main, node_path
@@ -645,14 +646,17 @@ def run_pytest(root: Path, plan: Plan, config: Config, tree: str | None, *, args
     echo(f"fastci run: {' '.join(cmd)}")
     started = time.time()
     try:
-        proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, errors="replace")
+        proc = procs.start(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, errors="replace")
     except OSError as exc:
         return PytestRun(cmd, -1, (), f"cannot start pytest ({exc})")
     assert proc.stdout is not None
-    for line in proc.stdout:
-        echo(line.rstrip("\n"))
-    rc = proc.wait()
+    try:
+        for line in proc.stdout:
+            echo(line.rstrip("\n"))
+        rc = proc.wait()
+    finally:
+        procs.finish(proc)
     results = _read_results(results_file)
     error = None
     if rc not in _PYTEST_OK:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from fastci.integrations import procs
 from fastci.errors import BazelError
 
 LOG = logging.getLogger(__name__)
@@ -135,14 +136,14 @@ class Bazel:
         argv = self.argv(command, args)
         LOG.debug("running %s", " ".join(argv))
         try:
-            res = subprocess.run(
+            res = procs.run(
                 argv,
                 cwd=self.workspace,
                 env=None if self.env is None else dict(self.env),
-                capture_output=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 text=True,
                 timeout=timeout,
-                check=False,
             )
         except FileNotFoundError as exc:
             raise BazelError(f"{self.bazel}: not found (run `make setup`)") from exc

@@ -1,0 +1,98 @@
+"""Children end with FastCI: a cancelled ``fastci run`` leaves no pytest behind.
+
+Reported: SIGTERM or SIGINT sent to the ``fastci run`` process alone (what most CI
+cancel buttons do) left its pytest child running, re-parented to PID 1, holding
+GPUs and locks. Each case starts the real command in its own process, waits until
+the test is running (it writes its pid and its child's), signals FastCI only, and
+checks that pytest and the test's own child are gone and FastCI said why.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fastci.integrations import procs
+from fastci.plan.model import Plan, PlannedTest, dump_plan
+from test_pytest_ids import _commit, _project
+
+HANGS = '''
+import os, subprocess, sys, time
+
+def test_hangs():
+    here = os.path.dirname(__file__)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    with open(os.path.join(here, "pids.txt"), "w") as f:
+        f.write(f"{os.getpid()} {child.pid}\\n")
+    time.sleep(300)
+'''
+
+
+def _wait_for(path: Path, timeout_s: float = 60.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.is_file() and path.read_text().endswith("\n"):
+            return [int(p) for p in path.read_text().split()]
+        time.sleep(0.1)
+    raise AssertionError(f"{path} never appeared")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_cancelled_run_stops_pytest_and_the_tests_children(tmp_path: Path, sig: int) -> None:
+    root = _project(tmp_path)
+    (root / "pkg/tests/foo_test.py").unlink()
+    (root / "pkg/tests/bar_test.py").write_text(HANGS)
+    (root / ".gitignore").write_text("__pycache__/\n/.fastci/\npids.txt\n")
+    _commit(root)
+    dump_plan(Plan("selective", tests=(PlannedTest("pkg/tests/bar_test.py::test_hangs"),)),
+              root / ".fastci/plan.json")
+    fastci = subprocess.Popen([sys.executable, "-m", "fastci", "run", "--root", str(root)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pytest_pid, grandchild = _wait_for(root / "pkg/tests/pids.txt")
+        fastci.send_signal(sig)
+        out, err = fastci.communicate(timeout=60)
+    finally:
+        if fastci.poll() is None:
+            fastci.kill()
+    assert fastci.returncode == 128 + sig, out + err
+    assert f"cancelled by {signal.Signals(sig).name}" in err
+    assert procs.wait_gone(pytest_pid, 15), "pytest outlived fastci run"
+    assert procs.wait_gone(grandchild, 15), "the test's child outlived fastci run"
+
+
+def test_a_child_dies_when_its_parent_is_killed(tmp_path: Path) -> None:
+    """SIGKILL runs no handler: the parent-death signal still ends the child."""
+    pidfile = tmp_path / "pid"
+    script = (f"from fastci.integrations import procs\n"
+              f"p = procs.start(['sleep', '300'])\n"
+              f"open({str(pidfile)!r}, 'w').write(f'{{p.pid}}\\n')\n"
+              f"p.wait()\n")
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        (child,) = _wait_for(pidfile)
+        parent.kill()
+        parent.wait(timeout=30)
+        assert procs.wait_gone(child, 15)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+
+
+def test_run_with_a_timeout_stops_the_whole_group(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    code = (f"import subprocess, time\n"
+            f"c = subprocess.Popen(['sleep', '300'])\n"
+            f"open({str(pidfile)!r}, 'w').write(f'{{c.pid}}\\n')\n"
+            f"time.sleep(300)\n")
+    with pytest.raises(subprocess.TimeoutExpired):
+        procs.run([sys.executable, "-c", code], timeout=3)
+    (grandchild,) = _wait_for(pidfile, 5)
+    assert procs.wait_gone(grandchild, 15)
+    assert procs.stop_all() == 0
