@@ -41,9 +41,18 @@ def _exchange(args: argparse.Namespace, path: Path) -> int:
     from fastci.evidence.exchange import export_store, import_runs, load_export
 
     if args.action == "export":
+        out = args.out.expanduser().resolve()
+        if out in {Path(f"{path.resolve()}{suffix}") for suffix in ("", "-wal", "-shm")}:
+            raise FastCIError(f"--out {args.out} is the evidence store itself: export writes a "
+                              "new file; choose another path")
+        if out.is_dir():
+            raise FastCIError(f"--out {args.out} is a directory: name the file to write")
         with EvidenceStore.open(path) as store:
-            m = export_store(store, args.out, commit=args.commit)
-        size = args.out.stat().st_size
+            try:
+                m = export_store(store, out, commit=args.commit)
+            except OSError as exc:
+                raise FastCIError(f"cannot write {args.out}: {exc.strerror or exc}") from exc
+        size = out.stat().st_size
         print(f"fastci evidence: wrote {args.out}: {m.runs} runs of {m.tests} tests, commit "
               f"{(m.commit or '?')[:12]}, {size / 1e6:.2f} MB, {m.digest}")
         return 0

@@ -195,6 +195,8 @@ def from_json(line: str, where: str = "<line>") -> ChangeResult:
         raw = json.loads(line)
     except ValueError as exc:
         raise EvalResultsError(f"{where}: not JSON ({exc})") from exc
+    except RecursionError as exc:
+        raise EvalResultsError(f"{where}: JSON nested too deeply") from exc
     if not isinstance(raw, dict):
         raise EvalResultsError(f"{where}: expected a JSON object")
     if raw.get("schema") != SCHEMA_VERSION:

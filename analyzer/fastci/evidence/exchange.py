@@ -42,6 +42,11 @@ from fastci.evidence.store import EvidenceStore, RunEvidence
 
 FORMAT = "fastci-evidence"
 VERSION = 1
+#: The most an evidence file may expand to, and one line of it (one run with its evidence:
+#: 500,000 units with their contexts stay well under it). A file over either is refused
+#: as it is read, before it costs that memory: a small gzip can expand a thousandfold.
+MAX_EXPORT_BYTES = 1 << 30
+MAX_LINE_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -111,12 +116,18 @@ def export_store(store: EvidenceStore, out: Path, *, commit: str | None = None) 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryFile() as body:
-        for test, line in _lines(store):
-            data = (line + "\n").encode()
-            digest.update(data)
-            body.write(data)
-            runs += 1
-            tests.add(test)
+        try:
+            for test, line in _lines(store):
+                data = (line + "\n").encode()
+                digest.update(data)
+                body.write(data)
+                runs += 1
+                tests.add(test)
+        except (ValueError, TypeError, RecursionError) as exc:
+            # A cell the store should have written as JSON is not (edited by hand, or
+            # corrupt): one line, and nothing is written.
+            raise StoreError(f"the store holds a malformed JSON cell ({type(exc).__name__}: "
+                             f"{str(exc)[:200]}); nothing exported") from exc
         if commit is None:
             row = store.conn.execute(
                 "SELECT r.commit_sha FROM test t JOIN run r ON r.id = t.evidence_run"
@@ -154,10 +165,26 @@ def _open(path: Path) -> gzip.GzipFile:
         raise StoreError(f"cannot read the evidence file {path} ({exc})") from exc
 
 
+def _line(path: Path, f: gzip.GzipFile, read: int) -> bytes:
+    """The next line of an evidence file (b"" at its end), ``read`` bytes having been read.
+
+    Raises:
+        StoreError: the line or the file expands past its cap.
+    """
+    raw = f.readline(MAX_LINE_BYTES + 1)
+    if len(raw) > MAX_LINE_BYTES:
+        raise StoreError(f"{path}: a line expands past {MAX_LINE_BYTES >> 20} MiB (a "
+                         "decompression bomb?); nothing imported")
+    if read + len(raw) > MAX_EXPORT_BYTES:
+        raise StoreError(f"{path}: expands past {MAX_EXPORT_BYTES >> 20} MiB (a decompression "
+                         "bomb?); nothing imported")
+    return raw
+
+
 def _header(path: Path, raw: bytes) -> Manifest:
     try:
         head = json.loads(raw)
-    except (ValueError, OSError, EOFError, zlib.error) as exc:
+    except (ValueError, OSError, EOFError, zlib.error, RecursionError) as exc:
         raise StoreError(f"{path} is not a FastCI evidence file ({exc})") from exc
     if not isinstance(head, dict) or head.get("format") != FORMAT:
         raise StoreError(f"{path} is not a FastCI evidence file (no {FORMAT} header)")
@@ -183,16 +210,26 @@ def load_export(path: Path) -> tuple[Manifest, list[LoadedRun]]:
     """
     try:
         with _open(path) as f:
-            manifest = _header(path, f.readline())
+            manifest = _header(path, _line(path, f, 0))
             digest = hashlib.sha256()
             runs = []
-            for raw in f:
+            size = 0
+            while raw := _line(path, f, size):
+                size += len(raw)
                 digest.update(raw)
-                runs.append(_run(json.loads(raw)))
+                line = json.loads(raw)
+                if not isinstance(line, dict):
+                    raise StoreError(f"{path}: run {len(runs) + 1} is a JSON "
+                                     f"{type(line).__name__}, not an object; nothing imported")
+                runs.append(_run(line))
     except StoreError:
         raise
-    except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError) as exc:
-        raise StoreError(f"{path}: unreadable evidence file ({exc}); nothing imported") from exc
+    except RecursionError as exc:
+        raise StoreError(f"{path}: JSON nested too deeply; nothing imported") from exc
+    except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError,
+            AttributeError) as exc:
+        raise StoreError(f"{path}: unreadable evidence file ({type(exc).__name__}: "
+                         f"{str(exc)[:200]}); nothing imported") from exc
     if f"sha256:{digest.hexdigest()}" != manifest.digest:
         raise StoreError(f"{path}: its content does not match its digest (truncated or edited); "
                          "nothing imported")

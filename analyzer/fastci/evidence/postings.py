@@ -60,9 +60,29 @@ def _pack(values: npt.NDArray[np.uint32], tag: int) -> bytes:
     return bytes((tag | width,)) + raw
 
 
+#: The most one stored id array may expand to (16M ids of 4 bytes: far above any real
+#: posting list). A row over it is corrupt, not a reason to spend gigabytes.
+MAX_UNPACKED_BYTES = 64 << 20
+
+
+class CorruptBlob(ValueError):
+    """A stored id array that cannot be unpacked (corrupt, or past its cap)."""
+
+
+def _inflate(data: bytes) -> bytes:
+    inflater = zlib.decompressobj()
+    try:
+        body = inflater.decompress(data, MAX_UNPACKED_BYTES)
+    except zlib.error as exc:
+        raise CorruptBlob(f"corrupt id array ({exc})") from exc
+    if inflater.unconsumed_tail:
+        raise CorruptBlob(f"an id array expands past {MAX_UNPACKED_BYTES >> 20} MiB: corrupt")
+    return body
+
+
 def _unpack(blob: bytes) -> tuple[int, npt.NDArray[np.uint32]]:
     tag = blob[0]
-    body = zlib.decompress(blob[1:]) if tag & ZLIB else blob[1:]
+    body = _inflate(blob[1:]) if tag & ZLIB else blob[1:]
     values = np.frombuffer(body, dtype=_DTYPES[tag & _WIDTH]).astype(np.uint32)
     return tag, values
 
