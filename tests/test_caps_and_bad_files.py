@@ -140,3 +140,21 @@ def test_eval_from_a_deeply_nested_results_file_is_one_line(
                    "--root", str(Path(__file__).resolve().parents[1])])
     err = capsys.readouterr().err
     assert rc == 2 and "nested too deeply" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_zlib_bomb_in_a_calibration_row_leaves_the_rung_unused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastci.evidence import calibration
+    from fastci.evidence.calibration import CalibrationStore, Rung
+
+    monkeypatch.setattr(calibration, "MAX_COVERAGE_BYTES", 1 << 20)
+    path = tmp_path / "cal.db"
+    with CalibrationStore.open(path) as store:
+        store.put(Rung(test="t.py::test_x", rung="full", declaration="d", overrides={},
+                       commit="c", duration_s=1.0, gpus=0, outcome="passed", complete=True,
+                       recorded_at=1.0))
+        assert len(store.rungs("t.py::test_x")) == 1
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE rung SET coverage = ?", (zlib.compress(b" " * (16 << 20), 9),))
+    with CalibrationStore.open(path) as store:
+        assert store.rungs("t.py::test_x") == []  # not used: its test runs at full workload

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from fastci.evidence.postings import inflate
 from fastci.errors import StoreError
 from fastci.types import Checksum, ContextSig, RelPath, TestId, UnitId
 
@@ -130,8 +131,13 @@ def _pack(r: Rung) -> bytes:
     return zlib.compress(json.dumps(data, sort_keys=True, separators=(",", ":")).encode())
 
 
+#: The most a rung's stored coverage may expand to; a bigger blob is corrupt (the rung
+#: is not used, so its test runs at full workload).
+MAX_COVERAGE_BYTES = 256 << 20
+
+
 def _unpack(blob: bytes) -> dict[str, Any]:
-    data = json.loads(zlib.decompress(blob).decode())
+    data = json.loads(inflate(blob, MAX_COVERAGE_BYTES, "a rung's coverage").decode())
     if not isinstance(data, dict):
         raise ValueError("coverage is not a JSON object")
     return data

@@ -69,20 +69,22 @@ class CorruptBlob(ValueError):
     """A stored id array that cannot be unpacked (corrupt, or past its cap)."""
 
 
-def _inflate(data: bytes) -> bytes:
+def inflate(data: bytes, cap: int, what: str = "an id array") -> bytes:
+    """``zlib.decompress(data)``, refused (:class:`CorruptBlob`) when it would expand past
+    ``cap`` bytes, before it does: a stored blob is data a bad import or an edit can write."""
     inflater = zlib.decompressobj()
     try:
-        body = inflater.decompress(data, MAX_UNPACKED_BYTES)
+        body = inflater.decompress(data, cap)
     except zlib.error as exc:
-        raise CorruptBlob(f"corrupt id array ({exc})") from exc
+        raise CorruptBlob(f"corrupt {what} ({exc})") from exc
     if inflater.unconsumed_tail:
-        raise CorruptBlob(f"an id array expands past {MAX_UNPACKED_BYTES >> 20} MiB: corrupt")
+        raise CorruptBlob(f"{what} expands past {cap >> 20} MiB: corrupt")
     return body
 
 
 def _unpack(blob: bytes) -> tuple[int, npt.NDArray[np.uint32]]:
     tag = blob[0]
-    body = _inflate(blob[1:]) if tag & ZLIB else blob[1:]
+    body = inflate(blob[1:], MAX_UNPACKED_BYTES) if tag & ZLIB else blob[1:]
     values = np.frombuffer(body, dtype=_DTYPES[tag & _WIDTH]).astype(np.uint32)
     return tag, values
 
