@@ -149,7 +149,7 @@ def test_a_zlib_bomb_in_a_calibration_row_leaves_the_rung_unused(
 
     monkeypatch.setattr(calibration, "MAX_COVERAGE_BYTES", 1 << 20)
     path = tmp_path / "cal.db"
-    with CalibrationStore.open(path) as store:
+    with CalibrationStore.open(path, create=True) as store:
         store.put(Rung(test="t.py::test_x", rung="full", declaration="d", overrides={},
                        commit="c", duration_s=1.0, gpus=0, outcome="passed", complete=True,
                        recorded_at=1.0))
