@@ -10,13 +10,14 @@ arguments did not parse or its run raised.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import sys
 from typing import Any, Callable, NoReturn, Sequence
 
 from fastci import __version__
-from fastci.cli.command import COMMAND_MODULES, COMMANDS, Command
+from fastci.cli.command import COMMAND_MODULES, COMMANDS, Command, quiet_stdout
 from fastci.errors import FastCIError
 from fastci.integrations import procs
 
@@ -102,6 +103,18 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".splitlines()[0]
 
 
+def os_error(exc: OSError) -> str:
+    """A failed file operation in one line: what, where, and that nothing else is wrong."""
+    where = f"{exc.filename}: " if exc.filename else ""
+    what = exc.strerror or str(exc) or type(exc).__name__
+    hint = {errno.ENOSPC: " (the disk is full: free space and run it again)",
+            errno.EROFS: " (a read-only file system: make it writable or point FastCI "
+                         "elsewhere, see docs/CONFIG.md)",
+            errno.EACCES: " (permission denied: check the folder's owner and mode)",
+            errno.EDQUOT: " (over the disk quota)"}.get(exc.errno or 0, "")
+    return f"{where}{what}{hint}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return its exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -120,9 +133,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         with procs.cancellable():
             rc: int = args._run(args)
         return rc
+    except BrokenPipeError:
+        # Whoever read the output went away (`fastci ... | head`): not a failure of the
+        # command's work, so no on_error hook (a plan written in full stays as it is).
+        quiet_stdout()
+        return 141  # 128 + SIGPIPE, as a program killed by the closed pipe would
     except BaseException as exc:
         if args._on_error is not None:
             args._on_error(describe(exc))
+        if isinstance(exc, OSError) and not isinstance(exc, FastCIError):
+            print(f"fastci: {os_error(exc)}", file=sys.stderr)
+            return ERR
         if isinstance(exc, FastCIError):
             print(f"fastci: {exc}", file=sys.stderr)
             return exc.exit_code

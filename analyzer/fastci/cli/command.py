@@ -9,6 +9,8 @@ Only commands that exist are listed, so ``fastci --help`` never shows a stub.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -53,3 +55,24 @@ class Command:
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
     on_error: Callable[[str, Sequence[str]], None] | None = None
+
+
+def quiet_stdout() -> None:
+    """Send the rest of stdout to ``/dev/null``: its reader has gone (``fastci plan | head``),
+    and the interpreter's last flush must not fail as well."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(devnull)
+
+
+def echo(line: str) -> None:
+    """Print one line of a command's report. A reader that went away (a closed pipe) stops
+    the printing, not the command: what the command writes to disk is done in full."""
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        quiet_stdout()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from fastci import config as config_mod
-from fastci.cli.command import Command
+from fastci.cli.command import Command, echo
 from fastci.cli.options import add_change_arguments
 from fastci.errors import FastCIError
 from fastci.gcpause import no_gc
@@ -157,7 +157,7 @@ def _run(args: argparse.Namespace) -> int:
     # only during the analysis: re-enabled while the analysis' objects are still held,
     # its first pass would walk all of them (~0.07 s at 100,000 tests) to free nothing.
     with no_gc():
-        return _plan(args, print)
+        return _plan(args, echo)
 
 
 def _on_error(why: str, argv: Sequence[str]) -> None:

@@ -277,6 +277,18 @@ def _statements(script: str) -> Iterator[str]:
         raise StoreError("the store schema ends with an incomplete statement")
 
 
+#: SQLite's words for a store it cannot write for reasons outside the file's content.
+_UNWRITABLE = ("readonly database", "read-only", "disk is full", "disk i/o error",
+               "unable to open database file")
+
+
+def _is_unwritable(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` says the store's folder or disk cannot be written (read-only, full,
+    missing permissions), not that the store is corrupt."""
+    text = str(exc).lower()
+    return any(words in text for words in _UNWRITABLE)
+
+
 def _is_busy(exc: sqlite3.Error) -> bool:
     """Whether ``exc`` says another connection holds the lock (SQLITE_BUSY / LOCKED)."""
     code = getattr(exc, "sqlite_errorcode", None)
@@ -464,6 +476,10 @@ class EvidenceStore:
                 f"the evidence store {self.path} is locked by another writer ({who}) and stayed "
                 f"locked for {self.lock_wait_s:g} s; runs ingested so far are kept: retry when "
                 "it finishes")
+        if _is_unwritable(exc):
+            # The file is fine; its folder or disk is not: no advice to move it aside.
+            return StoreError(f"cannot write the evidence store {self.path} ({exc}): the "
+                              "store is not damaged; free space or make its folder writable")
         return StoreError(f"{self.path} is not a readable evidence store ({exc}); "
                           "move it aside and re-run `fastci record`")
 
