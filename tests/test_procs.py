@@ -96,3 +96,20 @@ def test_run_with_a_timeout_stops_the_whole_group(tmp_path: Path) -> None:
     (grandchild,) = _wait_for(pidfile, 5)
     assert procs.wait_gone(grandchild, 15)
     assert procs.stop_all() == 0
+
+
+def test_control_characters_in_test_ids_are_printed_escaped(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Reported: test ids with control characters (``\\x1b[...``, newlines) were printed
+    raw: a plan (or store) could clear the terminal or forge a PASSED line."""
+    from fastci import cli
+
+    root = _project(tmp_path)
+    (root / ".gitignore").write_text("__pycache__/\n/.fastci/\n")
+    _commit(root)
+    forged = "pkg/tests/bar_test.py::test_x\x1b[2J\n  PASSED     everything"
+    dump_plan(Plan("selective", tests=(PlannedTest(forged),)), root / ".fastci/plan.json")
+    cli.main(["run", "--root", str(root)])
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\n  PASSED     everything" not in out, out
+    assert "test_x\\x1b[2J\\x0a  PASSED     everything" in out, out

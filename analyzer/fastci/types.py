@@ -194,3 +194,14 @@ def normalize_test_id(test_id: TestId) -> TestId:
     """
     label = as_label(test_id)
     return test_id if label is None else str(label)
+
+
+#: Every control character as a visible ``\xNN`` escape (newline and tab included).
+_ID_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7f, *range(0x80, 0xa0))}
+
+
+def shown(test_id: str) -> str:
+    """``test_id`` as printed on one line: its control characters escaped (``\\x1b``,
+    ``\\x0a``...), so an id from a plan, a store or a test runner cannot clear the
+    terminal or forge a line of FastCI's report."""
+    return test_id.translate(_ID_ESCAPES)

@@ -17,7 +17,8 @@ import sys
 from typing import Any, Callable, NoReturn, Sequence
 
 from fastci import __version__
-from fastci.cli.command import COMMAND_MODULES, COMMANDS, Command, quiet_stdout
+from fastci.cli.command import (COMMAND_MODULES, COMMANDS, Command, printable,
+                                printable_stdout, quiet_stdout)
 from fastci.errors import FastCIError
 from fastci.integrations import procs
 
@@ -130,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         # A cancelling signal (a CI's cancel button) stops every child first.
-        with procs.cancellable():
+        with procs.cancellable(), printable_stdout():
             rc: int = args._run(args)
         return rc
     except BrokenPipeError:
@@ -142,10 +143,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args._on_error is not None:
             args._on_error(describe(exc))
         if isinstance(exc, OSError) and not isinstance(exc, FastCIError):
-            print(f"fastci: {os_error(exc)}", file=sys.stderr)
+            print(printable(f"fastci: {os_error(exc)}"), file=sys.stderr)
             return ERR
         if isinstance(exc, FastCIError):
-            print(f"fastci: {exc}", file=sys.stderr)
+            print(printable(f"fastci: {exc}"), file=sys.stderr)
             return exc.exit_code
         if isinstance(exc, KeyboardInterrupt):
             print("fastci: interrupted", file=sys.stderr)

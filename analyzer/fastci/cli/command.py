@@ -9,10 +9,11 @@ Only commands that exist are listed, so ``fastci --help`` never shows a stub.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence, TextIO
 
 #: Each command's name and its module, in help order. ``fastci NAME ...`` imports only
 #: NAME's module (``fastci --help`` all of them): a plan at 100,000 tests should not pay
@@ -76,3 +77,40 @@ def echo(line: str) -> None:
         print(line, flush=True)
     except BrokenPipeError:
         quiet_stdout()
+
+
+#: Control characters as visible escapes: a test id, path or message that holds one
+#: (``\x1b[2J``, a newline in a parametrize id) must not clear the screen or forge a line.
+#: Newlines and tabs between FastCI's own lines stay as they are.
+_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7f, *range(0x80, 0xa0))
+            if chr(c) not in "\n\t"}
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters (but newline and tab) escaped as ``\\xNN``."""
+    return text.translate(_ESCAPES)
+
+
+class _Printable:
+    """A text stream that escapes control characters on their way to ``inner``."""
+
+    def __init__(self, inner: TextIO) -> None:
+        self._inner = inner
+
+    def write(self, text: str) -> int:
+        return self._inner.write(printable(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+@contextlib.contextmanager
+def printable_stdout() -> Iterator[None]:
+    """While inside, what a command prints on stdout has its control characters escaped
+    (:func:`printable`): ids and paths come from plans, stores and test runners."""
+    inner = sys.stdout
+    sys.stdout = _Printable(inner)
+    try:
+        yield
+    finally:
+        sys.stdout = inner

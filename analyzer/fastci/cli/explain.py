@@ -10,7 +10,7 @@ from fastci.config import Config
 from fastci.cli.options import add_change_arguments
 from fastci.plan.build import analyze_change
 from fastci.select.explain import explain, resolve
-from fastci.types import RelPath, TestId, normalize_test_id
+from fastci.types import RelPath, TestId, normalize_test_id, shown
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,7 +41,7 @@ def _run(args: argparse.Namespace) -> int:
         for tid in resolve(analysis.selection, args.test, mains):
             choice = analysis.choices.get(tid)
             if choice is not None:  # the workload the plan gives it (fastci.plan.reduce)
-                print(f"  workload {tid}: {choice.why}")
+                print(f"  workload {shown(tid)}: {choice.why}")
     finally:
         if store is not None:
             store.close()

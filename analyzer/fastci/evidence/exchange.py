@@ -212,7 +212,7 @@ def load_export(path: Path) -> tuple[Manifest, list[LoadedRun]]:
         with _open(path) as f:
             manifest = _header(path, _line(path, f, 0))
             digest = hashlib.sha256()
-            runs = []
+            runs: list[LoadedRun] = []
             size = 0
             while raw := _line(path, f, size):
                 size += len(raw)

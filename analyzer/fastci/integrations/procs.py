@@ -28,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from fastci.errors import FastCIError
 
@@ -155,7 +155,7 @@ def cancellable() -> Iterator[None]:
         LOG.warning("%s: stopped %d child process(es)", signal.Signals(signum).name, n)
         raise Cancelled(signum)
 
-    old: dict[int, Callable[[int, Any], Any] | int | None] = {}
+    old: dict[signal.Signals, Any] = {}
     for sig in CANCEL_SIGNALS:
         old[sig] = signal.signal(sig, handler)
     try:

@@ -75,7 +75,7 @@ from fastci.run import gpus as gpu_pool
 from fastci.run import schedule
 from fastci.integrations.git.tree import current_tree
 from fastci.select.rules import RunLike
-from fastci.types import TestId, as_label, is_label, normalize_test_id
+from fastci.types import TestId, as_label, is_label, normalize_test_id, shown
 
 LOG = logging.getLogger(__name__)
 
@@ -241,7 +241,7 @@ def _echo_misses(plan: Plan, misses: tuple[tuple[str, str], ...], path: Path,
     echo(f"fastci shadow: MISSES: {len(misses)} of the {len(plan.skipped)} test(s) the plan "
          f"would have skipped failed ({path}):")
     for test, why in misses:
-        echo(f"  MISSED     {test} (the plan said: {why})")
+        echo(f"  MISSED     {shown(test)} (the plan said: {why})")
 
 
 def _workload(label: str, testlogs: Path | None, last: RunLike | None = None,
@@ -322,7 +322,7 @@ def execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | No
         if fail_fast:
             rr = dataclasses.replace(rr, stopped=(*rr.stopped, *(s.id for s in pruned)))
             for s in pruned:
-                echo(f"  NOT RUN    {s.id} (pruned; a test failed, but --fail-fast stopped the run)")
+                echo(f"  NOT RUN    {shown(s.id)} (pruned; a test failed, but --fail-fast stopped the run)")
         else:
             rr = dataclasses.replace(rr, pruned_run=_run_pruned(
                 root, [s.id for s in pruned], rr.failed, config, tree, store=store, bazel=bazel,
@@ -413,11 +413,11 @@ def _execute(root: Path, plan: Plan, config: Config, tree: str | None, t0: float
         cached = " (cached)" if outcome.cached else ""
         unplanned = " (not in the plan: full workload)" \
             if plan.mode == "selective" and label not in listed else ""
-        echo(f"  {outcome.status:<10} {label} {outcome.duration_s:.1f}s{cached}{unplanned}")
+        echo(f"  {outcome.status:<10} {shown(label)} {outcome.duration_s:.1f}s{cached}{unplanned}")
     for label in not_run:
-        echo(f"  NOT RUN    {label} (planned, but Bazel reported no result)")
+        echo(f"  NOT RUN    {shown(label)} (planned, but Bazel reported no result)")
     for label in stopped:
-        echo(f"  NOT RUN    {label} (--fail-fast stopped the run)")
+        echo(f"  NOT RUN    {shown(label)} (--fail-fast stopped the run)")
     if plan.mode == "selective" and report.skipped:
         echo(f"fastci run: {len(report.skipped)} test(s) skipped as the plan says")
     if py_run is not None:
@@ -471,9 +471,9 @@ def _run_pruned(root: Path, pruned: list[TestId], failed: int, config: Config,
         if report is not None and store is not None:
             recorded += _record(root, report, store, bazel, esc)
         for label, outcome in sorted((report.outcomes if report else {}).items()):
-            echo(f"  {outcome.status:<10} {label} {outcome.duration_s:.1f}s (pruned; run after a failure)")
+            echo(f"  {outcome.status:<10} {shown(label)} {outcome.duration_s:.1f}s (pruned; run after a failure)")
         for label in not_run:
-            echo(f"  NOT RUN    {label} (pruned; Bazel reported no result)")
+            echo(f"  NOT RUN    {shown(label)} (pruned; Bazel reported no result)")
     py_run = None
     if others:
         py_run = run_pytest(root, esc, config, tree, args=(*pytest_args, *others),
@@ -548,7 +548,7 @@ def _pytest_in_workspace(root: Path, plan: Plan, config: Config, tree: str | Non
     ids = [t for t in others if node_path(t) not in mains]
     for t in others:
         if node_path(t) in mains:
-            echo(f"fastci run: {t} is in the main file of {mains[node_path(t) or '']}: Bazel runs it")
+            echo(f"fastci run: {shown(t)} is in the main file of {mains[node_path(t) or '']}: Bazel runs it")
     if not ids:
         return PytestRun((), 0)
     echo(f"fastci run: pytest {len(ids)} planned node id(s)")
@@ -580,7 +580,7 @@ def _execute_pytest_only(root: Path, plan: Plan, config: Config, tree: str | Non
                    stopped, first)
     _echo_pytest(py_run, not_run, echo)
     for test in stopped:
-        echo(f"  NOT RUN    {test} (--fail-fast stopped the run)")
+        echo(f"  NOT RUN    {shown(test)} (--fail-fast stopped the run)")
     if plan.mode == "shadow":
         stamp = _stamp()
         path = root / RUNS_DIR / f"miss-report-{stamp}.json"
@@ -611,9 +611,9 @@ def _pytest_misses(plan: Plan, results: tuple[PytestResult, ...]) -> tuple[tuple
 
 def _echo_pytest(run: PytestRun, not_run: tuple[str, ...], echo: Callable[[str], None]) -> None:
     for r in run.results:
-        echo(f"  {r.outcome.upper():<10} {r.id} {r.duration_s:.1f}s")
+        echo(f"  {r.outcome.upper():<10} {shown(r.id)} {r.duration_s:.1f}s")
     for test in not_run:
-        echo(f"  NOT RUN    {test} (planned, but pytest reported no result)")
+        echo(f"  NOT RUN    {shown(test)} (planned, but pytest reported no result)")
     if run.error is not None:
         echo(f"fastci run: FAILED: {run.error}")
 

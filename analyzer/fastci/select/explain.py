@@ -20,7 +20,7 @@ from fastci.integrations.bazel.mains import same_test
 from fastci.select import Decision, Selection
 from fastci.select.decisions import Reason
 from fastci.select.rules import EvidenceReader
-from fastci.types import RelPath, TestId, normalize_test_id
+from fastci.types import RelPath, TestId, normalize_test_id, shown
 
 LOG = logging.getLogger(__name__)
 
@@ -53,11 +53,11 @@ def chain(reason: Reason, test: TestId,
         steps.append(f"link          {reason.via}")
     ctx = list((contexts or {}).get(reason.unit, [])) if reason.unit else []
     if ctx:
-        shown = ", ".join(c if len(c) <= _MAX_CONTEXT_CHARS else c[:_MAX_CONTEXT_CHARS] + "..."
-                          for c in ctx[:_MAX_CONTEXTS])
+        listed = ", ".join(c if len(c) <= _MAX_CONTEXT_CHARS else c[:_MAX_CONTEXT_CHARS] + "..."
+                           for c in ctx[:_MAX_CONTEXTS])
         more = f" (+{len(ctx) - _MAX_CONTEXTS} more)" if len(ctx) > _MAX_CONTEXTS else ""
-        steps.append(f"contexts      {shown}{more}")
-    steps.append(f"test          {test}")
+        steps.append(f"contexts      {listed}{more}")
+    steps.append(f"test          {shown(test)}")
     return steps
 
 
@@ -85,7 +85,7 @@ def explain(selection: Selection, test: TestId, store: EvidenceReader | None = N
     if not known:
         close = difflib.get_close_matches(test, list(selection.by_test), n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        return [f"{test}: not a known test (neither declared nor in the evidence){hint}"]
+        return [f"{shown(test)}: not a known test (neither declared nor in the evidence){hint}"]
     lines: list[str] = []
     for tid in known:
         lines.extend(_explain_one(selection, tid, store, alias=None if tid == test else test))
@@ -96,7 +96,7 @@ def _explain_one(selection: Selection, test: TestId, store: EvidenceReader | Non
                  alias: TestId | None) -> list[str]:
     decision: Decision = selection.by_test[test]
     verdict = "RUNS" if decision.selected else "SKIPPED"
-    lines = [f"{test}: {verdict}" + (f" (as {alias})" if alias else "")]
+    lines = [f"{shown(test)}: {verdict}" + (f" (as {alias})" if alias else "")]
     if selection.widen:
         lines.append(f"  plan widened to every test ({len(selection.widen)} reason(s))")
     contexts = _contexts_of(store, test) if any(r.unit for r in decision.reasons) else {}

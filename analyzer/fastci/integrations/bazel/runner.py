@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -161,14 +163,36 @@ class Bazel:
     ) -> BazelResult:
         """``bazel test`` with a build-event JSON file (exit 3/4 are results, not errors)."""
         bep = bep_path or self.workspace / "bazel-fastci-bep.json"
+        started = time.time()
         res = self.run(
             "test",
             [f"--build_event_json_file={bep}", *flags, "--", *targets],
             timeout=timeout,
         )
         if res.returncode not in (EXIT_OK, EXIT_TESTS_FAILED, EXIT_NO_TESTS):
-            raise BazelError(f"bazel test failed (exit {res.returncode}): {_last_error(res.stderr)}")
+            raise BazelError(f"bazel test failed (exit {res.returncode}): "
+                             f"{self._why(res.stderr, started)}")
         return BazelResult(res.args, res.returncode, res.stdout, res.stderr, bep)
+
+    def _why(self, stderr: str, started: float) -> str:
+        """Why a command failed: its last ``ERROR:`` line; when it printed none (a server
+        that crashed, e.g. on a malformed ``--remote_cache``), the crash message of the
+        server's own log (``<output_base>/java.log``), else its last line of output."""
+        if any(line.startswith("ERROR:") for line in stderr.splitlines()):
+            return _last_error(stderr)
+        crash = None
+        try:
+            res = procs.run([self.bazel, *self.startup, "info", "output_base"], cwd=self.workspace,
+                            env=None if self.env is None else dict(self.env),
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            timeout=60)
+            if res.returncode == 0 and res.stdout.strip():
+                crash = server_crash(Path(res.stdout.strip()), since=started - 1)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        if crash:
+            return f"the Bazel server crashed: {crash}"
+        return _last_error(stderr)
 
     def query(self, expression: str, *, output: str = "label", flags: Sequence[str] = ()) -> str:
         """``bazel query``; returns stdout.
@@ -197,6 +221,35 @@ class Bazel:
             capture_output=True,
             check=False,
         )
+
+
+_CRASH = re.compile(r'Exit status was DetailedExitCode\{exitCode=(\w+), failureDetail=message: "(.*)"')
+
+
+def server_crash(output_base: Path, since: float = 0.0) -> str | None:
+    """The last failure a Bazel server's log records (``Crashed: ...``), or None.
+
+    Each server start writes a new ``java.log.*`` in ``output_base`` (``java.log`` links
+    to the newest), and asking a crashed server anything starts a new one: so every log
+    written since ``since`` (a ``time.time()``) is read, newest first.
+    """
+    try:
+        logs = sorted((p for p in output_base.glob("java.log.*") if p.stat().st_mtime >= since),
+                      key=lambda p: p.stat().st_mtime, reverse=True)
+    except OSError:
+        return None
+    for log in logs:
+        try:
+            with open(log, "rb") as fh:
+                fh.seek(max(0, fh.seek(0, 2) - (1 << 20)))  # its last MiB holds the end
+                tail = fh.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+        found = _CRASH.findall(tail)
+        if found:
+            code, message = found[-1]
+            return f"{message} ({code})"[:500]
+    return None
 
 
 def _last_error(stderr: str) -> str:
