@@ -113,3 +113,43 @@ def test_control_characters_in_test_ids_are_printed_escaped(
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\n  PASSED     everything" not in out, out
     assert "test_x\\x1b[2J\\x0a  PASSED     everything" in out, out
+
+
+CALIBRATED_HANG = '''
+import os, time
+
+import pytest
+
+
+@pytest.mark.fastci_workload(workload={"steps": 8}, floors={"steps": 2})
+def test_train():
+    with open(os.path.join(os.path.dirname(__file__), "pids.txt"), "w") as f:
+        f.write(f"{os.getpid()}\\n")
+    time.sleep(300)
+'''
+
+
+def test_a_cancelled_calibration_stops_its_rung_and_removes_its_scratch_folder(
+        tmp_path: Path) -> None:
+    from selection_support import Repo
+
+    root = tmp_path / "repo"
+    Repo(root).commit({"tests/__init__.py": "", "tests/test_t.py": CALIBRATED_HANG,
+                       ".gitignore": "__pycache__/\n.fastci/\npids.txt\n"})
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch), "FASTCI_PROGRESS": "0"}
+    fastci = subprocess.Popen([sys.executable, "-m", "fastci", "calibrate", "--no-bazel",
+                               "--root", str(root)], cwd=root, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        (rung,) = _wait_for(root / "tests" / "pids.txt")
+        assert any(p.name.startswith("fastci-calibrate-") for p in scratch.iterdir())
+        fastci.send_signal(signal.SIGTERM)
+        out, err = fastci.communicate(timeout=60)
+    finally:
+        if fastci.poll() is None:
+            fastci.kill()
+    assert fastci.returncode == 128 + signal.SIGTERM, out + err
+    assert procs.wait_gone(rung, 15), "the rung's pytest outlived fastci calibrate"
+    assert not [p for p in scratch.iterdir() if p.name.startswith("fastci-calibrate-")]
