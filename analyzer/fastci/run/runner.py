@@ -659,8 +659,9 @@ def run_pytest(root: Path, plan: Plan, config: Config, tree: str | None, *, args
     plan_file.write_text((dataclasses.replace(ordered, tree=tree) if tree else ordered).to_json())
     if python is None:
         python = _python(root, config, echo)
+    # `fastci run` runs the pruned tests after any failure (execute): they may stay skipped.
     cmd = (python, "-m", "pytest", "-p", "fastci.pytest_plugin", "--fastci-plan", str(plan_file),
-           "--fastci-results", str(results_file), *args)
+           "--fastci-prunes-rerun", "--fastci-results", str(results_file), *args)
     echo(f"fastci run: {' '.join(cmd)}")
     started = time.time()
     try:
