@@ -377,7 +377,10 @@ def _execute(root: Path, plan: Plan, config: Config, tree: str | None, t0: float
             if published is not None and len(published.tests) > 1:
                 flags = (*_concurrency(len(published.tests), flags, echo), *flags)
             with _following(bep, progress):
-                res = bazel.test(targets, flags=(f"--config={config.bazel_config}", *flags),
+                # The plan's pruned tests stay skipped: this run runs them after a
+                # failure (execute); without this the rules run them (plan_model.bzl).
+                res = bazel.test(targets, flags=(f"--config={config.bazel_config}",
+                                                 "--repo_env=FASTCI_PRUNES=rerun", *flags),
                                  bep_path=bep)
         no_tests = res.no_tests
     except BazelError as exc:
