@@ -234,6 +234,9 @@ def test_a_plan_prunes_from_real_evidence_with_the_configured_mode(tmp_path: Pat
             assert skipped.why.startswith("pruned: each of its 1 (changed unit, context) pair(s) "
                                           "also runs in //t:small")
             assert "pkg/model.py::scale in args(x=#)|grad=1" in skipped.why
+            # The prune is conditional: only the runner that reruns after a failure skips it.
+            assert skipped.why.endswith("skipped only by fastci run, which runs it after any "
+                                        "failure")
     finally:
         store.close()
 

@@ -270,7 +270,8 @@ def _pruned_decision(d: Decision, p: Pruned) -> Decision:
     sentence = (f"pruned: each of its {p.pairs} (changed unit, context) pair(s) also runs in "
                 f"{shown}, whose check{'s are' if len(p.stand_ins) > 1 else ' is'} at least "
                 f"as strong and observe{'' if len(p.stand_ins) > 1 else 's'} its scope "
-                f"(e.g. {unit} in {context})")
+                f"(e.g. {unit} in {context}); skipped only by fastci run, which runs it "
+                "after any failure")
     reason = Reason(DecisionKind.PRUNED, sentence, unit=unit,
                     via="stand-ins: " + ", ".join(p.stand_ins), stand_ins=p.stand_ins)
     return Decision(d.test, (reason,) + tuple(d.reasons), d.est_gpu_s, 0.0)
