@@ -238,3 +238,19 @@ def test_without_an_answer_from_git_the_failure_stands(hist: World) -> None:
     assert reasons(hist.plan(), DecisionKind.FAILED_LAST) == [
         f"it ended 'failed' at {unknown[:10]}; no pass at that commit or a descendant clears it "
         f"(its newest run passed at {other[:10]}, and git could not tell their ancestry)"]
+
+
+def test_a_reduced_pass_at_a_descendant_does_not_clear_a_full_failure() -> None:
+    from fastci.evidence.store import HistoryRun
+    from fastci.select.history import uncleared
+
+    parents = {"c2": ("c1",), "c1": ("c0",), "c0": ()}
+    failed = HistoryRun("failed", "c1", True, 1.0)
+    reduced = HistoryRun("passed", "c2", False, 2.0)
+    assert uncleared([reduced, failed], parents) is failed
+    full = HistoryRun("passed", "c2", True, 0.5)  # older by the clock, still a descendant
+    assert uncleared([reduced, failed, full], parents) is None
+    # A skipped run is no pass; a failure without a commit is cleared by a later pass.
+    assert uncleared([HistoryRun("skipped", "c2", True, 2.0), failed], parents) is failed
+    assert uncleared([HistoryRun("passed", None, True, 2.0),
+                      HistoryRun("failed", None, True, 1.0)], {}) is None
