@@ -39,6 +39,10 @@ every test pruned before it.
 * Nothing is pruned while a selected test failed its last run (the branch is red): a
   prune holds only while its stand-ins pass. ``fastci run`` runs the pruned tests in the
   same run after any failure or flaky pass (:func:`fastci.run.runner.execute`).
+* A prune is conditional: where no runner enforces that rule, pruned tests run (at full
+  workload). The Bazel rules skip them only under ``--repo_env=FASTCI_PRUNES=rerun``
+  (``conditional_prunes`` in ``rules/private/plan_model.bzl``), the pytest plug-in only
+  with ``--fastci-prunes-rerun``; ``fastci run`` passes both.
 
 ``aggressive`` drops the scope, check and relational rules (any test stands in for
 any) and prunes undeclared tests; the other rules stay. ``off`` prunes nothing.
