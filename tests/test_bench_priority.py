@@ -31,3 +31,18 @@ def test_the_report_gives_each_set_its_means_worst_and_best_strategy() -> None:
     assert float(mean[col]) == pytest.approx(0.85) and float(worst[col]) == pytest.approx(0.8)
     # The unscored change is listed with dashes, not counted.
     assert next(x for x in lines if "03_benign" in x).split()[3:] == ["-"] * len(STRATEGIES)
+
+
+def test_the_report_gives_time_to_first_failure_and_sets_no_apfdc_target() -> None:
+    from bench.priority import time_to_first_failure
+
+    cost = {"//t:a": 5.0, "//t:b": 1.0, "//t:c": 2.0}
+    assert time_to_first_failure(["//t:b", "//t:a", "//t:c"], cost, ["//t:a"]) == 6.0
+    assert time_to_first_failure(["//t:b"], cost, ["//t:a"]) is None
+    row = Row("01_bug", False, tests=3, failing=("//t:a",), apfdc={n: 0.5 for n in STRATEGIES},
+              ttff={n: 6.0 for n in STRATEGIES})
+    text = "\n".join(report([row]))
+    mean = next(x for x in text.splitlines() if "mean TTFF GPU-s" in x).split()[3:]
+    assert mean == ["6.0"] * len(STRATEGIES)
+    # An order is adopted on held-out faults, not on reaching one APFDc number.
+    assert "target" not in text

@@ -97,13 +97,14 @@ def test_a_round_trip_keeps_what_planning_reads(tmp_path: Path) -> None:
         recorded_a = a.recorded_units()
     assert (m.runs, m.tests, m.commit) == (3, 1, "c2")
     with EvidenceStore.open(tmp_path / "b.db", create=True) as b:
-        _, new = import_store(b, tmp_path / "a.jsonl.gz")
+        _, done = import_store(b, tmp_path / "a.jsonl.gz")
+        new = done.new
         assert new == 3
         assert b.runs_of_test("//t:a") == runs_a
         assert (b.units_of_test("//t:a"), b.files_of_test("//t:a")) == (units_a, files_a)
         assert b.distributions_of_tests() == dists_a and b.recorded_units() == recorded_a
         assert b.latest_runs()["//t:a"].environment["packages_list"] == "torch==2.13.0"
-        assert import_store(b, tmp_path / "a.jsonl.gz")[1] == 0
+        assert import_store(b, tmp_path / "a.jsonl.gz")[1].new == 0
 
 
 def test_a_bad_file_is_one_error_and_changes_nothing(tmp_path: Path) -> None:
@@ -187,3 +188,92 @@ def test_a_pr_job_with_an_older_store_still_plans_safely(tmp_path: Path) -> None
                     store=pr, reduce=False)
     planned = {t.id for t in a.plan.tests}
     assert planned == {"//t:b"}, [(d.test, d.why) for d in a.selection.decisions]
+
+
+# Issue 34 item 5: imported runs are sanity-checked; conflicts merge the same way in any order.
+
+def _shard(tmp: Path, name: str, runs: list[RunEvidence]) -> Path:
+    with EvidenceStore.open(tmp / f"{name}.db", create=True) as s:
+        for r in runs:
+            s.ingest(r)
+        export_store(s, tmp / f"{name}.jsonl.gz")
+    return tmp / f"{name}.jsonl.gz"
+
+
+def test_a_shard_dated_in_the_future_with_empty_evidence_changes_nothing(tmp_path: Path) -> None:
+    import time
+
+    now = time.time()
+    tests = [f"//t:{c}" for c in "abcde"]
+    bad = _shard(tmp_path, "bad", [run_of(i, t, now + 10 * 365 * 86400, [], key=f"bad{i}")
+                                   for i, t in enumerate(tests[:3])])
+    with EvidenceStore.open(tmp_path / "main.db", create=True) as s:
+        for i, t in enumerate(tests):
+            s.ingest(run_of(i, t, now - 3600, ["m.py::f"]))
+        _, done = import_store(s, bad)
+        assert done.new == 0 and len(done.warnings) == 1
+        assert done.warnings[0].startswith(f"{bad}: 3 run(s) dated in the future (up to ")
+        assert done.warnings[0].endswith("not imported (the newest recording wins: they would "
+                                         "hide every recording to come)")
+        assert all(set(s.units_of_test(t)) == {"m.py::f"} for t in tests)
+        # A genuine recording made later is the evidence (the future one did not win).
+        s.ingest(run_of(9, "//t:a", now, ["m.py::g"], key="genuine"))
+        assert set(s.units_of_test("//t:a")) == {"m.py::g"}
+
+
+def test_a_passing_run_with_empty_evidence_is_history_for_a_test_with_evidence(
+        tmp_path: Path) -> None:
+    empty = _shard(tmp_path, "empty", [run_of(5, "//t:a", 20.0, [], key="hollow"),
+                                       run_of(6, "//t:new", 20.0, [], key="new-empty")])
+    with EvidenceStore.open(tmp_path / "main.db", create=True) as s:
+        s.ingest(run_of(0, "//t:a", 10.0, ["m.py::f"]))
+        _, done = import_store(s, empty)
+        assert done.new == 2
+        assert done.warnings == (f"{empty}: 1 passing run(s) with empty evidence, of test(s) "
+                                 "recorded with evidence (//t:a): kept as history, not as their "
+                                 "evidence",)
+        assert set(s.units_of_test("//t:a")) == {"m.py::f"}
+        assert [r.outcome for r in s.runs_of_test("//t:a")] == ["passed", "passed"]
+
+
+def test_two_conflicting_exports_merge_the_same_way_in_either_order(tmp_path: Path) -> None:
+    # The same run key, recorded differently (one says passed, the other failed).
+    a = _shard(tmp_path, "a", [run_of(0, "//t:a", 5.0, ["m.py::f"], key="k")])
+    b = _shard(tmp_path, "b", [run_of(1, "//t:a", 5.0, ["m.py::g"], outcome="failed", key="k")])
+    exports = []
+    for name, order in (("ab", [a, b]), ("ba", [b, a])):
+        with EvidenceStore.open(tmp_path / f"{name}.db", create=True) as s:
+            conflicts = [c for f in order for c in import_store(s, f)[1].conflicts]
+            assert len(conflicts) == 1 and "conflict: run k of //t:a differs from the store" in conflicts[0]
+            assert "outcome 'failed'" in conflicts[0]
+            exports.append(_export_bytes(s, tmp_path / f"{name}.jsonl.gz"))
+            assert [r.outcome for r in s.runs_of_test("//t:a")] == ["failed"]  # the safe side
+    assert exports[0] == exports[1]
+
+
+versions_strategy = st.lists(
+    st.tuples(st.integers(0, 2), st.sampled_from(TESTS[:2]), st.integers(1, 3),
+              st.lists(st.sampled_from(UNITS), min_size=1, max_size=3, unique=True),
+              st.sampled_from(["passed", "failed"]), st.booleans(), st.integers(0, 2)),
+    min_size=1, max_size=8)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(spec=versions_strategy, data=st.data())
+def test_conflicting_shards_give_the_same_store_in_any_order(tmp_path_factory: Any, spec: list[Any],
+                                                             data: st.DataObject) -> None:
+    tmp = tmp_path_factory.mktemp("x")
+    shards: list[list[RunEvidence]] = [[], [], []]
+    for key, test, at, units, outcome, complete, shard in spec:
+        run = run_of(at, test, float(at), units, outcome, key=f"{test}#{key}")
+        shards[shard].append(RunEvidence(**{**run.__dict__, "complete": complete}))
+    files = [_shard(tmp, f"s{k}", runs) for k, runs in enumerate(shards)]
+    first = data.draw(st.permutations(files))
+    second = data.draw(st.permutations(files))
+    out = []
+    for n, order in enumerate((first, second)):
+        with EvidenceStore.open(tmp / f"m{n}.db", create=True) as s:
+            for f in order + order[:1]:  # importing a file twice changes nothing
+                import_store(s, f)
+            out.append(_export_bytes(s, tmp / f"m{n}.jsonl.gz"))
+    assert out[0] == out[1]

@@ -132,3 +132,17 @@ def test_caches_live_where_no_commit_can_put_one(tmp_path: Path) -> None:
     # Inside git's own directory: a change can commit `.fastci/units.cache`, never `.git/...`.
     assert cache_dir(repo.root) == (repo.root / ".git" / "fastci").resolve()
     assert cache_dir(tmp_path / "plain") == tmp_path / "plain" / ".fastci"
+
+
+def test_parents_of_history_answers_for_held_commits_only(tmp_path: Path) -> None:
+    repo = Repo(tmp_path)
+    c0 = repo.commit({"a.py": "A = 1\n"})
+    c1 = repo.commit({"a.py": "A = 2\n"})
+    c2 = repo.commit({"a.py": "A = 3\n"})
+    git = Git(tmp_path)
+    # One rev-list from the tips; a commit the repository does not hold, or that is not a
+    # full id (nothing git could read as an option), is left out.
+    graph = git.parents_of_history([c2, "f" * 40, "--all", ""], limit=100)
+    assert graph == {c2: (c1,), c1: (c0,), c0: ()}
+    assert git.parents_of_history(["f" * 40], limit=100) == {}
+    assert set(git.parents_of_history([c2], limit=2)) == {c2, c1}  # the walk's limit

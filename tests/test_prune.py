@@ -33,8 +33,11 @@ def changed(test: str, *units: str, extra: Sequence[Reason] = ()) -> Decision:
                                 for u in units) + tuple(extra))
 
 
-def decl(test: str, check: str | None = "exact", reference: str = "absolute") -> DeclaredTest:
-    return DeclaredTest(test, 1, {"steps": 4}, check=check, reference=reference)
+def decl(test: str, check: str | None = "exact", reference: str = "absolute",
+         scope: tuple[str, ...] = ("training",), frozen: tuple[str, ...] | None = None
+         ) -> DeclaredTest:
+    return DeclaredTest(test, 1, {"steps": 4}, check=check, reference=reference, scope=scope,
+                        frozen=frozen)
 
 
 def run(decisions: Sequence[Decision], units: Mapping[str, Mapping[str, Sequence[str]]],
@@ -213,9 +216,10 @@ def test_a_plan_prunes_from_real_evidence_with_the_configured_mode(tmp_path: Pat
     store = EvidenceStore.open(tmp_path / "e.db", create=True)
     try:
         for test, seconds, ctx in (("//t:big", 50.0, ["args(x=2)|grad=1", "args(x=3)|grad=1"]),
-                                   ("//t:small", 10.0, ["args(x=7)|grad=1"])):
+                                   ("//t:small", 10.0, ["args(x=7)|grad=1", "args(x=8)|grad=1"])):
             ingest(store, test, scale, commit=base, duration_s=seconds, contexts=ctx)
-        declared = {t: DeclaredTest(t, 1, {}, check="exact", reference="absolute")
+        declared = {t: DeclaredTest(t, 1, {}, check="exact", reference="absolute",
+                                    scope=("training",))
                     for t in ("//t:big", "//t:small")}
         repo.write({"pkg/model.py": MODEL.replace("return x * 2", "return x * 3")})
 
@@ -230,6 +234,9 @@ def test_a_plan_prunes_from_real_evidence_with_the_configured_mode(tmp_path: Pat
             assert skipped.why.startswith("pruned: each of its 1 (changed unit, context) pair(s) "
                                           "also runs in //t:small")
             assert "pkg/model.py::scale in args(x=#)|grad=1" in skipped.why
+            # The prune is conditional: only the runner that reruns after a failure skips it.
+            assert skipped.why.endswith("skipped only by fastci run, which runs it after any "
+                                        "failure")
     finally:
         store.close()
 
@@ -261,3 +268,65 @@ def test_a_change_at_import_time_is_never_pruned() -> None:
     uses = Decision("//t:a", (Reason(DecisionKind.USES_CHANGED_NAME, "uses N", unit=U1),))
     assert "//t:a" not in run([uses, changed("//t:b", U1)], units, decls,
                                {"//t:a": 50.0, "//t:b": 1.0})[0]
+
+
+# Issue 34 item 4: what a stand-in must share with the test it stands in for.
+
+def test_a_number_varying_in_one_test_is_not_blanked_in_another() -> None:
+    # The parity test runs its arms at tp=1 and tp=2; blanking tp in every test made
+    # the tp=4 test's context read `tp=#` too, so the parity test stood in for it.
+    units = {"//t:tp_parity": {U1: ["args(cfg=Cfg(tp=1;layers=4))", "args(cfg=Cfg(tp=2;layers=4))"]},
+             "//t:tp4": {U1: ["args(cfg=Cfg(tp=4;layers=4))"]}}
+    decls = {"//t:tp_parity": decl("//t:tp_parity", "exact", "relational"),
+             "//t:tp4": decl("//t:tp4", "tolerance", "relational")}
+    pruned, _ = run([changed("//t:tp_parity", U1), changed("//t:tp4", U1)], units, decls,
+                    {"//t:tp_parity": 1.0, "//t:tp4": 50.0})
+    assert pruned == set()
+    # A test that ran the very context (tp=2 among its values) still stands in for it.
+    units["//t:tp2"] = {U1: ["args(cfg=Cfg(tp=2;layers=4))"]}
+    decls["//t:tp2"] = decl("//t:tp2", "tolerance", "relational", frozen=())
+    pruned, _ = run([changed("//t:tp_parity", U1), changed("//t:tp2", U1)], units, decls,
+                    {"//t:tp_parity": 1.0, "//t:tp2": 50.0})
+    assert pruned == {"//t:tp2"}
+
+
+def test_a_relational_test_never_stands_in_for_a_test_whose_scope_holds_what_its_arms_vary() -> None:
+    # Both compare tp arms (tp=1 vs 2, tp=1 vs 4): both read `tp=#`, yet the tp=1 vs 2
+    # comparison cannot see a bug that appears only at tp=4, which the other's scope holds.
+    units = {"//t:tp12": {U1: ["args(cfg=Cfg(tp=1))", "args(cfg=Cfg(tp=2))"]},
+             "//t:tp14": {U1: ["args(cfg=Cfg(tp=1))", "args(cfg=Cfg(tp=4))"]}}
+    decls = {"//t:tp12": decl("//t:tp12", "exact", "relational", frozen=("tp",)),
+             "//t:tp14": decl("//t:tp14", "exact", "relational", frozen=("tp",))}
+    pruned, _ = run([changed("//t:tp12", U1), changed("//t:tp14", U1)], units, decls,
+                    {"//t:tp12": 1.0, "//t:tp14": 50.0})
+    assert pruned == set()
+    # When tp is not what the test's scope freezes (it may shrink), the arms stand in.
+    decls["//t:tp14"] = decl("//t:tp14", "exact", "relational", frozen=())
+    pruned, _ = run([changed("//t:tp12", U1), changed("//t:tp14", U1)], units, decls,
+                    {"//t:tp12": 1.0, "//t:tp14": 50.0})
+    assert pruned == {"//t:tp14"}
+    # Undeclared `frozen`: every dimension without a floor is what the scope holds.
+    loose = DeclaredTest("//t:tp14", 1, {"tp": 4, "steps": 4}, floors={"steps": 1},
+                         check="exact", reference="relational", scope=("training",))
+    decls["//t:tp14"] = loose
+    pruned, _ = run([changed("//t:tp12", U1), changed("//t:tp14", U1)], units, decls,
+                    {"//t:tp12": 1.0, "//t:tp14": 50.0})
+    assert pruned == set()
+
+
+def test_a_stand_in_must_observe_what_the_pruned_test_checks() -> None:
+    # An exact loss check ran the same contexts as a tolerance gradient-parity check; the
+    # kind of check ranks higher, but it does not observe gradients.
+    units = {"//t:loss": {U1: CTX}, "//t:grad": {U1: CTX}}
+    decls = {"//t:loss": decl("//t:loss", "exact", "relational", scope=("golden_loss",)),
+             "//t:grad": decl("//t:grad", "tolerance", "relational", scope=("grad_parity",))}
+    args: Any = ([changed("//t:loss", U1), changed("//t:grad", U1)], units, decls,
+                 {"//t:loss": 1.0, "//t:grad": 50.0})
+    assert run(*args)[0] == set()
+    # A stand-in whose scope includes the test's observes it.
+    decls["//t:loss"] = decl("//t:loss", "exact", "relational", scope=("golden_loss", "grad_parity"))
+    assert run(*args)[0] == {"//t:grad"}
+    # A test that does not declare what it validates is never pruned in safe mode.
+    decls["//t:grad"] = decl("//t:grad", "tolerance", "relational", scope=())
+    assert run(*args)[0] == set()
+    assert run(*args, mode="aggressive")[0] == {"//t:grad"}

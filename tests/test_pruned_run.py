@@ -97,3 +97,37 @@ def test_stand_ins_survive_the_plan_file(tmp_path: Path) -> None:
     again = Plan.from_json(text)
     assert again.skipped == plan.skipped
     assert '"stand_ins"' in text and text.count('"stand_ins"') == 1  # only where there are some
+
+
+def test_a_flaky_stand_in_voids_the_prunes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Bazel's FLAKY (failed, then passed on a retry) counts as passed, but the stand-in
+    # failed once: what it vouched for no longer holds, so the pruned tests run.
+    from fastci.config import Config
+    from fastci.integrations.bazel.bep import BuildReport, TestOutcome
+    from fastci.run import runner
+
+    report = BuildReport({"//p:a": TestOutcome("//p:a", "FLAKY", 2.0, False, 2)}, (), 0, "SUCCESS")
+    monkeypatch.setattr(runner, "_execute", lambda *a, **k: runner.RunReport(
+        ("//...",), report, mode="selective"))
+    monkeypatch.setattr(runner, "current_tree", lambda root: None)
+    calls: list[tuple[list[str], str]] = []
+
+    def fake_pruned(root: Path, pruned: list[str], failed: str, *a: object,
+                    **k: object) -> runner.RunReport:
+        calls.append((pruned, failed))
+        return runner.RunReport((), None)
+
+    monkeypatch.setattr(runner, "_run_pruned", fake_pruned)
+    plan = Plan("selective", tests=(PlannedTest("//p:a"),),
+                skipped=(SkippedTest("//p:b", "pruned: same contexts as //p:a", ("//p:a",)),
+                         SkippedTest("//p:c", "not affected")))
+    lines: list[str] = []
+    rr = runner.execute(tmp_path, plan, Config(), bazel=object(),  # type: ignore[arg-type]
+                        echo=lines.append)
+    assert rr.flaky == ("//p:a",) and rr.failed == 0
+    assert calls == [(["//p:b"], "1 test(s) were flaky (failed, then passed: //p:a)")]
+    # A plain pass keeps the prunes.
+    calls.clear()
+    report.outcomes["//p:a"] = TestOutcome("//p:a", "PASSED", 2.0, False, 1)
+    runner.execute(tmp_path, plan, Config(), bazel=object(), echo=lines.append)  # type: ignore[arg-type]
+    assert calls == []

@@ -285,3 +285,32 @@ def test_marker_reduction_declaration_is_held_to_the_rules(tmp_path: Path) -> No
     assert "test_suite.py::test_performance: its declaration is invalid" in summary
     assert "test_suite.py::test_incomplete_frozen: its declaration is invalid" in summary
     assert "test_declared:" not in summary
+
+
+@pytest.mark.parametrize("rerun", [False, True])
+def test_a_pruned_test_runs_where_nothing_runs_it_after_a_failure(tmp_path: Path,
+                                                                   rerun: bool) -> None:
+    # A prune is safe only under the rerun-after-any-failure rule, which `fastci run`
+    # enforces (it passes --fastci-prunes-rerun). Plain `pytest --fastci-plan` does not:
+    # the pruned test runs there, at full workload, with one line saying why.
+    (tmp_path / "test_suite.py").write_text(SUITE)
+    plan = Plan(mode="selective", tests=(PlannedTest("test_suite.py::test_b"),),
+                skipped=(SkippedTest("test_suite.py::test_a", "pruned: same contexts as test_b",
+                                     ("test_suite.py::test_b",)),
+                         SkippedTest("test_suite.py::test_c", "not affected")))
+    (tmp_path / "plan.json").write_text(plan.to_json())
+    res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", "-v",
+                          "--fastci-plan", "plan.json", "test_suite.py",
+                          *(["--fastci-prunes-rerun"] if rerun else [])], cwd=tmp_path,
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    ran = re.findall(r"RAN (\w+)", res.stdout)
+    if rerun:
+        assert ran == ["b", "unplanned"] and "2 deselected" in res.stdout
+        assert "pruned test(s) ran" not in res.stdout
+    else:
+        assert ran == ["b", "a", "unplanned"] and "1 deselected" in res.stdout
+        assert "RAN a None" in res.stdout  # full workload
+        assert ("fastci: 1 pruned test(s) ran at full workload: a prune holds only where a "
+                "failure runs the pruned tests, which `fastci run` does and this session "
+                "does not") in res.stdout

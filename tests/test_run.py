@@ -17,6 +17,7 @@ import pytest
 
 from fastci import cli
 from fastci.plan.build import analyze, bazel_declared
+from fastci.integrations.bazel.bep import parse_bep
 from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.git.tree import plan_tree
 from fastci.evidence.record import record
@@ -200,6 +201,12 @@ def test_a_failure_runs_the_pruned_tests_through_bazel(ws: Ws) -> None:
     dump_plan(plan, ws.root / ".fastci/plan.json")
     lines, report = ws.run(plan)
     assert report.pruned_run is None and lines[-1] == "1 passed, 0 failed", lines
+    # Plain `bazel test --config=fastci` cannot run alpha after a failure: it runs it
+    # (the prune is conditional; only fastci run passes FASTCI_PRUNES=rerun).
+    bep = ws.root / ".fastci/runs/bep-plain.json"
+    bep.parent.mkdir(parents=True, exist_ok=True)
+    ws.bazel.test(["//pkg/..."], flags=["--config=fastci"], bep_path=bep)
+    assert set(parse_bep(bep).outcomes) == {ALPHA, BETA}
     original = (REPO / "tests/selection_fixture/pkg/beta.py").read_text()
     ws.repo.write({"pkg/beta.py": original.replace("return", "return 1 +", 1)})  # beta fails
     try:

@@ -191,3 +191,66 @@ def test_record_without_plan_or_declared_is_not_known(hist: World, tmp_path: Pat
     bazel_run(hist, tmp_path, {A: launched({**DECLARED, **REDUCED})}, None)
     last = hist.store.latest_runs()[A]
     assert (dict(last.workload), last.overrides) == ({**DECLARED, **REDUCED}, None)
+
+
+# Issue 34 item 5: history by git ancestry, not by the clock.
+
+def at(w: World, commit: str, outcome: str, when: float) -> None:
+    w.store.record_result(A, outcome=outcome, duration_s=1.0, commit=commit, gpus=1,
+                          workload=DECLARED, overrides={}, source="bazel", recorded_at=when)
+
+
+def test_a_retried_older_commit_that_passes_does_not_hide_a_newer_failure(hist: World) -> None:
+    # Two CI jobs merged: C1 (a child of base) failed; a retried job of base, recorded
+    # later by the clock, passed. Ordered by the clock the pass was "last" and a was skipped.
+    c1 = hist.repo.commit({"README.md": "r2\n"})
+    now = time.time()
+    at(hist, c1, "failed", now)
+    at(hist, hist.base, "passed", now + 60)
+    why = reasons(hist.plan(), DecisionKind.FAILED_LAST)
+    assert why == [f"it ended 'failed' at {c1[:10]}; no pass at that commit or a descendant "
+                   f"clears it (its newest run passed at {hist.base[:10]}, not a descendant)"]
+    # A pass at a descendant of C1 clears it, whatever the clock says.
+    c2 = hist.repo.commit({"README.md": "r3\n"})
+    at(hist, c2, "passed", now - 600)
+    assert reasons(hist.plan(), DecisionKind.FAILED_LAST) == []
+
+
+def test_a_pass_on_another_branch_does_not_clear_a_failure(hist: World) -> None:
+    c1 = hist.repo.commit({"README.md": "r2\n"})
+    hist.repo.git("checkout", "-q", "-b", "side", hist.base)
+    side = hist.repo.commit({"docs/x.md": "side\n"})
+    now = time.time()
+    at(hist, c1, "failed", now)
+    at(hist, side, "passed", now + 60)
+    assert len(reasons(hist.plan(), DecisionKind.FAILED_LAST)) == 1
+    # The same commit retried after the failure (a flaky failure, then a pass) clears it.
+    at(hist, c1, "passed", now + 120)
+    assert reasons(hist.plan(), DecisionKind.FAILED_LAST) == []
+
+
+def test_without_an_answer_from_git_the_failure_stands(hist: World) -> None:
+    # A commit the repository does not hold (another clone's, a shallow history).
+    unknown, other = "1" * 40, "2" * 40
+    now = time.time()
+    at(hist, unknown, "failed", now)
+    at(hist, other, "passed", now + 60)
+    assert reasons(hist.plan(), DecisionKind.FAILED_LAST) == [
+        f"it ended 'failed' at {unknown[:10]}; no pass at that commit or a descendant clears it "
+        f"(its newest run passed at {other[:10]}, and git could not tell their ancestry)"]
+
+
+def test_a_reduced_pass_at_a_descendant_does_not_clear_a_full_failure() -> None:
+    from fastci.evidence.store import HistoryRun
+    from fastci.select.history import uncleared
+
+    parents = {"c2": ("c1",), "c1": ("c0",), "c0": ()}
+    failed = HistoryRun("failed", "c1", True, 1.0)
+    reduced = HistoryRun("passed", "c2", False, 2.0)
+    assert uncleared([reduced, failed], parents) is failed
+    full = HistoryRun("passed", "c2", True, 0.5)  # older by the clock, still a descendant
+    assert uncleared([reduced, failed, full], parents) is None
+    # A skipped run is no pass; a failure without a commit is cleared by a later pass.
+    assert uncleared([HistoryRun("skipped", "c2", True, 2.0), failed], parents) is failed
+    assert uncleared([HistoryRun("passed", None, True, 2.0),
+                      HistoryRun("failed", None, True, 1.0)], {}) is None

@@ -28,7 +28,7 @@ test's environment: they are printed once, here. A plan without `tree` (written 
 with a warning. Python twin: `fastci.plan.model.for_tree`.
 """
 
-load(":plan_model.bzl", "MAX_PLAN_BYTES", "MAX_PROBLEM_CHARS", "fallback", "parse_plan")
+load(":plan_model.bzl", "MAX_PLAN_BYTES", "MAX_PROBLEM_CHARS", "conditional_prunes", "fallback", "parse_plan")
 
 # Run with python3 before `json.decode` (which fails the build on bad JSON). The
 # same text-level checks and messages as `fastci.plan.model.load_plan`/`Plan.from_json`
@@ -133,6 +133,8 @@ def _fastci_plan_impl(rctx):
             rctx.path(rctx.attr.plan)
     plan = parse_plan(decoded, problem)
     plan, warning = check_tree(plan, decoded, rctx.os.environ.get("FASTCI_TREE_DIGEST"))
+    # Pruned tests are skipped only under `fastci run`, which runs them after a failure.
+    plan = conditional_prunes(plan, decoded, rctx.os.environ.get("FASTCI_PRUNES") == "rerun")
     # The plan-wide status (counts, the plan's reason, a fallback's problem) is
     # printed here, once per change of the plan; each test's environment holds
     # only what concerns that test (plan_model.decide_test), so a new plan does
@@ -162,5 +164,5 @@ fastci_plan = repository_rule(
             doc = "The plan file, read through this Label so that Bazel watches it.",
         ),
     },
-    environ = ["FASTCI_PLAN_DIGEST", "FASTCI_TREE_DIGEST"],
+    environ = ["FASTCI_PLAN_DIGEST", "FASTCI_PRUNES", "FASTCI_TREE_DIGEST"],
 )

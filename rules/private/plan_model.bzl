@@ -269,6 +269,26 @@ def parse_plan(plan, read_problem = None):
         status = "ok: mode all, every gpu_test runs at full workload" + (" (%s)" % plan["reason"] if plan.get("reason") else "")
     return {"ok": True, "mode": mode, "status": status, "tests": tests, "skipped": skipped}
 
+def conditional_prunes(plan, decoded, rerun):
+    """Applies the rerun-after-any-failure rule to a parsed plan's pruned tests.
+
+    A pruned test (a `skipped` entry with `stand_ins`) is safe to skip only when a
+    failure (or a flaky pass) then runs it, which `fastci run` does: it passes
+    `--repo_env=FASTCI_PRUNES=rerun` (`rerun` True). Otherwise (plain `bazel test
+    --config=fastci`, `rules/bazelw`) each pruned test moves from `skipped` to
+    `pruned` and runs at full workload (`decide_test`). Python twin:
+    `PlanPlugin(prunes_rerun=...)` in `fastci.integrations.pytest.plan`.
+    """
+    if rerun or not plan["ok"] or plan["mode"] != "selective" or type(decoded) != "dict":
+        return plan
+    pruned = [normalize_label(s["id"]) for s in decoded.get("skipped", []) if s.get("stand_ins")]
+    pruned = [label for label in pruned if label in plan["skipped"]]
+    if not pruned:
+        return plan
+    skipped = {label: why for label, why in plan["skipped"].items() if label not in pruned}
+    status = plan["status"] + "; %d pruned test(s) run at full workload (only fastci run reruns them after a failure)" % len(pruned)
+    return dict(plan, skipped = skipped, pruned = {label: True for label in pruned}, status = status)
+
 def override_problems(workload, floors, constraints, overrides):
     """Returns why `overrides` cannot apply to a test's workload (empty = they can).
 
@@ -329,6 +349,8 @@ def decide_test(plan, label, workload, floors, constraints):
         why = plan["skipped"].get(label)
         return struct(skip = False, workload = full, status = "ok: shadow plan: runs at full workload", shadow_skip = why if why != None else "")
     head = "ok: selective plan: "
+    if label in plan.get("pruned", {}):
+        return struct(skip = False, workload = full, status = head + "pruned, runs at full workload: nothing here runs it after a failure", shadow_skip = "")
     if label in plan["skipped"]:
         return struct(skip = True, workload = full, status = head + "skipped: " + plan["skipped"][label], shadow_skip = "")
     if label not in plan["tests"]:

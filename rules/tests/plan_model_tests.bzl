@@ -1,6 +1,6 @@
 """Unit tests of //rules/private:plan_model.bzl (plan parsing and per-test decisions)."""
 
-load("//rules/private:plan_model.bzl", "decide_test", "normalize_label", "parse_plan", "plan_problem")
+load("//rules/private:plan_model.bzl", "conditional_prunes", "decide_test", "normalize_label", "parse_plan", "plan_problem")
 load(":unittest.bzl", "assert_contains", "assert_eq")
 
 _WORKLOAD = {"train_iters": 100, "num_layers": 4, "lr": 2.0, "dtype": "bf16", "tp": 2}
@@ -73,6 +73,17 @@ def _test_decide():
     b = decide_test(plan, "//p:b", _WORKLOAD, _FLOORS, _CONSTRAINTS)
     assert_eq(failures, "b skipped", b.skip, True)
     assert_contains(failures, "b why", b.status, "skipped: pruned")
+    # A pruned test is skipped only where a failure runs it (fastci run: rerun True).
+    pruned_plan = _plan(skipped = [{"id": "//p:b", "why": "pruned: w", "stand_ins": ["//p:a"]}, {"id": "//p:d", "why": "not affected"}])
+    parsed = parse_plan(pruned_plan)
+    under_run = decide_test(conditional_prunes(parsed, pruned_plan, True), "//p:b", _WORKLOAD, _FLOORS, _CONSTRAINTS)
+    assert_eq(failures, "pruned skipped under fastci run", under_run.skip, True)
+    plain = conditional_prunes(parsed, pruned_plan, False)
+    pb = decide_test(plain, "//p:b", _WORKLOAD, _FLOORS, _CONSTRAINTS)
+    assert_eq(failures, "pruned runs full under plain bazel", (pb.skip, pb.workload), (False, _WORKLOAD))
+    assert_eq(failures, "pruned status", pb.status, "ok: selective plan: pruned, runs at full workload: nothing here runs it after a failure")
+    assert_eq(failures, "a plain skip stays skipped", decide_test(plain, "//p:d", _WORKLOAD, _FLOORS, _CONSTRAINTS).skip, True)
+    assert_contains(failures, "plan status counts them", plain["status"], "1 pruned test(s) run at full workload")
     new = decide_test(plan, "//p:new", _WORKLOAD, _FLOORS, _CONSTRAINTS)
     assert_eq(failures, "unplanned test runs full", (new.skip, new.workload), (False, _WORKLOAD))
     assert_eq(failures, "unplanned status", new.status, "ok: selective plan: not in the plan: runs at full workload")

@@ -59,8 +59,10 @@ def _exchange(args: argparse.Namespace, path: Path) -> int:
     loaded = [(f, *load_export(f)) for f in args.files]  # all checked before the store is touched
     with EvidenceStore.open(path, create=True) as store:
         for f, m, runs in loaded:
-            new = import_runs(store, runs)
-            print(f"fastci evidence: imported {f}: {new} new of {m.runs} runs "
+            done = import_runs(store, runs, where=str(f))
+            for line in (*done.warnings, *done.conflicts):
+                print(f"fastci evidence: warning: {line}")
+            print(f"fastci evidence: imported {f}: {done.new} new of {m.runs} runs "
                   f"(commit {(m.commit or '?')[:12]})")
     return 0
 

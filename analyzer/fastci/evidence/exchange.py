@@ -23,6 +23,16 @@ ingesting is idempotent (run keys) and order-independent (the newest recording p
 test wins, ties broken by run key), so shards imported in any order give the same
 store, as compared by their exports. Nothing in the file is executed: it is data
 (JSON), read with ``json.loads``.
+
+Imported runs are sanity-checked first (:func:`import_runs`; one warning line per kind
+and file): a run dated more than :data:`FUTURE_SLACK_S` past this machine's clock is not
+imported (as the newest recording it would win over every genuine one to come), and a
+passing run whose evidence is empty, of a test recorded with evidence, is kept as
+history only (it would make the test reach nothing).
+
+Two versions of one run (the same run key, different content) are a conflict: reported
+in one line, and resolved by :func:`merge_versions`, a function of the set of versions,
+so any import order gives the same store.
 """
 
 from __future__ import annotations
@@ -32,13 +42,15 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 from fastci.errors import StoreError
 from fastci.evidence.store import EvidenceStore, RunEvidence
+from fastci.types import is_failure
 
 FORMAT = "fastci-evidence"
 VERSION = 1
@@ -63,17 +75,22 @@ class Manifest:
                 "tests": self.tests, "digest": self.digest}
 
 
-def _lines(store: EvidenceStore) -> Iterator[tuple[str, str]]:
-    """The canonical run lines of ``store``, sorted, each with its test."""
+def _lines(store: EvidenceStore, keys: Sequence[str] | None = None
+           ) -> Iterator[tuple[str, str]]:
+    """The canonical run lines of ``store``, sorted, each with its test (only the runs of
+    ``keys``, when given)."""
     conn = store.conn
+    where, args = "", tuple(keys or ())
+    if keys is not None:
+        where = f" WHERE r.run_key IN ({','.join('?' * len(args))})"
     current = dict(conn.execute("SELECT t.name, r.run_key FROM test t JOIN run r"
                                 " ON r.id = t.evidence_run"))
     listings = dict(conn.execute("SELECT fingerprint, packages_list FROM env_listing"))
     rows = conn.execute(
         "SELECT t.name, r.run_key, r.commit_sha, r.env_fingerprint, r.environment, r.workload,"
         " r.overrides, r.duration_s, r.gpus, r.outcome, r.complete, r.recorded_at, r.source,"
-        " r.has_evidence FROM run r JOIN test t ON t.id = r.test_id"
-        " ORDER BY t.name, r.recorded_at, r.run_key")
+        f" r.has_evidence FROM run r JOIN test t ON t.id = r.test_id{where}"
+        " ORDER BY t.name, r.recorded_at, r.run_key", args)
     for (test, key, commit, env_fp, environment, workload, overrides, duration, gpus, outcome,
          complete, at, source, has_evidence) in rows:
         env = json.loads(environment)
@@ -239,27 +256,188 @@ def load_export(path: Path) -> tuple[Manifest, list[LoadedRun]]:
     return manifest, runs
 
 
-def import_runs(store: EvidenceStore, runs: list[LoadedRun]) -> int:
-    """Merge runs read by :func:`load_export` into ``store`` in one transaction; returns
-    how many were new."""
+#: A run dated more than this past the importing machine's clock is not imported
+#: (allows for clock skew between runners).
+FUTURE_SLACK_S = 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    """What an import did: new runs, and one line per warning and per conflict."""
+
+    new: int
+    warnings: tuple[str, ...] = ()
+    conflicts: tuple[str, ...] = ()
+
+
+def _meta(run: RunEvidence) -> dict[str, Any]:
+    """A run's metadata as compared between versions (the package listing, stored
+    once per environment and exported only with evidence, is left out)."""
+    env = {k: v for k, v in run.environment.items() if k != "packages_list"}
+    return {"test": run.test, "run_key": run.run_key, "commit": run.commit,
+            "env_fingerprint": run.env_fingerprint, "environment": env,
+            "workload": dict(run.workload),
+            "overrides": None if run.overrides is None else dict(run.overrides),
+            "duration_s": run.duration_s, "gpus": run.gpus, "outcome": run.outcome,
+            "complete": run.complete, "recorded_at": run.recorded_at, "source": run.source,
+            "has_evidence": run.has_evidence}
+
+
+def _evidence_of(run: RunEvidence) -> dict[str, Any]:
+    return {"units": {u: [c, sorted(sigs)] for u, (c, sigs) in sorted(run.units.items())},
+            "files": dict(sorted(run.files.items())),
+            "sources": dict(sorted(run.sources.items())),
+            "distributions": dict(sorted(run.distributions.items()))}
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+                          ).hexdigest()
+
+
+def _same(a: LoadedRun, b: LoadedRun) -> bool:
+    """Whether two versions of a run agree: the same metadata, and the same evidence
+    where both carry it (an export carries a run's evidence only while it is its test's
+    newest recording: carried in one and not the other is no conflict)."""
+    if _meta(a[0]) != _meta(b[0]):
+        return False
+    return not (a[1] and b[1]) or _evidence_of(a[0]) == _evidence_of(b[0])
+
+
+def merge_versions(versions: Iterable[LoadedRun]) -> LoadedRun:
+    """One run out of several versions of it, whatever order they come in.
+
+    The metadata is the first version by (a failure first, then incomplete, then the
+    sha256 of the metadata): the safe side, then a total order on content. The evidence
+    is the carried evidence with the most units (the widest selection), ties by the
+    sha256 of the evidence; carried when any version carries it. Both are minima of
+    total orders over the versions, so merging is commutative and associative: any
+    import order gives the same run.
+    """
+    vs = list(versions)
+    meta = min(vs, key=lambda v: (not is_failure(v[0].outcome), v[0].complete,
+                                  _digest(_meta(v[0]))))[0]
+    carriers = [v[0] for v in vs if v[1]]
+    if not carriers:
+        return meta, False
+    ev = min(carriers, key=lambda r: (-len(r.units), _digest(_evidence_of(r))))
+    return replace(meta, units=ev.units, files=ev.files, sources=ev.sources,
+                   distributions=ev.distributions), True
+
+
+def _differs(a: RunEvidence, b: RunEvidence) -> str:
+    """What two versions of a run disagree on, for the conflict line."""
+    ma, mb = _meta(a), _meta(b)
+    fields = [k for k in sorted(ma) if ma[k] != mb[k]]
+    if fields:
+        return ", ".join(f"{k} {ma[k]!r} vs {mb[k]!r}" if k in ("outcome", "complete", "commit")
+                         else k for k in fields)
+    return "evidence"
+
+
+def _sane(store: EvidenceStore, runs: list[LoadedRun], where: str, now: float
+          ) -> tuple[list[LoadedRun], list[str]]:
+    """``runs`` without those dated in the future, passing runs with empty evidence kept
+    as history only when their test has evidence; and one warning line per kind."""
+    future = [r for r, _ in runs if r.recorded_at > now + FUTURE_SLACK_S]
+    kept = [(r, c) for r, c in runs if r.recorded_at <= now + FUTURE_SLACK_S]
+    warnings = []
+    if future:
+        latest = max(r.recorded_at for r in future)
+        warnings.append(
+            f"{where}: {len(future)} run(s) dated in the future (up to {_when(latest)}; this "
+            f"machine's clock says {_when(now)}): not "
+            "imported (the newest recording wins: they would hide every recording to come)")
+    with_units = {r.test for r, c in kept if c and r.units}
+    empty = [r for r, c in kept if c and not r.units and r.outcome == "passed"]
+    hollow = {r.run_key for r in empty
+              if r.test in with_units or store.evidence_of_test(r.test)}
+    if hollow:
+        tests = sorted({r.test for r in empty if r.run_key in hollow})
+        warnings.append(
+            f"{where}: {len(hollow)} passing run(s) with empty evidence, of test(s) recorded "
+            f"with evidence ({', '.join(tests[:3])}{' ...' if len(tests) > 3 else ''}): kept as "
+            "history, not as their evidence")
+        kept = [(replace(r, units={}, files={}, sources={}, distributions={},
+                         has_evidence=False), False) if r.run_key in hollow else (r, c)
+                for r, c in kept]
+    return kept, warnings
+
+
+def _when(t: float) -> str:
+    try:
+        return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
+    except (OverflowError, OSError, ValueError):
+        return f"{t:g} s after 1970"
+
+
+def stored_versions(store: EvidenceStore, keys: Iterable[str]) -> dict[str, LoadedRun]:
+    """The runs of ``keys`` the store holds, as :func:`load_export` would read them from
+    its export (evidence carried for a run that holds its test's evidence)."""
+    out: dict[str, LoadedRun] = {}
+    wanted = sorted(set(keys))
+    for i in range(0, len(wanted), 500):
+        for _, line in _lines(store, wanted[i:i + 500]):
+            run = _run(json.loads(line))
+            out[run[0].run_key] = run
+    return out
+
+
+def import_runs(store: EvidenceStore, runs: list[LoadedRun], *, where: str = "import",
+                now: float | None = None) -> ImportReport:
+    """Merge runs read by :func:`load_export` into ``store`` in one transaction.
+
+    The runs are sanity-checked first (see the module docstring). A run whose key the
+    store holds with other content is a conflict: both versions are merged
+    (:func:`merge_versions`) and the merged run replaces the stored one when it differs.
+    ``where`` names the source in warning and conflict lines.
+    """
+    runs, warnings = _sane(store, runs, where, time.time() if now is None else now)
+    by_key: dict[str, list[LoadedRun]] = {}
+    for run in runs:
+        by_key.setdefault(run[0].run_key, []).append(run)
+    conflicts: list[str] = []
+    stored = stored_versions(store, by_key)
+    merged: list[LoadedRun] = []
+    replaced: list[str] = []
+    for key, versions in sorted(by_key.items()):
+        have = stored.get(key)
+        every = versions + ([have] if have is not None else [])
+        first = every[0]
+        disagree = [v for v in every[1:] if not _same(first, v)]
+        if not disagree:
+            merged.append(first if have is None else have)
+            continue
+        winner = merge_versions(every)
+        other = "the store" if have is not None else where
+        conflicts.append(
+            f"{where}: conflict: run {key} of {first[0].test} differs from {other} "
+            f"({_differs(first[0], disagree[0][0])}): merged the same way in any order "
+            f"(outcome {winner[0].outcome!r}{', incomplete' if not winner[0].complete else ''})")
+        if have is not None and not (_same(winner, have) and winner[1] == have[1]):
+            replaced.append(key)
+        merged.append(winner)
     with store.transaction():
+        for key in replaced:  # the merged version is ingested in its place
+            store.conn.execute("DELETE FROM run WHERE run_key = ?", (key,))
+        fresh = [r for r in merged if r[0].run_key not in stored or r[0].run_key in replaced]
         # The runs with evidence in one batch: each posting list is written once.
-        new = sum(store.ingest_many(run for run, has_evidence in runs if has_evidence))
-        for run, has_evidence in runs:
-            if not has_evidence:
-                new += store.add_run(run)
-    return new
+        new = sum(store.ingest_many(r for r, carried in fresh if carried))
+        for r, carried in fresh:
+            if not carried:
+                new += store.add_run(r)
+    return ImportReport(new - len(replaced), tuple(warnings), tuple(conflicts))
 
 
-def import_store(store: EvidenceStore, path: Path) -> tuple[Manifest, int]:
-    """Merge the evidence file ``path`` into ``store``; returns its manifest and how many
-    runs were new. The whole file is checked first: on any error nothing is written.
+def import_store(store: EvidenceStore, path: Path) -> tuple[Manifest, ImportReport]:
+    """Merge the evidence file ``path`` into ``store``; returns its manifest and what the
+    import did. The whole file is checked first: on any error nothing is written.
 
     Raises:
         StoreError: the file is not a valid evidence file (see :func:`load_export`).
     """
     manifest, runs = load_export(path)
-    return manifest, import_runs(store, runs)
+    return manifest, import_runs(store, runs, where=str(path))
 
 
 def _run(line: dict[str, Any]) -> tuple[RunEvidence, bool]:

@@ -29,7 +29,8 @@ from fastci.gcpause import no_gc
 from fastci.evidence import postings
 from fastci.evidence.batch import EvidenceBatch, chunks, pack_ids, unpack_ids
 from fastci.evidence.schema import SCHEMA, SCHEMA_VERSION
-from fastci.types import Checksum, ContextSig, RelPath, TestId, UnitId
+from fastci.types import (FAILURE_OUTCOMES, OUTCOMES, Checksum, ContextSig, RelPath, TestId, UnitId,
+                          is_failure)
 
 LOG = logging.getLogger(__name__)
 
@@ -53,8 +54,18 @@ INGEST_CACHE_KIB = 262_144
 _INSERT_RUN = ("INSERT INTO run (id, test_id, run_key, commit_sha, env_fingerprint, environment,"
                " workload, overrides, duration_s, gpus, outcome, complete, recorded_at, source,"
                " has_evidence) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
-__all__ = ["EvidenceStore", "RunEvidence", "RunRecord", "StoreLockedError", "pack_ids",
+__all__ = ["EvidenceStore", "HistoryRun", "RunEvidence", "RunRecord", "StoreLockedError", "pack_ids",
            "unpack_ids", "real_overrides", "lock_holders", "DEFAULT_PATH", "LOCK_WAIT_S"]
+
+
+@dataclass(frozen=True)
+class HistoryRun:
+    """One run in a test's failure history (:meth:`EvidenceStore.failure_history`)."""
+
+    outcome: str
+    commit: str | None
+    full: bool  # known to be at full workload
+    recorded_at: float
 
 
 class RunRecord(tuple[Any, ...]):
@@ -840,6 +851,29 @@ class EvidenceStore:
             for name, outcome, commit in rows:
                 out.setdefault(name, []).append((outcome, commit))
         return {t: tuple(r) for t, r in out.items()}
+
+    def failure_history(self, n: int = 20) -> dict[TestId, tuple[HistoryRun, ...]]:
+        """The last ``n`` runs, newest first (by clock; ties: the greater run key), of each
+        test that has a failure among them (:func:`fastci.types.is_failure`), for ordering
+        its history by git ancestry (:mod:`fastci.select.history`). One pass over the runs
+        that did not pass, then the windows of only those tests."""
+        self._fresh()
+        ok = sorted(OUTCOMES - FAILURE_OUTCOMES)
+        failing = [tid for (tid,) in self.conn.execute(
+            f"SELECT DISTINCT test_id FROM run WHERE outcome NOT IN ({','.join('?' * len(ok))})",
+            ok)]
+        out: dict[TestId, list[HistoryRun]] = {}
+        for chunk in chunks(sorted(failing)):
+            rows = self.conn.execute(
+                "SELECT name, outcome, commit_sha, overrides, recorded_at FROM (SELECT t.name AS"
+                " name, r.outcome AS outcome, r.commit_sha AS commit_sha, r.overrides AS"
+                " overrides, r.recorded_at AS recorded_at, row_number() OVER (PARTITION BY"
+                " r.test_id ORDER BY r.recorded_at DESC, r.run_key DESC) AS k FROM run r JOIN"
+                " test t ON t.id = r.test_id WHERE r.test_id IN (%s)) WHERE k <= ?"
+                " ORDER BY name, k" % ",".join("?" * len(chunk)), (*chunk, n))
+            for name, outcome, commit, overrides, at in rows:
+                out.setdefault(name, []).append(HistoryRun(outcome, commit, overrides == "{}", at))
+        return {t: tuple(r) for t, r in out.items() if any(is_failure(h.outcome) for h in r)}
 
     def _runs(self, where: str, args: tuple[str, ...]) -> Iterator[RunRecord]:
         """Runs (joined with their test) matching ``where``, oldest first."""

@@ -180,6 +180,15 @@ class RunReport:
         more = self.pruned_run.failed if self.pruned_run is not None else 0
         return (self.report.failed if self.report else 0) + len(self.not_run) + py + more
 
+    @property
+    def flaky(self) -> tuple[str, ...]:
+        """Tests that failed an attempt and then passed (Bazel's ``FLAKY``). They count as
+        passed, but for the plan's prunes they failed: a stand-in that fails once no
+        longer vouches for the tests it stands in for."""
+        if self.report is None:
+            return ()
+        return tuple(sorted(t for t, o in self.report.outcomes.items() if o.status == "FLAKY"))
+
     def summary_line(self) -> str:
         """``N passed, N failed`` (fail-fast: ``, N not run`` after it when some did not run)."""
         stopped = f", {len(self.stopped)} not run" if self.stopped else ""
@@ -318,14 +327,14 @@ def execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | No
     rr = _execute(root, plan, config, tree, t0, store=store, bazel=bazel, flags=flags, echo=echo,
                   python=python, pytest_args=pytest_args, fail_fast=fail_fast, progress=progress)
     pruned = [s for s in plan.skipped if s.stand_ins] if rr.mode == "selective" else []
-    if pruned and rr.failed:
+    if pruned and (rr.failed or rr.flaky):
         if fail_fast:
             rr = dataclasses.replace(rr, stopped=(*rr.stopped, *(s.id for s in pruned)))
             for s in pruned:
                 echo(f"  NOT RUN    {shown(s.id)} (pruned; a test failed, but --fail-fast stopped the run)")
         else:
             rr = dataclasses.replace(rr, pruned_run=_run_pruned(
-                root, [s.id for s in pruned], rr.failed, config, tree, store=store, bazel=bazel,
+                root, [s.id for s in pruned], _failures(rr), config, tree, store=store, bazel=bazel,
                 flags=flags, echo=echo, python=python, pytest_args=pytest_args))
     echo(rr.summary_line())
     return rr
@@ -369,7 +378,10 @@ def _execute(root: Path, plan: Plan, config: Config, tree: str | None, t0: float
             if published is not None and len(published.tests) > 1:
                 flags = (*_concurrency(len(published.tests), flags, echo), *flags)
             with _following(bep, progress):
-                res = bazel.test(targets, flags=(f"--config={config.bazel_config}", *flags),
+                # The plan's pruned tests stay skipped: this run runs them after a
+                # failure (execute); without this the rules run them (plan_model.bzl).
+                res = bazel.test(targets, flags=(f"--config={config.bazel_config}",
+                                                 "--repo_env=FASTCI_PRUNES=rerun", *flags),
                                  bep_path=bep)
         no_tests = res.no_tests
     except BazelError as exc:
@@ -428,12 +440,22 @@ def _execute(root: Path, plan: Plan, config: Config, tree: str | None, t0: float
     return rr
 
 
-def _run_pruned(root: Path, pruned: list[TestId], failed: int, config: Config,
+def _failures(rr: RunReport) -> str:
+    """What voided the prunes: ``2 test(s) failed``, ``1 test(s) were flaky`` or both."""
+    parts = [f"{rr.failed} test(s) failed"] if rr.failed else []
+    if rr.flaky:
+        parts.append(f"{len(rr.flaky)} test(s) were flaky (failed, then passed: "
+                     f"{', '.join(rr.flaky[:3])}{' ...' if len(rr.flaky) > 3 else ''})")
+    return " and ".join(parts)
+
+
+def _run_pruned(root: Path, pruned: list[TestId], failed: str, config: Config,
                 tree: str | None, *,
                 store: ResultHistory | None, bazel: Bazel | None, flags: tuple[str, ...],
                 echo: Callable[[str], None], python: str | None,
                 pytest_args: tuple[str, ...]) -> RunReport:
-    """Run the plan's pruned tests at full workload, after ``failed`` tests failed.
+    """Run the plan's pruned tests at full workload, after ``failed`` (what failed, or
+    was flaky: :func:`_failures`).
 
     A prune says the stand-ins' checks would catch what the pruned test catches; once a
     test fails that no longer holds for this change (a stand-in may have failed for
@@ -444,7 +466,7 @@ def _run_pruned(root: Path, pruned: list[TestId], failed: int, config: Config,
     from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo
     from fastci.plan.model import PlannedTest
 
-    echo(f"fastci run: {failed} test(s) failed: the plan's prunes do not hold for this "
+    echo(f"fastci run: {failed}: the plan's prunes do not hold for this "
          f"change; running the {len(pruned)} pruned test(s) at full workload")
     labels = [t for t in pruned if is_label(t)] if bazel is not None else []
     others = [t for t in pruned if t not in labels]
@@ -641,8 +663,9 @@ def run_pytest(root: Path, plan: Plan, config: Config, tree: str | None, *, args
     plan_file.write_text((dataclasses.replace(ordered, tree=tree) if tree else ordered).to_json())
     if python is None:
         python = _python(root, config, echo)
+    # `fastci run` runs the pruned tests after any failure (execute): they may stay skipped.
     cmd = (python, "-m", "pytest", "-p", "fastci.pytest_plugin", "--fastci-plan", str(plan_file),
-           "--fastci-results", str(results_file), *args)
+           "--fastci-prunes-rerun", "--fastci-results", str(results_file), *args)
     echo(f"fastci run: {' '.join(cmd)}")
     started = time.time()
     try:

@@ -19,6 +19,7 @@ from fastci.select.decisions import (SKIP_KINDS, WIDEN_KINDS, Decision, Decision
 from fastci.changes.versions import Versions
 from fastci.select.baseline import Baselines, change_rules
 from fastci.select.manifest_rules import environment_rules
+from fastci.select.history import HISTORY_RUNS, history_rules
 from fastci.select.rules import (DeclaredTest, EvidenceReader, RunLike, ignored_read_rules,
                                  test_rules)
 from fastci.types import TestId, as_label
@@ -105,6 +106,16 @@ def select_tests(changes: ChangeSet, store: EvidenceReader, config: Config, *,
                       environment_rules(with_evidence, current, imported),
                       change_hits, ignored_read_rules(changes, store)):
         for test, reasons in rule_hits.items():
+            hits.setdefault(test, []).extend(reasons)
+    # A failure hidden behind a newer-by-clock pass (a retried job of an older commit)
+    # stands until a pass at its commit or a descendant clears it (git ancestry).
+    history = getattr(store, "failure_history", None)
+    if history is not None:
+        red = {t for t, reasons in hits.items()
+               if any(r.kind is DecisionKind.FAILED_LAST for r in reasons)}
+        failing = {t: r for t, r in history(HISTORY_RUNS).items() if t in universe}
+        for test, reasons in history_rules(failing, changes.tree.git if changes.tree else None,
+                                           red).items():
             hits.setdefault(test, []).extend(reasons)
     notes = list(changes.notes) + notes
     decisions = []

@@ -1,25 +1,35 @@
-"""Equivalent-context pruning (issue 14 item 2): skip a selected test that only repeats
-what other selected tests run.
+"""Equivalent-context pruning (issue 14 item 2, issue 34 item 4): skip a selected test
+that only repeats what other selected tests run.
 
 Each selected test reaches the change through changed units; its evidence says in which
 contexts it ran each of them (:mod:`fastci.evidence.contexts`), with per-call data set
-aside: a number that varies within any selected test's run of a unit is data for that
-unit in every test (:func:`fastci.select.contexts.varying_numbers`). A test whose every (changed unit, context)
-pair is also run by other tests of the plan that can *stand in* for it is pruned: it
-is listed in the plan's ``skipped`` with the stand-ins and the shared pairs.
+aside *per test*: a number that varies within a test's own run of a unit is data in
+that test's contexts (``tp=#``), and stays a value in every other test's
+(:func:`fastci.select.contexts.varying_numbers`; blanking it everywhere made a tp=1 vs
+tp=2 parity test look like a tp=4 test). A test stands in for a context with its
+contexts as recorded and as blanked. A test whose every (changed unit, context) pair is
+also run by other tests of the plan that can *stand in* for it is pruned: it is listed
+in the plan's ``skipped`` with the stand-ins and the shared pairs.
 
 It is a weighted set cover, solved greedily: candidates are tried most expensive
 first (cost: the GPU-seconds expected at the workload the plan gives them), and one is
 pruned only if each of its pairs keeps a running stand-in, and so does each pair of
 every test pruned before it.
 
-``safe`` (the default mode):
+``safe``:
 
+* A stand-in observes what the test checks: its declared ``scope`` (what it validates)
+  includes the test's, and a test without a declared scope is never pruned. Check
+  strength alone ranks the kind of check, not what it observes (an exact loss check
+  cannot stand in for a tolerance gradient-parity check).
 * A stand-in's check is at least as strong as the test's (``exact`` > ``tolerance``
   > ``threshold`` > ``completes``; :data:`fastci.plan.workload.CHECKS`), and a test
   whose check is not declared is never pruned (its strength is unknown).
 * A relational check (two arms of the same code compared, e.g. tp=2 vs tp=1) cannot
-  see a bug symmetric on both arms: it stands in only for relational tests.
+  see a bug symmetric on both arms: it stands in only for relational tests, and never
+  for a test whose scope holds a dimension its arms vary (a number varying within the
+  stand-in's run of the unit, named like one of the test's frozen workload
+  dimensions: what the test's scope freezes).
 * Never pruned: a test selected for any reason but a changed unit it executes (its
   file or declaration changed, it failed last time, it has no or incomplete evidence,
   a changed data file, an environment change...), a performance test, a test whose
@@ -27,18 +37,20 @@ every test pruned before it.
   :data:`fastci.evidence.contexts.MAX_CONTEXTS` per unit: more may have run).
 
 * Nothing is pruned while a selected test failed its last run (the branch is red): a
-  prune holds only while its stand-ins pass, and a runner that cannot run the pruned
-  tests after a failure in the same run (plain ``bazel test --config=fastci``) runs
-  them in the next plan. ``fastci run`` runs them in the same run
-  (:func:`fastci.run.runner.execute`).
+  prune holds only while its stand-ins pass. ``fastci run`` runs the pruned tests in the
+  same run after any failure or flaky pass (:func:`fastci.run.runner.execute`).
+* A prune is conditional: where no runner enforces that rule, pruned tests run (at full
+  workload). The Bazel rules skip them only under ``--repo_env=FASTCI_PRUNES=rerun``
+  (``conditional_prunes`` in ``rules/private/plan_model.bzl``), the pytest plug-in only
+  with ``--fastci-prunes-rerun``; ``fastci run`` passes both.
 
-``aggressive`` drops the check and relational rules (any test stands in for any) and
-prunes undeclared tests; the other rules stay. ``off`` prunes nothing.
+``aggressive`` drops the scope, check and relational rules (any test stands in for
+any) and prunes undeclared tests; the other rules stay. ``off`` prunes nothing.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 from fastci.select.contexts import varying_numbers, without_data_values
@@ -46,7 +58,7 @@ from fastci.select.decisions import Decision, DecisionKind, Reason, Selection
 from fastci.select.rules import DeclaredTest, EvidenceReader
 from fastci.types import TestId, UnitId
 
-__all__ = ["MODES", "Pruned", "prune"]
+__all__ = ["MODES", "Pruned", "frozen_dims", "prune"]
 
 MODES = ("off", "safe", "aggressive")
 #: The reasons a pruned test can be shown to share with its stand-ins.
@@ -72,11 +84,19 @@ class Pruned:
 @dataclass(frozen=True)
 class _Test:
     test: TestId
-    pairs: frozenset[Pair]
+    pairs: frozenset[Pair]  # what it runs: its contexts, its own per-call data blanked
     strength: int | None  # None: unknown (undeclared) or performance
     relational: bool
     cost: float
     prunable: bool
+    #: What it can stand in for: ``pairs`` and its contexts as recorded (a context it
+    #: ran with ``tp=2`` covers another test's ``tp=2``).
+    held: frozenset[Pair] = frozenset()
+    scope: frozenset[str] = frozenset()  # what it validates (declared ``scope``)
+    dims: frozenset[str] = frozenset()  # the workload dimensions its scope freezes
+    #: Per changed unit, the numbers that varied within its own run of it (for a
+    #: relational test: what its arms vary).
+    varying: Mapping[UnitId, frozenset[str]] = field(default_factory=dict)
 
 
 def _kind(decl: DeclaredTest | None, aggressive: bool) -> tuple[int | None, bool]:
@@ -120,13 +140,7 @@ def prune(selection: Selection, store: EvidenceReader, declared: Mapping[TestId,
         return replace(selection, summary=_noted(selection.summary, note)), []
     aggressive = mode == "aggressive"
     recorded = changed_unit_contexts(selection, store)
-    # A number that varies within any test's run of a unit is data for that unit, in
-    # every test: the same context blanked the same way everywhere.
-    data: dict[UnitId, set[str]] = {}
-    for units in recorded.values():
-        for unit, contexts in units.items():
-            data.setdefault(unit, set()).update(varying_numbers(contexts))
-    tests = [_facts(d, recorded.get(d.test, {}), data, declared.get(d.test),
+    tests = [_facts(d, recorded.get(d.test, {}), declared.get(d.test),
                     cost.get(d.test), aggressive, import_time) for d in selection.selected]
     pruned = _cover(tests, aggressive)
     if not pruned:
@@ -163,40 +177,65 @@ def changed_unit_contexts(selection: Selection, store: EvidenceReader
             for t, units in reached.items()}
 
 
-def _facts(d: Decision, recorded: Mapping[UnitId, Sequence[str]],
-           data: Mapping[UnitId, set[str]], decl: DeclaredTest | None, cost: float | None,
-           aggressive: bool, import_time: frozenset[UnitId] = frozenset()) -> _Test:
+def frozen_dims(decl: DeclaredTest) -> frozenset[str]:
+    """The workload dimensions ``decl``'s scope freezes: its declared ``frozen``, or,
+    undeclared, every dimension without a floor (what a plan never reduces)."""
+    if decl.frozen is not None:
+        return frozenset(decl.frozen)
+    return frozenset(d for d in (decl.workload or {}) if d not in decl.floors)
+
+
+def _facts(d: Decision, recorded: Mapping[UnitId, Sequence[str]], decl: DeclaredTest | None,
+           cost: float | None, aggressive: bool,
+           import_time: frozenset[UnitId] = frozenset()) -> _Test:
     strength, relational = _kind(decl, aggressive)
     units = {r.unit for r in d.reasons if r.kind in UNIT_KINDS and r.unit}
+    scope = frozenset(decl.scope) if decl is not None else frozenset()
     prunable = (strength is not None and bool(units)
+                and (aggressive or bool(scope))  # what it observes must be declared
                 and all(r.kind is DecisionKind.CHANGED_UNIT and r.unit for r in d.reasons)
                 and not units & import_time
                 and not any(u.endswith("::<module>") for u in units))
     pairs: set[Pair] = set()
+    held: set[Pair] = set()
+    varying: dict[UnitId, frozenset[str]] = {}
     for unit in sorted(units):
         contexts = recorded.get(unit)
         if not contexts or len(set(contexts)) >= CONTEXT_CAP:
             prunable = False  # unknown or capped: more may have run than is known
             continue
-        pairs.update((unit, c) for c in without_data_values(contexts,
-                                                             frozenset(data.get(unit, ()))))
+        # Per-call data is what varies within *this* test's run of the unit: another
+        # test's tp=1 vs tp=2 arms say nothing about this test's tp=4.
+        varying[unit] = varying_numbers(contexts)
+        own = {(unit, c) for c in without_data_values(contexts, varying[unit])}
+        pairs.update(own)
+        held.update(own)
+        held.update((unit, c) for c in contexts)
     return _Test(d.test, frozenset(pairs), strength, relational,
-                 float(cost) if cost is not None else 0.0, prunable)
+                 float(cost) if cost is not None else 0.0, prunable, frozenset(held), scope,
+                 frozen_dims(decl) if decl is not None else frozenset(), varying)
 
 
-def _stands_in(s: _Test, t: _Test, aggressive: bool) -> bool:
+def _stands_in(s: _Test, t: _Test, aggressive: bool, unit: UnitId | None = None) -> bool:
+    """Whether ``s`` can stand in for ``t`` (on ``unit``'s pairs, when given)."""
     if aggressive:
         return True
     if s.strength is None or t.strength is None or s.strength < t.strength:
         return False
-    return t.relational or not s.relational
+    if not t.scope or not t.scope <= s.scope:
+        return False  # s does not observe what t checks
+    if s.relational and not t.relational:
+        return False
+    # s's arms vary a dimension t's scope holds (tp=1 vs tp=2 against a test of tp):
+    # both arms may carry a bug that only t's comparison sees.
+    return not (s.relational and unit is not None and s.varying.get(unit, frozenset()) & t.dims)
 
 
 def _cover(tests: Sequence[_Test], aggressive: bool) -> list[Pruned]:
     running = {t.test: t for t in tests}
     holders: dict[Pair, set[TestId]] = {}
     for t in tests:
-        for pair in t.pairs:
+        for pair in t.held | t.pairs:
             holders.setdefault(pair, set()).add(t.test)
     pruned: dict[TestId, _Test] = {}
     # Most expensive first; ties by id, so plans are reproducible.
@@ -204,10 +243,10 @@ def _cover(tests: Sequence[_Test], aggressive: bool) -> list[Pruned]:
         del running[t.test]
         ok = _covered(t, holders, running, aggressive) and all(
             _covered(q, holders, running, aggressive) for q in pruned.values()
-            if q.pairs & t.pairs)
+            if q.pairs & t.held)
         if ok:
             pruned[t.test] = t
-            for pair in t.pairs:
+            for pair in t.held | t.pairs:
                 holders[pair].discard(t.test)
         else:
             running[t.test] = t
@@ -216,14 +255,14 @@ def _cover(tests: Sequence[_Test], aggressive: bool) -> list[Pruned]:
         stand_ins: set[TestId] = set()
         for pair in sorted(t.pairs):
             stand_ins.add(min(s for s in holders[pair]
-                              if _stands_in(running[s], t, aggressive)))
+                              if _stands_in(running[s], t, aggressive, pair[0])))
         out.append(Pruned(t.test, tuple(sorted(stand_ins)), len(t.pairs), min(t.pairs)))
     return sorted(out, key=lambda p: p.test)
 
 
 def _covered(t: _Test, holders: Mapping[Pair, set[TestId]], running: Mapping[TestId, _Test],
              aggressive: bool) -> bool:
-    return all(any(s in running and _stands_in(running[s], t, aggressive)
+    return all(any(s in running and _stands_in(running[s], t, aggressive, pair[0])
                    for s in holders.get(pair, ()))
                for pair in t.pairs)
 
@@ -234,7 +273,9 @@ def _pruned_decision(d: Decision, p: Pruned) -> Decision:
                                           if len(p.stand_ins) > 3 else "")
     sentence = (f"pruned: each of its {p.pairs} (changed unit, context) pair(s) also runs in "
                 f"{shown}, whose check{'s are' if len(p.stand_ins) > 1 else ' is'} at least "
-                f"as strong (e.g. {unit} in {context})")
+                f"as strong and observe{'' if len(p.stand_ins) > 1 else 's'} its scope "
+                f"(e.g. {unit} in {context}); skipped only by fastci run, which runs it "
+                "after any failure")
     reason = Reason(DecisionKind.PRUNED, sentence, unit=unit,
                     via="stand-ins: " + ", ".join(p.stand_ins), stand_ins=p.stand_ins)
     return Decision(d.test, (reason,) + tuple(d.reasons), d.est_gpu_s, 0.0)

@@ -141,6 +141,27 @@ class Git:
             got.setdefault(sha, set()).update(p for p in paths if p)
         return {c: frozenset(paths) for c, paths in got.items()}
 
+    def parents_of_history(self, tips: Iterable[str], limit: int) -> dict[str, tuple[str, ...]]:
+        """Commit -> its parents, for up to ``limit`` commits reachable from ``tips`` (the
+        newest first), in one ``git rev-list``; a tip the repository does not hold is left
+        out. A commit outside the answer is unknown (a shallow clone, past ``limit``)."""
+        wanted = sorted({c for c in tips if c and _HEX.fullmatch(c)})
+        if not wanted:
+            return {}
+        held = self._run(["cat-file", "--batch-check=%(objectname) %(objecttype)"],
+                         input="".join(f"{c}\n" for c in wanted).encode()).stdout
+        present = [line.split()[0] for line in _text(held).splitlines()
+                   if line.endswith(" commit")]
+        if not present:
+            return {}
+        out = self._run(["rev-list", "--parents", f"--max-count={int(limit)}", *present,
+                         "--"]).stdout
+        graph: dict[str, tuple[str, ...]] = {}
+        for line in _text(out).splitlines():
+            sha, *parents = line.split()
+            graph[sha] = tuple(parents)
+        return graph
+
     def read(self, rev: str, path: RelPath) -> bytes | None:
         """The bytes of ``path`` at ``rev`` (``WORKTREE`` reads the disk); None if absent."""
         if rev == WORKTREE:

@@ -115,11 +115,15 @@ class PlanPlugin:
     """Apply a :class:`~fastci.plan.model.Plan` to a pytest session."""
 
     def __init__(self, plan: Plan, root: Path | None = None, *, source: str | None = None,
-                 list_deselected: bool | None = None) -> None:
+                 list_deselected: bool | None = None, prunes_rerun: bool = False) -> None:
         """Apply ``plan`` (read from ``source``, for messages) to the session.
 
         ``list_deselected``: list each deselected test in the terminal summary
         (None: the ``--fastci-list-deselected`` option decides; default one line).
+        ``prunes_rerun``: the caller runs the plan's pruned tests after any failure or
+        flaky pass (``fastci run``, ``--fastci-prunes-rerun``), so they are deselected.
+        Without it a prune does not hold (it is safe only under that rule): the pruned
+        tests run at full workload, as tests the plan does not list do.
         """
         self.plan = plan
         self.source = source
@@ -128,7 +132,13 @@ class PlanPlugin:
         # node ids are relative to its rootdir. Match either.
         self.root = root
         self.order = {t.id: i for i, t in enumerate(by_priority(plan.tests))}
-        self.skip_why = {s.id: s.why for s in plan.skipped} if plan.mode == "selective" else {}
+        selective = plan.mode == "selective"
+        #: Pruned tests run here: nothing in this session runs them after a failure.
+        self.conditional = frozenset(s.id for s in plan.skipped if s.stand_ins) \
+            if selective and not prunes_rerun else frozenset()
+        self.skip_why = {s.id: s.why for s in plan.skipped
+                         if s.id not in self.conditional} if selective else {}
+        self.unpruned: list[str] = []  # pruned tests this session runs (conditional)
         self.overrides = {t.id: dict(t.overrides) for t in plan.tests if t.overrides}
         # Main file -> label, for a plan written in Bazel labels (one gpu_test per main file).
         self.by_main = labels_by_main([*self.order, *(s.id for s in plan.skipped)])
@@ -156,8 +166,10 @@ class PlanPlugin:
         self.collected = len(items)
         for item in items:
             tid = self._plan_id(item)
-            if tid in self.order or tid in self.skip_why:
+            if tid in self.order or tid in self.skip_why or tid in self.conditional:
                 self.matched.add(tid)
+            if tid in self.conditional:
+                self.unpruned.append(tid)
             why = self.skip_why.get(tid)
             if why is None:
                 keep.append(item)
@@ -224,7 +236,7 @@ class PlanPlugin:
 
     def _warn_no_match(self, config: pytest.Config) -> None:
         """Warn loudly when a selective plan names tests but none of the collected ones."""
-        ids = len(set(self.order) | set(self.skip_why))
+        ids = len(set(self.order) | set(self.skip_why) | self.conditional)
         if self.plan.mode != "selective" or not ids or not self.collected or self.matched:
             return
         self.no_match = (f"fastci: none of the plan's {ids} test id(s) matched any of the "
@@ -236,10 +248,11 @@ class PlanPlugin:
 
     def _plan_id(self, item: pytest.Item) -> str:
         """The id the plan uses for ``item``: its node id, its repo-relative id, or its gpu_test's label."""
-        if item.nodeid in self.order or item.nodeid in self.skip_why:
+        known = (self.order, self.skip_why, self.conditional)
+        if any(item.nodeid in ids for ids in known):
             return item.nodeid
         tid = self._item_id(item)
-        if tid in self.order or tid in self.skip_why or not self.by_main:
+        if any(tid in ids for ids in known) or not self.by_main:
             return tid
         label = self.by_main.get(tid.partition("::")[0])
         return label if label is not None else tid
@@ -266,6 +279,11 @@ class PlanPlugin:
             terminalreporter.write_line(
                 f"fastci: the plan skips all {len(self.deselected)} collected test(s) "
                 "(nothing it runs is affected by the change): exit status 0, not 5")
+        if self.unpruned:
+            terminalreporter.write_line(
+                f"fastci: {len(set(self.unpruned))} pruned test(s) ran at full workload: a prune "
+                "holds only where a failure runs the pruned tests, which `fastci run` does "
+                "and this session does not")
         if self.ignored:
             terminalreporter.section("fastci: overrides ignored, ran at full workload")
             for nodeid, why in self.ignored:

@@ -89,6 +89,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run only what this FastCI plan selects, in its order")
     group.addoption("--fastci-results", default=None, metavar="PATH",
                     help="write each test's id, outcome, duration and workload as JSON lines")
+    group.addoption("--fastci-prunes-rerun", action="store_true", default=False,
+                    help="skip the plan's pruned tests: the caller runs them after any failure "
+                         "(set by `fastci run`; without it pruned tests run)")
     group.addoption("--fastci-list-deselected", action="store_true", default=False,
                     help="list every test the plan deselected, with its reason (default: "
                          "one summary line; `fastci explain TEST` gives any test's reason)")
@@ -179,7 +182,8 @@ def pytest_configure(config: pytest.Config) -> None:
             if obeyed is plan:
                 config.pluginmanager.register(pytest_plan.PlanPlugin(
                     plan, root, source=plan_path,
-                    list_deselected=bool(config.getoption("--fastci-list-deselected"))),
+                    list_deselected=bool(config.getoption("--fastci-list-deselected")),
+                    prunes_rerun=bool(config.getoption("--fastci-prunes-rerun"))),
                     "fastci-plan")
 
 

@@ -1,0 +1,44 @@
+"""The prune-default benchmark's scoring (bench.prune_mix; its runs need the example's
+recorded workspace): misses per failing test under the rerun rule, and the mix's shape."""
+
+from __future__ import annotations
+
+from bench.prune_mix import MixRow, benign_edit, report, score
+
+
+def _row(name: str, failing: tuple[str, ...] = (), pruned: tuple[str, ...] = ("//t:b",)) -> MixRow:
+    return MixRow(name, "bench", selected=("//t:a", "//t:b"), pruned=pruned, failing=failing,
+                  costs={"//t:a": 1.0, "//t:b": 3.0})
+
+
+def test_a_failing_pruned_test_is_a_miss_only_when_every_kept_test_passes() -> None:
+    # Kept a fails: fastci run then runs the pruned b, no miss, all 4 GPU-s spent.
+    caught = score([_row("bug1", failing=("//t:a", "//t:b"))])
+    assert caught.misses == () and caught.pruned_gpu_s == 4.0 and caught.reruns == 1
+    # Only the pruned b fails: nothing triggers the rerun, b is a miss.
+    lost = score([_row("bug2", failing=("//t:b",))])
+    assert lost.misses == (("bug2", "//t:b"),) and lost.pruned_gpu_s == 1.0
+
+
+def test_the_verdict_needs_a_ci_shaped_mix_and_zero_misses() -> None:
+    passing = [_row(f"ok{i}") for i in range(4)]
+    s = score([*passing, _row("bug1", failing=("//t:a",)), _row("bug2", failing=("//t:a",))])
+    assert (s.passing, s.failing, s.shaped) == (4, 2, True)
+    assert s.ratio == (4 * 1.0 + 2 * 4.0) / (6 * 4.0)
+    assert s.verdict().startswith("safe may be the default: 0 misses, 0.50x")
+    thin = score([passing[0], _row("bug1", failing=("//t:a",))])
+    assert not thin.shaped and thin.verdict().startswith("no verdict: 1 passing and 1 failing")
+    missed = score([*passing, _row("bug2", failing=("//t:b",))])
+    assert missed.verdict() == "keep prune: off (1 failing test(s) never ran)"
+    assert any("verdict: keep prune: off" in line for line in report([*passing,
+                                                                       _row("bug2", failing=("//t:b",))]))
+
+
+def test_a_benign_edit_changes_the_function_and_not_its_behaviour() -> None:
+    src = 'class A:\n    def f(self, x):\n        """Doc."""\n        return x + 1\n'
+    out = benign_edit(src, "A.f")
+    assert out == 'class A:\n    def f(self, x):\n        """Doc."""\n        _unused = 0\n        return x + 1\n'
+    ns: dict[str, object] = {}
+    exec(compile(out, "m.py", "exec"), ns)  # noqa: S102 - our own literal source
+    assert ns["A"]().f(1) == 2  # type: ignore[operator]
+    assert benign_edit(src, "A.g") is None
