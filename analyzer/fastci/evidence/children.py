@@ -12,8 +12,13 @@ same test and run, writing its own trace at exit into the same directory;
 only sets the environment up (the recorder uses it), so it imports no recorder.
 
 Forked children (no exec) are handled by the recorder itself
-(``Recorder._forked``). Limits: a child started with a scrubbed environment
-(``env={...}`` without these variables) or with ``python -S``/``-I`` is not recorded.
+(``Recorder._forked``). A child started with a scrubbed environment (``env={...}``
+without these variables, a launcher that builds each rank's environment from
+scratch) or with ``python -I``/``-E``/``-S`` is not recorded; so the recorder
+watches the programs its process starts (audit events ``subprocess.Popen``,
+``os.exec``, ``os.posix_spawn``, ``os.spawn``, ``os.system``) and
+:func:`python_start` says which of them start a Python interpreter: one that left
+no trace makes the test's evidence incomplete, with a reason.
 """
 
 from __future__ import annotations
@@ -21,10 +26,13 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
+import shlex
 import shutil
+import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 ENV_DIR = "FASTCI_RECORD_CHILD"
 ENV_TEST = "FASTCI_RECORD_TEST"
@@ -126,3 +134,119 @@ class ChildEnvironment:
                 os.environ[k] = v
         self._saved = {}
         self._tmp = None
+
+
+# ------------------------------------------------------------------ started programs
+
+#: Audit events raised when this process starts a program (or is replaced by one).
+START_EVENTS = frozenset({"subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn",
+                          "os.system"})
+# python, python3, python3.11, python3.13t, pypy3 ... (a basename).
+_PYTHON_NAME = re.compile(r"(python|pypy)(\d+(\.\d+)*)?[a-z]?(\.exe)?$")
+# Programs that run the command they are given (same process or a child of theirs):
+# the Python interpreter is judged from that command.
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "busybox"})
+_WRAPPERS = frozenset({"env", "timeout", "nohup", "nice", "ionice", "taskset", "numactl",
+                       "setsid", "stdbuf", "chrt", "time", "exec", "command"})
+# Interpreter options that print and exit before site runs: such a start leaves no trace
+# and runs no code of the repository.
+_NO_CODE = frozenset({"-V", "-VV", "--version", "-h", "-?", "--help"})
+
+
+def python_start(event: str, args: Sequence[Any]) -> str | None:
+    """The command line, shortened, when audit ``event`` starts a Python interpreter.
+
+    ``None`` for any other program (``git``, ``nvidia-smi``) and for a start that
+    runs no code (``python --version``). A Python interpreter is judged by the
+    program: a ``python*``/``pypy*`` name, this interpreter (``sys.executable``, a
+    venv's ``bin/python`` linking to it), or a script whose ``#!`` line names one
+    (console scripts: ``torchrun``, ``deepspeed``); through a shell's ``-c``
+    command and wrappers such as ``env -i`` or ``timeout``.
+    """
+    try:
+        started = _started(event, args)
+        if started is None:
+            return None
+        program, argv, env = started
+        if not _runs_python(program, argv, env, depth=0):
+            return None
+        shown = " ".join(str(a) for a in argv) or program
+        return shown if len(shown) <= 160 else shown[:157] + "..."
+    except Exception:  # an odd argument: never break the test over bookkeeping
+        return None
+
+
+def _started(event: str, args: Sequence[Any]) -> tuple[str, list[str], Mapping[str, str] | None] | None:
+    """(program, argv, environment or None = inherited) of a start event."""
+    def text(value: Any) -> str:
+        return os.fsdecode(value) if isinstance(value, (str, bytes, os.PathLike)) else str(value)
+
+    if event == "os.system":
+        return ("/bin/sh", ["/bin/sh", "-c", text(args[0])], None) if args else None
+    if event == "subprocess.Popen":  # (executable, args, cwd, env)
+        executable, argv, env = args[0], args[1], args[3]
+    elif event in ("os.exec", "os.posix_spawn"):  # (path, argv, env)
+        executable, argv, env = args[0], args[1], args[2]
+    elif event == "os.spawn":  # (mode, path, args, env)
+        executable, argv, env = args[1], args[2], args[3]
+    else:
+        return None
+    if isinstance(argv, (str, bytes, os.PathLike)):
+        argv = [argv]
+    words = [text(a) for a in (argv or ())]
+    program = text(executable) if executable is not None else (words[0] if words else "")
+    return program, words, env if isinstance(env, Mapping) else None
+
+
+def _runs_python(program: str, argv: list[str], env: Mapping[str, str] | None,
+                 depth: int) -> bool:
+    name = os.path.basename(program)
+    if _is_python(program, env):
+        return not (len(argv) > 1 and all(a in _NO_CODE for a in argv[1:]))
+    if depth > 3:
+        return False
+    rest = argv[1:]
+    if name in _SHELLS:
+        if "-c" not in rest or rest.index("-c") + 1 >= len(rest):
+            return False
+        try:
+            words = shlex.split(rest[rest.index("-c") + 1])
+        except ValueError:  # unbalanced quotes: look at the plain words
+            words = rest[rest.index("-c") + 1].split()
+        return any(_is_python(w, env) for w in words)
+    if name in _WRAPPERS:
+        # The wrapped command is the first word that is not an option or a VAR=value.
+        for i, word in enumerate(rest):
+            if word.startswith("-") or ("=" in word and not word.startswith("/")):
+                continue
+            if word.isdigit() or word.replace(".", "", 1).isdigit():  # timeout/nice values
+                continue
+            return _runs_python(word, rest[i:], env, depth + 1)
+    return False
+
+
+def _is_python(program: str, env: Mapping[str, str] | None) -> bool:
+    """Whether ``program`` (a path or a name looked up on PATH) is a Python interpreter."""
+    if not program:
+        return False
+    if _PYTHON_NAME.match(os.path.basename(program)):
+        return True
+    path = program if os.sep in program else shutil.which(
+        program, path=(env if env is not None else os.environ).get("PATH"))
+    if not path:
+        return False
+    real = os.path.realpath(path)
+    mine = {os.path.realpath(p) for p in (sys.executable, getattr(sys, "_base_executable", ""))
+            if p}
+    if real in mine or _PYTHON_NAME.match(os.path.basename(real)):
+        return True
+    try:
+        with open(real, "rb") as f:
+            head = f.read(256)
+    except OSError:
+        return False
+    if not head.startswith(b"#!"):
+        return False
+    line = head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").split()
+    # "#!/usr/bin/python3", "#!/usr/bin/env python3", "#!/bin/sh" + exec trick (not Python).
+    return any(_PYTHON_NAME.match(os.path.basename(w)) for w in line[:2])
