@@ -28,6 +28,7 @@ from fastci.evidence.ingest import find_traces, ingest as ingest_traces
 from fastci.evidence.store import EvidenceStore
 from fastci.plan.build import analyze
 from fastci.select import DeclaredTest
+from fastci.select.explain import explain
 from selection_support import Repo
 
 # Run one check of checks/suite.py, recorded into argv[2]; print its outcome last.
@@ -65,7 +66,7 @@ def _record(files: dict[str, str], names: list[str], tmp: Path) -> tuple[Repo, s
 
 
 def _plan(repo: Repo, base: str, names: list[str], edit: tuple[str, str, str]) -> dict[str, str]:
-    """Apply ``edit`` (path, old, new) and plan: planned test -> why."""
+    """Apply ``edit`` (path, old, new) and plan: planned test -> what ``fastci explain`` says."""
     path, old, new = edit
     text = (repo.root / path).read_text()
     assert old in text
@@ -73,7 +74,7 @@ def _plan(repo: Repo, base: str, names: list[str], edit: tuple[str, str, str]) -
     declared = {f"//checks:{n}": DeclaredTest(f"//checks:{n}", 1, {}) for n in names}
     with EvidenceStore.open(repo.root / ".fastci/evidence.db") as store:
         a = analyze(repo.root, Config(), base=base, declared=declared, store=store)
-    return {t.id: t.why for t in a.plan.tests}
+        return {t.id: "\n".join(explain(a.selection, t.id, store)) for t in a.plan.tests}
 
 
 def _latest(repo: Repo) -> dict[str, object]:
@@ -150,23 +151,32 @@ class CopyToTP(torch.autograd.Function):
 TP_CHECKS = '''import torch
 from lib.tp import CopyToTP
 
+DEVICE = "{device}"
+
 
 def test_grad():
-    x = torch.ones(3, requires_grad=True)
+    x = torch.ones(3, requires_grad=True, device=DEVICE)
     CopyToTP.apply(x).sum().backward()
-    assert torch.equal(x.grad, torch.full((3,), 2.0))
+    assert torch.equal(x.grad.cpu(), torch.full((3,), 2.0))
 
 
 def test_forward_only():
     with torch.no_grad():
-        assert torch.equal(CopyToTP.apply(torch.ones(2)), torch.ones(2))
+        assert torch.equal(CopyToTP.apply(torch.ones(2, device=DEVICE)).cpu(), torch.ones(2))
 '''
 
 
-def test_editing_a_custom_backward_selects_the_test_that_ran_it(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_editing_a_custom_backward_selects_the_test_that_ran_it(tmp_path: Path,
+                                                                device: str) -> None:
+    """On CPU autograd runs backward on the calling thread anyway; on CUDA (a GPU host:
+    ``make gpu-check``) only the switch keeps it off the device threads."""
+    torch = pytest.importorskip("torch")
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device on this host")
     names = ["test_grad", "test_forward_only"]
-    repo, base = _record({"lib/tp.py": TP, "checks/suite.py": TP_CHECKS}, names, tmp_path)
+    repo, base = _record({"lib/tp.py": TP, "checks/suite.py": TP_CHECKS.format(device=device)},
+                         names, tmp_path)
     assert "lib/tp.py::CopyToTP.backward" in _units(repo, "//checks:test_grad")
     assert "lib/tp.py::CopyToTP.backward" not in _units(repo, "//checks:test_forward_only")
     planned = _plan(repo, base, names, ("lib/tp.py", "return grad * 2", "return grad * 3"))
