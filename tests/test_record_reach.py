@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from fastci.config import Config
-from fastci.evidence.children import python_start
+from fastci.evidence.children import ENV_DIR, ENV_TEST, SITE_DIR_PREFIX, python_start
 from fastci.evidence.ingest import find_traces, ingest as ingest_traces
 from fastci.evidence.store import EvidenceStore
 from fastci.plan.build import analyze
@@ -252,6 +252,55 @@ def test_a_child_that_recorded_keeps_the_evidence_complete(children: tuple[Repo,
     finally:
         repo.git("checkout", "-q", "--", ".")
     assert "lib/helper.py::work" in planned["//checks:test_inherited"]
+
+
+def test_which_python_children_cannot_record(monkeypatch: pytest.MonkeyPatch,
+                                             tmp_path: Path) -> None:
+    """A Python child records only through FastCI's variables and sitecustomize on its
+    PYTHONPATH, with site on: each way of losing them is named when the child starts."""
+    site = tmp_path / f"{SITE_DIR_PREFIX}x"
+    monkeypatch.setenv(ENV_DIR, str(tmp_path))
+    monkeypatch.setenv(ENV_TEST, "t")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+
+    def why(argv: list[str], env: dict[str, str] | None = None) -> str:
+        got = python_start("subprocess.Popen", (argv[0], argv, None, env))
+        assert got is not None
+        return got.untraced
+
+    assert why([sys.executable, "x.py"]) == ""
+    assert why([sys.executable, "-u", "-X", "dev", "-m", "pkg.mod", "-I"]) == ""
+    assert "-I" in why([sys.executable, "-I", "x.py"])
+    assert "-E" in why([sys.executable, "-bE", "x.py"])
+    assert "-S" in why([sys.executable, "-S", "-c", "print(1)"])
+    assert "FASTCI_RECORD" in why([sys.executable, "x.py"], env={"PATH": "/bin"})
+    assert "sitecustomize" in why([sys.executable, "x.py"],
+                                  env={ENV_DIR: "d", ENV_TEST: "t", "PATH": "/bin"})
+    assert "FASTCI_RECORD" in why(["env", "-i", "PATH=/bin", "python3", "x.py"])
+    assert why(["env", "RANK=0", "python3", "x.py"]) == ""
+    assert "env -i" in why(["/bin/sh", "-c", "env -i python3 x.py"])
+    assert "-E" in why(["/bin/sh", "-c", "cd /tmp && python -E x.py"])
+
+
+COUNTED = '''import sys
+from pathlib import Path
+from fastci.evidence.children import PythonStart
+from fastci.evidence.recorder import Recorder
+from fastci.evidence import trace
+rec = Recorder("t", Path(sys.argv[1]), repo_root=Path.cwd(), workload={}, gpus=0)
+rec.start()
+# A start that should have recorded (its environment was FastCI's) but left no trace.
+rec._python_started("subprocess.Popen", PythonStart("python worker.py"))
+print(list(trace.read(rec.stop("passed")).incomplete_reasons))
+'''
+
+
+def test_a_child_expected_to_record_that_left_no_trace_is_counted(tmp_path: Path) -> None:
+    (tmp_path / "counted.py").write_text(COUNTED)
+    res = subprocess.run([sys.executable, "counted.py", str(tmp_path / "traces")],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "it started a Python child (python worker.py) that left no trace" in res.stdout
 
 
 def test_which_started_programs_are_python(tmp_path: Path) -> None:

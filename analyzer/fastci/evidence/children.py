@@ -31,6 +31,7 @@ import shlex
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -153,8 +154,21 @@ _WRAPPERS = frozenset({"env", "timeout", "nohup", "nice", "ionice", "taskset", "
 _NO_CODE = frozenset({"-V", "-VV", "--version", "-h", "-?", "--help"})
 
 
-def python_start(event: str, args: Sequence[Any]) -> str | None:
-    """The command line, shortened, when audit ``event`` starts a Python interpreter.
+@dataclass(frozen=True)
+class PythonStart:
+    """A Python interpreter a recording process started (:func:`python_start`).
+
+    ``command``: its command line, shortened. ``untraced``: why it cannot record
+    (its environment lacks FastCI's variables, ``-I``/``-E``/``-S``); ``""`` when it
+    should, which the recorder checks against the traces left at its stop.
+    """
+
+    command: str
+    untraced: str = ""
+
+
+def python_start(event: str, args: Sequence[Any]) -> PythonStart | None:
+    """The Python interpreter audit ``event`` starts, if it starts one.
 
     ``None`` for any other program (``git``, ``nvidia-smi``) and for a start that
     runs no code (``python --version``). A Python interpreter is judged by the
@@ -168,10 +182,11 @@ def python_start(event: str, args: Sequence[Any]) -> str | None:
         if started is None:
             return None
         program, argv, env = started
-        if not _runs_python(program, argv, env, depth=0):
+        found = _find_python(program, argv, dict(os.environ if env is None else env), depth=0)
+        if found is None:
             return None
         shown = " ".join(str(a) for a in argv) or program
-        return shown if len(shown) <= 160 else shown[:157] + "..."
+        return PythonStart(shown if len(shown) <= 160 else shown[:157] + "...", found)
     except Exception:  # an odd argument: never break the test over bookkeeping
         return None
 
@@ -195,34 +210,103 @@ def _started(event: str, args: Sequence[Any]) -> tuple[str, list[str], Mapping[s
         argv = [argv]
     words = [text(a) for a in (argv or ())]
     program = text(executable) if executable is not None else (words[0] if words else "")
-    return program, words, env if isinstance(env, Mapping) else None
+    env_map = {text(k): text(v) for k, v in env.items()} if isinstance(env, Mapping) else None
+    return program, words, env_map
 
 
-def _runs_python(program: str, argv: list[str], env: Mapping[str, str] | None,
-                 depth: int) -> bool:
+def _find_python(program: str, argv: list[str], env: dict[str, str], depth: int) -> str | None:
+    """Whether ``program argv`` runs Python: ``None`` if not, else why it leaves no trace
+    (``""``: it should leave one)."""
     name = os.path.basename(program)
     if _is_python(program, env):
-        return not (len(argv) > 1 and all(a in _NO_CODE for a in argv[1:]))
+        if len(argv) > 1 and all(a in _NO_CODE for a in argv[1:]):
+            return None
+        return _untraced(argv[1:], env)
     if depth > 3:
-        return False
+        return None
     rest = argv[1:]
     if name in _SHELLS:
         if "-c" not in rest or rest.index("-c") + 1 >= len(rest):
-            return False
+            return None
+        command = rest[rest.index("-c") + 1]
         try:
-            words = shlex.split(rest[rest.index("-c") + 1])
+            words = shlex.split(command)
         except ValueError:  # unbalanced quotes: look at the plain words
-            words = rest[rest.index("-c") + 1].split()
-        return any(_is_python(w, env) for w in words)
+            words = command.split()
+        for i, word in enumerate(words):
+            if _is_python(word, env):
+                before = words[:i]
+                scrubbed = "env" in [os.path.basename(w) for w in before] and any(
+                    w in ("-i", "-", "--ignore-environment") for w in before)
+                return "its environment is cleared (env -i)" if scrubbed else \
+                    _untraced(words[i + 1:], env)
+        return None
     if name in _WRAPPERS:
+        if name == "env":
+            env = _env_wrapper(rest, env)
         # The wrapped command is the first word that is not an option or a VAR=value.
         for i, word in enumerate(rest):
             if word.startswith("-") or ("=" in word and not word.startswith("/")):
                 continue
             if word.isdigit() or word.replace(".", "", 1).isdigit():  # timeout/nice values
                 continue
-            return _runs_python(word, rest[i:], env, depth + 1)
-    return False
+            return _find_python(word, rest[i:], env, depth + 1)
+    return None
+
+
+def _env_wrapper(rest: list[str], env: dict[str, str]) -> dict[str, str]:
+    """The environment ``env [-i] [-u NAME] [NAME=value]... command`` gives its command."""
+    out = dict(env)
+    i = 0
+    while i < len(rest):
+        word = rest[i]
+        if word in ("-i", "-", "--ignore-environment"):
+            out = {}
+        elif word in ("-u", "--unset") and i + 1 < len(rest):
+            out.pop(rest[i + 1], None)
+            i += 1
+        elif word.startswith("-"):
+            pass
+        elif "=" in word:
+            key, _, value = word.partition("=")
+            out[key] = value
+        else:
+            break
+        i += 1
+    return out
+
+
+# Interpreter options that take a value (the next word), so it is not an option letter.
+_VALUE_OPTIONS = frozenset({"-W", "-X", "--check-hash-based-pycs"})
+
+
+def _untraced(options: list[str], env: Mapping[str, str]) -> str:
+    """Why a Python interpreter run with ``options`` (the words after the program) and
+    ``env`` will not record, or ``""``: FastCI's sitecustomize reaches it only through
+    ``PYTHONPATH`` and the ``FASTCI_RECORD_*`` variables, with site on."""
+    skip = False
+    for word in options:
+        if skip:
+            skip = False
+            continue
+        if word in _VALUE_OPTIONS:
+            skip = True
+            continue
+        if not word.startswith("-") or word in ("-", "-c", "-m") or word.startswith("--"):
+            break
+        letters = word[1:]
+        for flag, why in (("I", "isolated mode, -I"), ("E", "PYTHON* variables ignored, -E"),
+                          ("S", "no site module, -S")):
+            if flag in letters.split("c", 1)[0].split("m", 1)[0]:
+                return f"it runs in {why}" if flag == "I" else f"it runs with {why}"
+        if "c" in letters or "m" in letters:
+            break
+    if not env.get(ENV_DIR) or not env.get(ENV_TEST):
+        return "its environment lacks FastCI's FASTCI_RECORD_* variables"
+    paths = env.get("PYTHONPATH", "").split(os.pathsep)
+    if not any(os.path.basename(p.rstrip(os.sep)).startswith(SITE_DIR_PREFIX) for p in paths):
+        return "its PYTHONPATH lacks FastCI's sitecustomize"
+    return ""
 
 
 def _is_python(program: str, env: Mapping[str, str] | None) -> bool:

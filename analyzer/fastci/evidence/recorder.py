@@ -60,8 +60,8 @@ from typing import Any, Callable, Mapping
 from fastci.units import lines as units_mod
 from fastci.evidence import distributions, environment, trace
 from fastci.evidence.autograd import IMPORT_EVENT, AutogradSwitch
-from fastci.evidence.children import (START_EVENTS, ChildEnvironment, is_child_site_file,
-                                      python_start)
+from fastci.evidence.children import (START_EVENTS, ChildEnvironment, PythonStart,
+                                      is_child_site_file, python_start)
 from fastci.evidence.contexts import ContextProfiler
 from fastci.evidence.covplugin import make_coverage
 from fastci.evidence.files import OpenRecorder, PathMapper, set_event_sink
@@ -187,8 +187,10 @@ class Recorder:
         self._stopped = False
         self._profile_hook: Callable[[FrameType, str, Any], None] | None = None
         self._autograd = AutogradSwitch()
-        # Command lines of the Python interpreters this process started while recording.
+        # Command lines of the Python interpreters this process started while recording
+        # that should leave a trace, and why those that cannot were missed.
         self._python_starts: list[str] = []
+        self._untraced: list[str] = []
         #: Keys of segments whose evidence is this test's too (see the module docstring).
         self.shared: set[str] = set()
         self._open_segments: list[str] = []
@@ -222,7 +224,7 @@ class Recorder:
                               and not lines_mode, branch=lines_mode)
         self._cov = cov
         self._opens.start()
-        self._python_starts = []
+        self._python_starts, self._untraced = [], []
         self._autograd.start()
         set_event_sink(_on_event, _EVENTS)
         if self._contexts is not None:
@@ -247,7 +249,7 @@ class Recorder:
         """
         self.role = "child"
         self._child_env = None  # the parent's: never undo it from a child
-        self._python_starts = []  # the parent's children are not this child's
+        self._python_starts, self._untraced = [], []  # the parent's children are not its
         self._started_at = time.time()
         self._t0 = time.perf_counter()
         self.path = self.out_dir / trace.file_name(self.test_id, self.run_id, os.getpid())
@@ -273,16 +275,22 @@ class Recorder:
             except Exception as exc:  # at exit: report, never raise
                 sys.stderr.write(f"fastci: forked child trace not written: {exc!r}\n")
 
-    def _python_started(self, event: str, command: str) -> None:
-        """This process started (or, ``os.exec``, became) the Python interpreter ``command``."""
+    def _python_started(self, event: str, start: PythonStart) -> None:
+        """This process started (or, ``os.exec``, became) the Python interpreter ``start``."""
         if event != "os.exec":
-            self._python_starts.append(command)
+            if start.untraced:
+                self._untraced.append(f"it started a Python child ({start.command}) that "
+                                      f"left no trace: {start.untraced}")
+            else:
+                self._python_starts.append(start.command)
             return
-        # This process is being replaced: its trace stays the incomplete header unless the
-        # new interpreter records (same pid, so the same file); the header says why.
+        if not start.untraced:
+            return  # the new interpreter records (same pid, so it replaces this trace)
+        # This process is being replaced by one that will not record: its trace stays this
+        # header, which says why.
         msg = self._header()
-        msg.incomplete_reasons.append(
-            f"it replaced itself with a Python interpreter ({command}) that left no trace")
+        msg.incomplete_reasons.append(f"it replaced itself with a Python interpreter "
+                                      f"({start.command}) that left no trace: {start.untraced}")
         try:
             trace.write_atomic(self.path, msg)
         except OSError as exc:
@@ -291,13 +299,20 @@ class Recorder:
     def _children_without_trace(self) -> str:
         """Why Python children this process started are missing from the evidence (or ``""``).
 
-        A child that recorded left a trace file of this run (its name holds the test, the
-        run and the pid) whose header names this process as its parent, or a process that
-        left no trace of its own (a shell or a wrapper such as ``env`` between them).
+        Those that cannot record (:attr:`PythonStart.untraced`) are named as they start.
+        For the others: a child that recorded left a trace file of this run (its name holds
+        the test, the run and the pid) whose header names this process as its parent, or a
+        process that left no trace of its own (a shell or a wrapper such as ``env`` between
+        them). Traces of children started without an audit event (forked ones, which keep
+        this process's argv, and multiprocessing's spawned ones) are not counted: fewer
+        found than started means some left none.
         """
-        started = list(self._python_starts)
-        if not started or self.role == "shared":
+        if self.role == "shared":
             return ""
+        known = "; ".join(dict.fromkeys(self._untraced))
+        started = list(self._python_starts)
+        if not started:
+            return known
         prefix = trace.file_name(self.test_id, self.run_id, 0)[:-len("0" + trace.SUFFIX)]
         heads: dict[int, trace.TraceMsg] = {}
         try:
@@ -311,16 +326,24 @@ class Recorder:
             except Exception:  # a child's trace being written or broken: not seen
                 continue
             heads[head.pid] = head
-        me = os.getpid()
-        mine = [h for pid, h in heads.items() if pid != me and h.role == "child"
-                and (h.parent_pid == me or h.parent_pid not in heads)]
-        missing = len(started) - len(mine)
+        me, argv = os.getpid(), self._header().argv
+        mine = 0
+        for pid, head in heads.items():
+            if pid == me or head.role != "child" or not (
+                    head.parent_pid == me or head.parent_pid not in heads):
+                continue
+            if head.argv == argv or "--multiprocessing-fork" in head.argv.split():
+                continue
+            mine += 1
+        missing = len(started) - mine
         if missing <= 0:
-            return ""
+            return known
         if len(started) == 1:
-            return f"it started a Python child ({started[0]}) that left no trace"
-        return (f"it started {len(started)} Python children and {missing} of them left no "
-                f"trace (one of: {'; '.join(dict.fromkeys(started))[:300]})")
+            why = f"it started a Python child ({started[0]}) that left no trace"
+        else:
+            why = (f"it started {len(started)} Python children and {missing} of them left "
+                   f"no trace (one of: {'; '.join(dict.fromkeys(started))[:300]})")
+        return f"{known}; {why}" if known else why
 
     @property
     def recording(self) -> bool:
