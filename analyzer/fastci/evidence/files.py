@@ -175,7 +175,8 @@ class _Auditor:
         # Called with (event, args) of the events in ``other_events`` (programs started,
         # modules imported); the recorder uses it (children that leave no trace, torch).
         self.other_sink: Callable[[str, tuple[Any, ...]], None] | None = None
-        self.other_events: frozenset[str] = frozenset()
+        # A set changed in place (never rebound): the hook holds it, no attribute lookup.
+        self.other_events: set[str] = set()
         self.installed = False
         self.lock = threading.Lock()
 
@@ -198,13 +199,14 @@ class _Auditor:
         AttributeError each time (measured: a sixth of the hook's cost).
         """
         on_open, on_exec, on_other = self.on_open, self.on_exec, self.on_other
+        other = self.other_events
 
         def hook(event: str, args: tuple[Any, ...]) -> None:
             if event == "open":
                 on_open(args)
             elif event == "exec":
                 on_exec(args)
-            elif event in self.other_events:
+            elif event in other:
                 on_other(event, args)
 
         hook.__cantrace__ = False  # type: ignore[attr-defined]
@@ -269,7 +271,9 @@ def set_event_sink(sink: Callable[[str, tuple[Any, ...]], None] | None,
     stops it. The hook calls the sink from whatever thread raised the event."""
     if sink is not None:
         _AUDITOR.install()
-    _AUDITOR.other_events = events if sink is not None else frozenset()
+    _AUDITOR.other_events.clear()
+    if sink is not None:
+        _AUDITOR.other_events.update(events)
     _AUDITOR.other_sink = sink
 
 
