@@ -18,12 +18,14 @@ import stat
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
 
 from fastci.config import Config
 from fastci.evidence.children import ENV_DIR, ENV_TEST, SITE_DIR_PREFIX, python_start
+from fastci.evidence.autograd import AutogradSwitch
 from fastci.evidence.ingest import find_traces, ingest as ingest_traces
 from fastci.evidence.store import EvidenceStore
 from fastci.plan.build import analyze
@@ -132,6 +134,32 @@ def test_a_process_that_never_imports_torch_does_not_load_it(tmp_path: Path) -> 
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["False", "False"]
+
+
+def test_the_switch_through_torch_c_and_a_torch_without_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Off at start, back at stop, through ``torch._C``; a torch without the switch that
+    used CUDA is named (its backward ran on device threads), one on CPU is not."""
+    calls: list[bool] = []
+    ext = types.ModuleType("torch._C")
+    ext._is_multithreading_enabled = lambda: True  # type: ignore[attr-defined]
+    ext._set_multithreading_enabled = calls.append  # type: ignore[attr-defined]
+    cuda = types.ModuleType("torch.cuda")
+    cuda.is_initialized = lambda: True  # type: ignore[attr-defined]
+    fake = types.ModuleType("torch")
+    fake.__version__ = "1.13.1"  # type: ignore[attr-defined]
+    for name, mod in (("torch", fake), ("torch._C", ext), ("torch.cuda", cuda)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    switch = AutogradSwitch()
+    switch.start()
+    assert calls == [False] and switch.unseen() == ""
+    switch.restore()
+    assert calls == [False, True]
+    del ext._set_multithreading_enabled  # type: ignore[attr-defined]
+    switch.start()
+    assert "torch 1.13.1" in switch.unseen() and "device threads" in switch.unseen()
+    cuda.is_initialized = lambda: False  # type: ignore[attr-defined]
+    assert switch.unseen() == ""
+    switch.restore()
 
 
 TP = '''import torch
@@ -291,6 +319,11 @@ rec = Recorder("t", Path(sys.argv[1]), repo_root=Path.cwd(), workload={}, gpus=0
 rec.start()
 # A start that should have recorded (its environment was FastCI's) but left no trace.
 rec._python_started("subprocess.Popen", PythonStart("python worker.py"))
+# A forked child records (its trace names this process as parent) but was never audited as
+# a start: it must not stand in for the missing one.
+import multiprocessing
+p = multiprocessing.get_context("fork").Process(target=sum, args=([1, 2],))
+p.start(); p.join()
 print(list(trace.read(rec.stop("passed")).incomplete_reasons))
 '''
 
