@@ -12,8 +12,13 @@ same test and run, writing its own trace at exit into the same directory;
 only sets the environment up (the recorder uses it), so it imports no recorder.
 
 Forked children (no exec) are handled by the recorder itself
-(``Recorder._forked``). Limits: a child started with a scrubbed environment
-(``env={...}`` without these variables) or with ``python -S``/``-I`` is not recorded.
+(``Recorder._forked``). A child started with a scrubbed environment (``env={...}``
+without these variables, a launcher that builds each rank's environment from
+scratch) or with ``python -I``/``-E``/``-S`` is not recorded; so the recorder
+watches the programs its process starts (audit events ``subprocess.Popen``,
+``os.exec``, ``os.posix_spawn``, ``os.spawn``, ``os.system``) and
+:func:`python_start` says which of them start a Python interpreter: one that left
+no trace makes the test's evidence incomplete, with a reason.
 """
 
 from __future__ import annotations
@@ -21,10 +26,14 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
+import shlex
 import shutil
+import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 ENV_DIR = "FASTCI_RECORD_CHILD"
 ENV_TEST = "FASTCI_RECORD_TEST"
@@ -126,3 +135,202 @@ class ChildEnvironment:
                 os.environ[k] = v
         self._saved = {}
         self._tmp = None
+
+
+# ------------------------------------------------------------------ started programs
+
+#: Audit events raised when this process starts a program (or is replaced by one).
+START_EVENTS = frozenset({"subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn",
+                          "os.system"})
+# python, python3, python3.11, python3.13t, pypy3 ... (a basename).
+_PYTHON_NAME = re.compile(r"(python|pypy)(\d+(\.\d+)*)?[a-z]?(\.exe)?$")
+# Programs that run the command they are given (same process or a child of theirs):
+# the Python interpreter is judged from that command.
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "busybox"})
+_WRAPPERS = frozenset({"env", "timeout", "nohup", "nice", "ionice", "taskset", "numactl",
+                       "setsid", "stdbuf", "chrt", "time", "exec", "command"})
+# Interpreter options that print and exit before site runs: such a start leaves no trace
+# and runs no code of the repository.
+_NO_CODE = frozenset({"-V", "-VV", "--version", "-h", "-?", "--help"})
+
+
+@dataclass(frozen=True)
+class PythonStart:
+    """A Python interpreter a recording process started (:func:`python_start`).
+
+    ``command``: its command line, shortened. ``untraced``: why it cannot record
+    (its environment lacks FastCI's variables, ``-I``/``-E``/``-S``); ``""`` when it
+    should, which the recorder checks against the traces left at its stop.
+    """
+
+    command: str
+    untraced: str = ""
+
+
+def python_start(event: str, args: Sequence[Any]) -> PythonStart | None:
+    """The Python interpreter audit ``event`` starts, if it starts one.
+
+    ``None`` for any other program (``git``, ``nvidia-smi``) and for a start that
+    runs no code (``python --version``). A Python interpreter is judged by the
+    program: a ``python*``/``pypy*`` name, this interpreter (``sys.executable``, a
+    venv's ``bin/python`` linking to it), or a script whose ``#!`` line names one
+    (console scripts: ``torchrun``, ``deepspeed``); through a shell's ``-c``
+    command and wrappers such as ``env -i`` or ``timeout``.
+    """
+    try:
+        started = _started(event, args)
+        if started is None:
+            return None
+        program, argv, env = started
+        found = _find_python(program, argv, dict(os.environ if env is None else env), depth=0)
+        if found is None:
+            return None
+        shown = " ".join(str(a) for a in argv) or program
+        return PythonStart(shown if len(shown) <= 160 else shown[:157] + "...", found)
+    except Exception:  # an odd argument: never break the test over bookkeeping
+        return None
+
+
+def _started(event: str, args: Sequence[Any]) -> tuple[str, list[str], Mapping[str, str] | None] | None:
+    """(program, argv, environment or None = inherited) of a start event."""
+    def text(value: Any) -> str:
+        return os.fsdecode(value) if isinstance(value, (str, bytes, os.PathLike)) else str(value)
+
+    if event == "os.system":
+        return ("/bin/sh", ["/bin/sh", "-c", text(args[0])], None) if args else None
+    if event == "subprocess.Popen":  # (executable, args, cwd, env)
+        executable, argv, env = args[0], args[1], args[3]
+    elif event in ("os.exec", "os.posix_spawn"):  # (path, argv, env)
+        executable, argv, env = args[0], args[1], args[2]
+    elif event == "os.spawn":  # (mode, path, args, env)
+        executable, argv, env = args[1], args[2], args[3]
+    else:
+        return None
+    if isinstance(argv, (str, bytes, os.PathLike)):
+        argv = [argv]
+    words = [text(a) for a in (argv or ())]
+    program = text(executable) if executable is not None else (words[0] if words else "")
+    env_map = {text(k): text(v) for k, v in env.items()} if isinstance(env, Mapping) else None
+    return program, words, env_map
+
+
+def _find_python(program: str, argv: list[str], env: dict[str, str], depth: int) -> str | None:
+    """Whether ``program argv`` runs Python: ``None`` if not, else why it leaves no trace
+    (``""``: it should leave one)."""
+    name = os.path.basename(program)
+    if _is_python(program, env):
+        if len(argv) > 1 and all(a in _NO_CODE for a in argv[1:]):
+            return None
+        return _untraced(argv[1:], env)
+    if depth > 3:
+        return None
+    rest = argv[1:]
+    if name in _SHELLS:
+        if "-c" not in rest or rest.index("-c") + 1 >= len(rest):
+            return None
+        command = rest[rest.index("-c") + 1]
+        try:
+            words = shlex.split(command)
+        except ValueError:  # unbalanced quotes: look at the plain words
+            words = command.split()
+        for i, word in enumerate(words):
+            if _is_python(word, env):
+                before = words[:i]
+                scrubbed = "env" in [os.path.basename(w) for w in before] and any(
+                    w in ("-i", "-", "--ignore-environment") for w in before)
+                return "its environment is cleared (env -i)" if scrubbed else \
+                    _untraced(words[i + 1:], env)
+        return None
+    if name in _WRAPPERS:
+        if name == "env":
+            env = _env_wrapper(rest, env)
+        # The wrapped command is the first word that is not an option or a VAR=value.
+        for i, word in enumerate(rest):
+            if word.startswith("-") or ("=" in word and not word.startswith("/")):
+                continue
+            if word.isdigit() or word.replace(".", "", 1).isdigit():  # timeout/nice values
+                continue
+            return _find_python(word, rest[i:], env, depth + 1)
+    return None
+
+
+def _env_wrapper(rest: list[str], env: dict[str, str]) -> dict[str, str]:
+    """The environment ``env [-i] [-u NAME] [NAME=value]... command`` gives its command."""
+    out = dict(env)
+    i = 0
+    while i < len(rest):
+        word = rest[i]
+        if word in ("-i", "-", "--ignore-environment"):
+            out = {}
+        elif word in ("-u", "--unset") and i + 1 < len(rest):
+            out.pop(rest[i + 1], None)
+            i += 1
+        elif word.startswith("-"):
+            pass
+        elif "=" in word:
+            key, _, value = word.partition("=")
+            out[key] = value
+        else:
+            break
+        i += 1
+    return out
+
+
+# Interpreter options that take a value (the next word), so it is not an option letter.
+_VALUE_OPTIONS = frozenset({"-W", "-X", "--check-hash-based-pycs"})
+
+
+def _untraced(options: list[str], env: Mapping[str, str]) -> str:
+    """Why a Python interpreter run with ``options`` (the words after the program) and
+    ``env`` will not record, or ``""``: FastCI's sitecustomize reaches it only through
+    ``PYTHONPATH`` and the ``FASTCI_RECORD_*`` variables, with site on."""
+    skip = False
+    for word in options:
+        if skip:
+            skip = False
+            continue
+        if word in _VALUE_OPTIONS:
+            skip = True
+            continue
+        if not word.startswith("-") or word in ("-", "-c", "-m") or word.startswith("--"):
+            break
+        letters = word[1:]
+        for flag, why in (("I", "isolated mode, -I"), ("E", "PYTHON* variables ignored, -E"),
+                          ("S", "no site module, -S")):
+            if flag in letters.split("c", 1)[0].split("m", 1)[0]:
+                return f"it runs in {why}" if flag == "I" else f"it runs with {why}"
+        if "c" in letters or "m" in letters:
+            break
+    if not env.get(ENV_DIR) or not env.get(ENV_TEST):
+        return "its environment lacks FastCI's FASTCI_RECORD_* variables"
+    paths = env.get("PYTHONPATH", "").split(os.pathsep)
+    if not any(os.path.basename(p.rstrip(os.sep)).startswith(SITE_DIR_PREFIX) for p in paths):
+        return "its PYTHONPATH lacks FastCI's sitecustomize"
+    return ""
+
+
+def _is_python(program: str, env: Mapping[str, str] | None) -> bool:
+    """Whether ``program`` (a path or a name looked up on PATH) is a Python interpreter."""
+    if not program:
+        return False
+    if _PYTHON_NAME.match(os.path.basename(program)):
+        return True
+    path = program if os.sep in program else shutil.which(
+        program, path=(env if env is not None else os.environ).get("PATH"))
+    if not path:
+        return False
+    real = os.path.realpath(path)
+    mine = {os.path.realpath(p) for p in (sys.executable, getattr(sys, "_base_executable", ""))
+            if p}
+    if real in mine or _PYTHON_NAME.match(os.path.basename(real)):
+        return True
+    try:
+        with open(real, "rb") as f:
+            head = f.read(256)
+    except OSError:
+        return False
+    if not head.startswith(b"#!"):
+        return False
+    line = head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").split()
+    # "#!/usr/bin/python3", "#!/usr/bin/env python3", "#!/bin/sh" + exec trick (not Python).
+    return any(_PYTHON_NAME.match(os.path.basename(w)) for w in line[:2])

@@ -172,6 +172,11 @@ class _Auditor:
         # Called with the code object of every ``exec`` (module bodies included:
         # importlib runs them with ``exec``); the pytest collection recorder uses it.
         self.exec_sink: Callable[[Any], None] | None = None
+        # Called with (event, args) of the events in ``other_events`` (programs started,
+        # modules imported); the recorder uses it (children that leave no trace, torch).
+        self.other_sink: Callable[[str, tuple[Any, ...]], None] | None = None
+        # A set changed in place (never rebound): the hook holds it, no attribute lookup.
+        self.other_events: set[str] = set()
         self.installed = False
         self.lock = threading.Lock()
 
@@ -193,13 +198,16 @@ class _Auditor:
         it up on the hook at every event, and a missing attribute costs an
         AttributeError each time (measured: a sixth of the hook's cost).
         """
-        on_open, on_exec = self.on_open, self.on_exec
+        on_open, on_exec, on_other = self.on_open, self.on_exec, self.on_other
+        other = self.other_events
 
         def hook(event: str, args: tuple[Any, ...]) -> None:
             if event == "open":
                 on_open(args)
             elif event == "exec":
                 on_exec(args)
+            elif event in other:
+                on_other(event, args)
 
         hook.__cantrace__ = False  # type: ignore[attr-defined]
         return hook
@@ -209,6 +217,12 @@ class _Auditor:
         sink = self.exec_sink
         if sink is not None and args:
             sink(args[0])
+
+    def on_other(self, event: str, args: tuple[Any, ...]) -> None:
+        """One of ``other_events``: hand it to the other sink, if any."""
+        sink = self.other_sink
+        if sink is not None:
+            sink(event, args)
 
     def on_open(self, args: tuple[Any, ...]) -> None:
         """An ``open`` audit event: a file name opened for reading goes to the sink."""
@@ -249,6 +263,18 @@ def set_exec_sink(sink: Callable[[Any], None] | None) -> None:
     if sink is not None:
         _AUDITOR.install()
     _AUDITOR.exec_sink = sink
+
+
+def set_event_sink(sink: Callable[[str, tuple[Any, ...]], None] | None,
+                   events: frozenset[str] = frozenset()) -> None:
+    """Receive the audit events named in ``events`` as ``sink(event, args)``; ``None``
+    stops it. The hook calls the sink from whatever thread raised the event."""
+    if sink is not None:
+        _AUDITOR.install()
+    _AUDITOR.other_events.clear()
+    if sink is not None:
+        _AUDITOR.other_events.update(events)
+    _AUDITOR.other_sink = sink
 
 
 class OpenRecorder:

@@ -33,7 +33,7 @@ import numpy.typing as npt
 from fastci.errors import TraceError
 from fastci.evidence import trace
 from fastci.evidence.columns import MirrorTable, Rows, UnitColumns, UnitTable, small_set_keys
-from fastci.evidence.store import EvidenceStore, RunEvidence
+from fastci.evidence.store import INCOMPLETE_KEY, EvidenceStore, RunEvidence
 from fastci.integrations.git.repository import cache_dir
 from fastci.units.index import ChecksumCache, FileUnits, UnitCache, index_source
 
@@ -366,7 +366,11 @@ def merge_run(traces: list[trace.TraceMsg], *, source: str, commit: str | None,
     if missing:
         LOG.warning("%s: %d shared evidence segment(s) not found (e.g. %s): recorded as "
                     "incomplete", first.test_id, len(missing), missing[0])
-    complete = main is not None and all(t.complete for t in traces) and not missing
+    # Reasons a process gave for evidence it knows is partial (trace field 25: a Python
+    # child that left no trace, backward passes on device threads); each once, in order.
+    unseen = list(dict.fromkeys(r for t in traces for r in getattr(t, "incomplete_reasons", ())))
+    complete = main is not None and all(t.complete for t in traces) and not missing \
+        and not unseen
     outcome = main.outcome if main is not None and main.complete else "error"
     duration = main.duration_s if main is not None else 0.0
     if result is not None:
@@ -382,7 +386,8 @@ def merge_run(traces: list[trace.TraceMsg], *, source: str, commit: str | None,
                      "packages": env.packages_digest, "torch": env.torch, "cuda": env.cuda,
                      "gpu": env.gpu_model, "base_fingerprint": env.base_fingerprint,
                      # Stored once per fingerprint (the store's env_listing), not per run.
-                     "packages_list": env.packages_list},
+                     "packages_list": env.packages_list,
+                     **({INCOMPLETE_KEY: "; ".join(unseen)} if unseen else {})},
         commit=commit, source=source,
         units=reader.table.merge(parts), files=files,
         sources=sources, distributions=distributions)

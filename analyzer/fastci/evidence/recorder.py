@@ -16,7 +16,16 @@ its path. While running it collects
   well as the contexts, which then come from a ``sys.setprofile`` hook instead of
   the plug-in (slower; calibration is not the hot path);
 * files opened for reading under the repo (:mod:`fastci.evidence.files`);
-* the environment fingerprint, workload, GPUs, duration and outcome.
+* the environment fingerprint, workload, GPUs, duration and outcome;
+* why the evidence is incomplete although the process stopped cleanly
+  (``incomplete_reasons``): it started a Python interpreter that left no trace
+  (:func:`fastci.evidence.children.python_start`, from the audit events of
+  programs started), or ran backward on CUDA with a torch that cannot keep it
+  on the calling thread.
+
+While recording, autograd's multithreading is off
+(:mod:`fastci.evidence.autograd`): backward passes and hooks run on the thread
+that called backward, where the tracer sees them, not on torch's device threads.
 
 ``start()`` writes an *incomplete* trace at once; ``stop()`` atomically
 replaces it, so a process killed in between leaves a file marked incomplete.
@@ -50,10 +59,12 @@ from typing import Any, Callable, Mapping
 
 from fastci.units import lines as units_mod
 from fastci.evidence import distributions, environment, trace
-from fastci.evidence.children import ChildEnvironment, is_child_site_file
+from fastci.evidence.autograd import IMPORT_EVENT, AutogradSwitch
+from fastci.evidence.children import (START_EVENTS, ChildEnvironment, PythonStart,
+                                      is_child_site_file, python_start)
 from fastci.evidence.contexts import ContextProfiler
 from fastci.evidence.covplugin import make_coverage
-from fastci.evidence.files import OpenRecorder, PathMapper
+from fastci.evidence.files import OpenRecorder, PathMapper, set_event_sink
 
 LOG = logging.getLogger(__name__)
 
@@ -124,6 +135,22 @@ def _release_engine(cov: Any) -> None:
     _BUSY.discard(id(cov))
 
 
+_EVENTS = START_EVENTS | {IMPORT_EVENT}
+
+
+def _on_event(event: str, args: tuple[Any, ...]) -> None:
+    """An audit event of ``_EVENTS`` (any thread): hand it to the running recorder."""
+    rec = _CURRENT
+    if rec is None or not rec.recording:
+        return
+    if event == IMPORT_EVENT:
+        rec._autograd.on_import()
+        return
+    started = python_start(event, args)
+    if started is not None:
+        rec._python_started(event, started)
+
+
 def _after_fork_in_child() -> None:
     rec = _CURRENT
     if rec is not None and rec._cov is not None:
@@ -159,6 +186,11 @@ class Recorder:
         self._started_at = 0.0
         self._stopped = False
         self._profile_hook: Callable[[FrameType, str, Any], None] | None = None
+        self._autograd = AutogradSwitch()
+        # Command lines of the Python interpreters this process started while recording
+        # that should leave a trace, and why those that cannot were missed.
+        self._python_starts: list[str] = []
+        self._untraced: list[str] = []
         #: Keys of segments whose evidence is this test's too (see the module docstring).
         self.shared: set[str] = set()
         self._open_segments: list[str] = []
@@ -192,6 +224,9 @@ class Recorder:
                               and not lines_mode, branch=lines_mode)
         self._cov = cov
         self._opens.start()
+        self._python_starts, self._untraced = [], []
+        self._autograd.start()
+        set_event_sink(_on_event, _EVENTS)
         if self._contexts is not None:
             self._contexts.start()
             if lines_mode:
@@ -214,6 +249,7 @@ class Recorder:
         """
         self.role = "child"
         self._child_env = None  # the parent's: never undo it from a child
+        self._python_starts, self._untraced = [], []  # the parent's children are not its
         self._started_at = time.time()
         self._t0 = time.perf_counter()
         self.path = self.out_dir / trace.file_name(self.test_id, self.run_id, os.getpid())
@@ -238,6 +274,76 @@ class Recorder:
                 self.stop("")
             except Exception as exc:  # at exit: report, never raise
                 sys.stderr.write(f"fastci: forked child trace not written: {exc!r}\n")
+
+    def _python_started(self, event: str, start: PythonStart) -> None:
+        """This process started (or, ``os.exec``, became) the Python interpreter ``start``."""
+        if event != "os.exec":
+            if start.untraced:
+                self._untraced.append(f"it started a Python child ({start.command}) that "
+                                      f"left no trace: {start.untraced}")
+            else:
+                self._python_starts.append(start.command)
+            return
+        if not start.untraced:
+            return  # the new interpreter records (same pid, so it replaces this trace)
+        # This process is being replaced by one that will not record: its trace stays this
+        # header, which says why.
+        msg = self._header()
+        msg.incomplete_reasons.append(f"it replaced itself with a Python interpreter "
+                                      f"({start.command}) that left no trace: {start.untraced}")
+        try:
+            trace.write_atomic(self.path, msg)
+        except OSError as exc:
+            LOG.debug("trace header not rewritten before exec: %r", exc)
+
+    def _children_without_trace(self) -> str:
+        """Why Python children this process started are missing from the evidence (or ``""``).
+
+        Those that cannot record (:attr:`PythonStart.untraced`) are named as they start.
+        For the others: a child that recorded left a trace file of this run (its name holds
+        the test, the run and the pid) whose header names this process as its parent, or a
+        process that left no trace of its own (a shell or a wrapper such as ``env`` between
+        them). Traces of children started without an audit event (forked ones, which keep
+        this process's argv, and multiprocessing's spawned ones) are not counted: fewer
+        found than started means some left none.
+        """
+        if self.role == "shared":
+            return ""
+        known = "; ".join(dict.fromkeys(self._untraced))
+        started = list(self._python_starts)
+        if not started:
+            return known
+        prefix = trace.file_name(self.test_id, self.run_id, 0)[:-len("0" + trace.SUFFIX)]
+        heads: dict[int, trace.TraceMsg] = {}
+        try:
+            names = [p for p in self.out_dir.iterdir()
+                     if p.name.startswith(prefix) and p.name.endswith(trace.SUFFIX)]
+        except OSError:
+            names = []
+        for p in names:
+            try:
+                head = trace.decode_head(p.read_bytes(), origin=str(p))
+            except Exception:  # a child's trace being written or broken: not seen
+                continue
+            heads[head.pid] = head
+        me, argv = os.getpid(), self._header().argv
+        mine = 0
+        for pid, head in heads.items():
+            if pid == me or head.role != "child" or not (
+                    head.parent_pid == me or head.parent_pid not in heads):
+                continue
+            if head.argv == argv or "--multiprocessing-fork" in head.argv.split():
+                continue
+            mine += 1
+        missing = len(started) - mine
+        if missing <= 0:
+            return known
+        if len(started) == 1:
+            why = f"it started a Python child ({started[0]}) that left no trace"
+        else:
+            why = (f"it started {len(started)} Python children and {missing} of them left "
+                   f"no trace (one of: {'; '.join(dict.fromkeys(started))[:300]})")
+        return f"{known}; {why}" if known else why
 
     @property
     def recording(self) -> bool:
@@ -304,11 +410,16 @@ class Recorder:
                 self._cov = None
                 _release_engine(cov)
         reads = self._opens.stop()
+        # After the open sink stopped: reading the children's traces is no input.
+        unseen = [why for why in (self._autograd.unseen(), self._children_without_trace())
+                  if why]
+        self._autograd.restore()
         if self._child_env is not None:
             self._child_env.uninstall()
             self._child_env = None
         msg = self._header()
         msg.complete = True
+        msg.incomplete_reasons.extend(unseen)
         msg.outcome = outcome
         msg.duration_s = time.perf_counter() - self._t0
         msg.environment.CopyFrom(environment.current())

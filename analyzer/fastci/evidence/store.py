@@ -54,6 +54,10 @@ INGEST_CACHE_KIB = 262_144
 _INSERT_RUN = ("INSERT INTO run (id, test_id, run_key, commit_sha, env_fingerprint, environment,"
                " workload, overrides, duration_s, gpus, outcome, complete, recorded_at, source,"
                " has_evidence) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
+#: The key of a run's environment JSON that says why its evidence is incomplete although
+#: every process stopped cleanly (trace field ``incomplete_reasons``; absent otherwise).
+#: Kept there rather than in a column of its own so that stores need no new schema.
+INCOMPLETE_KEY = "incomplete_reason"
 __all__ = ["EvidenceStore", "HistoryRun", "RunEvidence", "RunRecord", "StoreLockedError", "pack_ids",
            "unpack_ids", "real_overrides", "lock_holders", "DEFAULT_PATH", "LOCK_WAIT_S"]
 
@@ -196,6 +200,12 @@ class RunRecord(tuple[Any, ...]):
         if self.packages_list:
             env["packages_list"] = self.packages_list
         return env
+
+    @property
+    def incomplete_reason(self) -> str:
+        """Why the run's evidence is incomplete, when its recording said (``""``: not said)."""
+        got = self.environment.get(INCOMPLETE_KEY)
+        return got if isinstance(got, str) else ""
 
     @property
     def full(self) -> bool:

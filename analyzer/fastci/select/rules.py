@@ -210,8 +210,11 @@ def test_rules(universe: Iterable[TestId], runs: Mapping[TestId, RunLike],
                                     via="safety rule: a test without evidence is selected"))
             continue
         if not run.complete:
+            # A recording that knows why it is partial says so (RunRecord.incomplete_reason).
+            why = getattr(run, "incomplete_reason", "")
             add_hit(hits, test, Reason(DecisionKind.INCOMPLETE_EVIDENCE,
-                                    "its last recording did not complete",
+                                    f"its last recording is incomplete: {why}" if why
+                                    else "its last recording did not complete",
                                     via="safety rule: incomplete evidence is selected"))
         # "Failed last" is kept per workload: the newest run failed (at any
         # workload), or the newest full-workload run did, whatever passed since at a
