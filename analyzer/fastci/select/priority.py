@@ -51,6 +51,7 @@ DIRECTNESS = {
     DecisionKind.USES_CHANGED_NAME: 0.45,
     DecisionKind.READ_CHANGED_FILE: 0.4,
     DecisionKind.IMPORTS_CHANGED_MODULE: 0.3,
+    DecisionKind.UNSEEN_CODE: 0.3,
     DecisionKind.STATIC_REACH: 0.3,
     DecisionKind.PATH_RULE: 0.3,
     DecisionKind.CHANGED_DISTRIBUTION: 0.25,
