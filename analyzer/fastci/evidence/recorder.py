@@ -54,6 +54,7 @@ from fastci.evidence.children import ChildEnvironment, is_child_site_file
 from fastci.evidence.contexts import ContextProfiler
 from fastci.evidence.covplugin import make_coverage
 from fastci.evidence.files import OpenRecorder, PathMapper
+from fastci.evidence.inputs import declared_digests
 
 LOG = logging.getLogger(__name__)
 
@@ -304,6 +305,8 @@ class Recorder:
                 self._cov = None
                 _release_engine(cov)
         reads = self._opens.stop()
+        if self.role == "main":  # files native code reads, declared in fastci.yaml
+            reads = {**declared_digests(self.test_id, self.repo_root), **reads}
         if self._child_env is not None:
             self._child_env.uninstall()
             self._child_env = None

@@ -50,6 +50,7 @@ DIRECTNESS = {
     DecisionKind.NEW_TEST: 0.5,
     DecisionKind.USES_CHANGED_NAME: 0.45,
     DecisionKind.READ_CHANGED_FILE: 0.4,
+    DecisionKind.DECLARED_INPUT: 0.4,
     DecisionKind.IMPORTS_CHANGED_MODULE: 0.3,
     DecisionKind.UNSEEN_CODE: 0.3,
     DecisionKind.STATIC_REACH: 0.3,
