@@ -7,7 +7,10 @@ off (its rule replaced by a no-op, here only: the product has no switch), and th
 tests selected and their "s x GPUs" (each test's recorded duration at floors times the
 GPUs its suite entry declares: a cost proxy on a CPU host) are printed side by side.
 
-``python -m bench.unseen_cost [--store PATH] [--keep]``: ``--store`` plans against an
+``--scale`` instead times planning on the synthetic 10,000-test store with the net as it
+is and forced to fire (:func:`at_scale`).
+
+``python -m bench.unseen_cost [--store PATH] [--keep] [--scale]``: ``--store`` plans against an
 evidence store recorded before (with ``--keep``: the scratch repository is kept and its
 path printed, with the store inside, so a second run can skip the recording).
 """
@@ -95,11 +98,63 @@ def exposure(root: Path, store: Path, cost_of: dict[str, float]) -> None:
         print(f"  median {costs[len(costs) // 2]:.1f} s x GPUs, max {costs[-1]:.1f}")
 
 
+def at_scale(workdir: Path, repeats: int = 3) -> None:
+    """Plan time on :mod:`bench.selection_synthetic`'s store (10,000 tests x 50,500 units, a
+    20-file change), with the net as it is (it does not fire: every changed function is
+    executed by some test) and forced to fire on every changed function (its worst case:
+    the callers' lookup for every changed file and a reason per reached test)."""
+    import json
+    import time
+
+    from bench.selection_synthetic import build
+    from fastci.config import Config
+    from fastci.evidence.environment import current_fingerprint
+    from fastci.plan.build import analyze
+    from fastci.select import unseen
+
+    root = workdir / "synthetic"
+    if not (root / "meta.json").exists():
+        root.mkdir(parents=True, exist_ok=True)
+        build(root)
+    commit = json.loads((root / "meta.json").read_text())["commit"]
+    fp = current_fingerprint()
+    real = unseen.unseen_changes
+    best: dict[str, tuple[float, int, int]] = {}
+    for _ in range(repeats):
+        for label in ("as is", "forced to fire"):
+            unseen.unseen_changes = (  # type: ignore[assignment]
+                real if label == "as is" else lambda fd, executed: real(fd, {}))
+            try:
+                with EvidenceStore.open(root / "repo/.fastci/evidence.db") as s:
+                    t0 = time.perf_counter()
+                    a = analyze(root / "repo", Config(), base=commit, declared=None,
+                                env_fingerprint=fp, store=s)
+                    dt = time.perf_counter() - t0
+            finally:
+                unseen.unseen_changes = real
+            net = sum(1 for d in a.selection.selected
+                      if any(r.kind is DecisionKind.UNSEEN_CODE for r in d.reasons))
+            if label not in best or dt < best[label][0]:
+                best[label] = (dt, len(a.selection.selected), net)
+    print(f"plan time at 10,000 tests x 50,500 units (best of {repeats}, in-process):")
+    for label, (dt, n, net) in best.items():
+        print(f"  net {label:15s} {dt:.2f} s, {n:,} tests selected, {net:,} with its reason")
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.unseen_cost")
     ap.add_argument("--store", type=Path)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--scale", action="store_true",
+                    help="only the plan-time measurement on the synthetic store")
     args = ap.parse_args(argv)
+    if args.scale:
+        work = Path(tempfile.mkdtemp(prefix="fastci-unseen-scale-"))
+        try:
+            at_scale(work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return 0
     work = Path(tempfile.mkdtemp(prefix="fastci-unseen-"))
     try:
         root = scratch_example(work / "repo")

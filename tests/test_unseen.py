@@ -177,3 +177,19 @@ def test_a_module_whose_functions_no_test_ran_falls_back_to_its_importers(
     assert set(chosen) == {"t_imports"}
     (reason,) = chosen["t_imports"].reasons
     assert reason.kind is DecisionKind.UNSEEN_CODE and "imports it" in reason.sentence
+
+
+def test_a_net_reason_keeps_the_full_workload_a_code_reason_alone_would_reduce(
+        tmp_path: Path) -> None:
+    from fastci.select.decisions import Reason
+    from test_reduce import UNIT, World, full_ladder
+
+    w = World(tmp_path)
+    full_ladder(w)
+    w.edit(2, "    y = x + 2")
+    code = Reason(DecisionKind.CHANGED_UNIT, "executes f", unit=UNIT, path="pkg/m.py")
+    assert w.choose((code,)).overrides  # a calibrated rung reaches the changed lines
+    net = Reason(DecisionKind.UNSEEN_CODE, "changed code no test was seen executing",
+                 unit="pkg/m.py::g", path="pkg/m.py")
+    c = w.choose((code, net))
+    assert c.overrides == {} and DecisionKind.UNSEEN_CODE.value in c.why

@@ -38,6 +38,7 @@ module; that is the price of never skipping a test that runs unseen code.
 
 from __future__ import annotations
 
+import ast
 import logging
 from typing import Mapping
 
@@ -46,31 +47,32 @@ from fastci.changes.versions import Versions
 from fastci.select.decisions import DecisionKind, Reason
 from fastci.select.rules import EvidenceReader, Hits, add_hit, kinds_of
 from fastci.types import RelPath, TestId, UnitId
-from fastci.units.index import FileUnits, UnitKind
+from fastci.units.index import FileUnits, UnitKind, unit_id
+from fastci.units.lines import scoped_defs, scoped_qualname
 
 LOG = logging.getLogger(__name__)
 
+#: Kinds of change only a function or method has (a class's and a module's are their own),
+#: so the net needs no index of the file until it fires.
+_FUNCTION_KINDS = frozenset({ChangeKind.BODY, ChangeKind.SIGNATURE, ChangeKind.DECORATOR})
 #: Kinds of a function's change that leave it out of the net (see the module docstring).
 _NOT_UNSEEN = frozenset({ChangeKind.ADDED, ChangeKind.DELETED, ChangeKind.COMPILED})
 #: What the recorder may not see, for the reason's sentence.
 BLIND_SPOTS = "native threads, autograd device threads, compiled frames"
 
 
-def unseen_changes(fd: FileDiff, executed: Mapping[UnitId, set[TestId]],
-                   index: FileUnits | None) -> list[UnitChange]:
+def unseen_changes(fd: FileDiff, executed: Mapping[UnitId, set[TestId]]) -> list[UnitChange]:
     """The changed functions of ``fd`` that no held evidence executed.
 
     Args:
         fd: a semantic diff (from some test's recorded version of a file to the head).
         executed: unit id -> the tests whose evidence executed it, for every changed
             unit of ``fd`` (a unit missing here was executed by none).
-        index: the head side's units of the file (None: it has none).
     """
-    if index is None or fd.failure:
+    if fd.failure:
         return []
-    functions = {u.id for u in index.units if u.kind is UnitKind.FUNCTION}
     return [u for u in fd.units
-            if u.unit in functions and not _NOT_UNSEEN & set(u.kinds)
+            if _FUNCTION_KINDS & set(u.kinds) and not _NOT_UNSEEN & set(u.kinds)
             and not executed.get(u.unit)]
 
 
@@ -91,20 +93,18 @@ def unseen_code_rules(hits: Hits, groups: Mapping[tuple[RelPath, str], list[Test
         versions: the head side.
     """
     found: dict[tuple[RelPath, str], list[UnitChange]] = {}
-    heads: dict[RelPath, FileUnits] = {}
+    functions: dict[RelPath, set[UnitId]] = {}
     for key, fd in diffs.items():
-        if fd is None:
+        unseen = unseen_changes(fd, executed) if fd is not None else []
+        if not unseen or fd is None:
             continue
-        head = fd.current if fd.current is not None else versions.index_now(key[0])
-        if not isinstance(head, FileUnits):
-            continue
-        unseen = unseen_changes(fd, executed, head)
-        if unseen:
-            found[key] = unseen
-            heads[key[0]] = head
+        path = key[0]
+        if path not in functions:
+            functions[path] = _function_ids(path, fd.current, versions)
+        found[key] = unseen
     if not found:
         return
-    callers = _callers(store, heads)
+    callers = _callers(store, functions)
     for (path, version), unseen in sorted(found.items()):
         reach = callers.get(path, set())
         how = ("the tests whose evidence runs a function of it" if reach else
@@ -126,13 +126,26 @@ def unseen_code_rules(hits: Hits, groups: Mapping[tuple[RelPath, str], list[Test
                         f"{how}"))
 
 
-def _callers(store: EvidenceReader, heads: Mapping[RelPath, FileUnits]
+def _function_ids(path: RelPath, current: FileUnits | None, versions: Versions) -> set[UnitId]:
+    """The ids of the functions and methods of ``path`` at the head: from the diff's index
+    when it has one, else from the syntax tree alone (no checksums: the fast diff keeps no
+    index, and hashing every unit of a large file costs more than the rest of the net)."""
+    if current is not None:
+        return {u.id for u in current.units if u.kind is UnitKind.FUNCTION}
+    source = versions.now(path)
+    try:
+        tree = ast.parse(source or b"")
+    except (SyntaxError, ValueError):
+        return set()  # the diff's failure is another rule's business
+    return {unit_id(path, scoped_qualname(scope, a.name)) for a, scope in scoped_defs(tree)
+            if not isinstance(a, ast.ClassDef)}
+
+
+def _callers(store: EvidenceReader, functions: Mapping[RelPath, set[UnitId]]
              ) -> dict[RelPath, set[TestId]]:
     """Path -> tests whose evidence executed a function or method of it (one lookup of
     the posting lists of those functions, for every path at once)."""
-    by_unit: dict[UnitId, RelPath] = {}
-    for path, head in heads.items():
-        by_unit.update((u.id, path) for u in head.units if u.kind is UnitKind.FUNCTION)
+    by_unit = {uid: path for path, uids in functions.items() for uid in uids}
     out: dict[RelPath, set[TestId]] = {}
     for uid, tests in store.tests_for_units(sorted(by_unit)).items():
         if tests:
