@@ -140,6 +140,11 @@ class Hasher:
 _HASHER = Hasher()
 
 
+def config_file_name() -> str:
+    """The config file's name (or path, ``$FASTCI_CONFIG``) the recorder looks for."""
+    return os.environ.get(config_mod.ENV_CONFIG_FILE) or config_mod.CONFIG_FILE
+
+
 @functools.lru_cache(maxsize=8)
 def _configured(root: str) -> Inputs:
     """The ``inputs`` of the config at ``root`` (once per process)."""

@@ -54,7 +54,7 @@ from fastci.evidence.children import ChildEnvironment, is_child_site_file
 from fastci.evidence.contexts import ContextProfiler
 from fastci.evidence.covplugin import make_coverage
 from fastci.evidence.files import OpenRecorder, PathMapper
-from fastci.evidence.inputs import declared_digests
+from fastci.evidence.inputs import config_file_name, declared_digests
 
 LOG = logging.getLogger(__name__)
 
@@ -306,7 +306,7 @@ class Recorder:
                 _release_engine(cov)
         reads = self._opens.stop()
         if self.role == "main":  # files native code reads, declared in fastci.yaml
-            reads = {**declared_digests(self.test_id, self.repo_root), **reads}
+            reads = {**declared_digests(self.test_id, self._config_root()), **reads}
         if self._child_env is not None:
             self._child_env.uninstall()
             self._child_env = None
@@ -335,6 +335,14 @@ class Recorder:
         for name, version in distributions.imported().items():  # third-party imports
             msg.distributions.add(name=name, version=version)
         return trace.write_atomic(self.path, msg)
+
+    def _config_root(self) -> Path:
+        """Where ``fastci.yaml`` is: the repository root, else (under Bazel, whose runfiles
+        tree may not hold it) the source tree behind the runfiles symlinks."""
+        for root in (str(self.repo_root), *self.mapper.roots):
+            if (Path(root) / config_file_name()).is_file():
+                return Path(root)
+        return self.repo_root
 
     def _fill(self, files: Any, lines: Mapping[str, list[int]],
               ctx: Mapping[tuple[str, str], tuple[set[str], int]],
