@@ -158,7 +158,7 @@ def test_a_pin_bump_reaches_importers_once(tmp_path: Path) -> None:
     assert _chosen(sel) == {"t_yaml": {DecisionKind.CHANGED_DISTRIBUTION}}
     r1 = repo.commit()
     record("t_yaml", r1, {"pyyaml": "6.0.2"})  # the CI recorded what ran
-    repo.write({"pkg/m.py": M1.replace("return 2", "return 3")})  # code neither test runs
+    repo.write({"pkg/m.py": M1 + "\n\ndef u3():\n    return 3\n"})  # code neither test runs
     assert _chosen(_plan(tmp_path, store, r1)) == {}
     store.close()
 

@@ -105,6 +105,9 @@ class Config:
     ignore: tuple[str, ...] = DEFAULT_IGNORE
     metadata_ignore: tuple[str, ...] = DEFAULT_METADATA_IGNORE  # repository metadata
     path_tests: tuple[tuple[str, tuple[str, ...]], ...] = ()  # glob -> test id globs
+    # Files native code reads (tokenizers, safetensors, arrow, dataset snapshots): test id
+    # glob -> path globs (repository-relative or absolute), hashed at record and plan time.
+    inputs: tuple[tuple[str, tuple[str, ...]], ...] = ()
     runner_python: str = "auto"  # the test runner's interpreter, for its environment fingerprint
     runner: str = "auto"  # auto | bazel | pytest: who declares and runs the tests (RUNNERS)
     prune: str = "off"  # off | safe | aggressive: equivalent-context pruning (PRUNE_MODES)
@@ -150,7 +153,7 @@ ENV_CONFIG_FILE = "FASTCI_CONFIG"
 #: other key says where FastCI reads and writes or how it runs things.
 DECISION_KEYS: tuple[str, ...] = ("run_all", "ignore", "path_tests", "targets", "runner_python",
                                   "runner", "pure_callables", "metadata_ignore", "prune",
-                                  "granularity")
+                                  "granularity", "inputs")
 #: Keys naming programs the planner runs (``bazel query``). Like the decision keys they
 #: come from the base revision's config: a change must not make the planner run a
 #: script of its own choosing.
@@ -199,6 +202,8 @@ def _coerce(key: str, value: Any, where: str) -> Any:
                 raise ConfigError(f"{where}: path_tests: {glob!r}: expected a list of test ids")
             out.append((glob, tuple(tests)))
         return tuple(out)
+    if key == "inputs":
+        return _inputs(value, where)
     if key in _SECONDS_KEYS:
         try:
             seconds = float(value)
@@ -219,6 +224,29 @@ def _coerce(key: str, value: Any, where: str) -> Any:
     if key == "runner" and value not in RUNNERS:
         raise ConfigError(f"{where}: runner: expected one of {', '.join(RUNNERS)}, got {value!r}")
     return _check_str(key, value, where)
+
+
+def _inputs(value: Any, where: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``inputs``: a list of path globs (every test), or a mapping test id glob -> globs."""
+    def globs(item: Any, what: str) -> tuple[str, ...]:
+        if isinstance(item, str):
+            item = [item]
+        if not isinstance(item, list) or not all(isinstance(g, str) and g for g in item):
+            raise ConfigError(f"{where}: inputs: {what}: expected a list of path globs "
+                              "(repository-relative or absolute)")
+        return tuple(item)
+
+    if isinstance(value, list):
+        return (("*", globs(value, "the list")),)
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: inputs: expected a list of path globs, or a mapping "
+                          "test id glob -> list of path globs")
+    out = []
+    for test_glob, items in value.items():
+        if not isinstance(test_glob, str) or not test_glob:
+            raise ConfigError(f"{where}: inputs: {test_glob!r}: expected a test id glob")
+        out.append((test_glob, globs(items, repr(test_glob))))
+    return tuple(out)
 
 
 def _apply(values: dict[str, Any], source: Mapping[str, Any], where: str) -> None:

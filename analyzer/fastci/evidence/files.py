@@ -141,7 +141,8 @@ class PathMapper:
 def sha256_file(path: Path) -> str:
     """Hex sha256 of a file, ``""`` if it cannot be read."""
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        with open(path, "rb") as f:  # in chunks: a declared model file may not fit in memory
+            return hashlib.file_digest(f, "sha256").hexdigest()
     except OSError:
         return ""
 

@@ -65,6 +65,7 @@ from fastci.evidence.children import (START_EVENTS, ChildEnvironment, PythonStar
 from fastci.evidence.contexts import ContextProfiler
 from fastci.evidence.covplugin import make_coverage
 from fastci.evidence.files import OpenRecorder, PathMapper, set_event_sink
+from fastci.evidence.inputs import config_file_name, declared_digests
 
 LOG = logging.getLogger(__name__)
 
@@ -414,6 +415,13 @@ class Recorder:
         unseen = [why for why in (self._autograd.unseen(), self._children_without_trace())
                   if why]
         self._autograd.restore()
+        if self.role == "main":  # files native code reads, declared in fastci.yaml
+            try:
+                reads = {**declared_digests(self.test_id, self._config_root()), **reads}
+            except Exception as exc:  # noqa: BLE001 - never lose the trace over bookkeeping
+                # Nothing declared is recorded: planning sees the files as added and selects.
+                LOG.warning("declared inputs of %s not recorded: %s: %s", self.test_id,
+                            type(exc).__name__, exc)
         if self._child_env is not None:
             self._child_env.uninstall()
             self._child_env = None
@@ -443,6 +451,14 @@ class Recorder:
         for name, version in distributions.imported().items():  # third-party imports
             msg.distributions.add(name=name, version=version)
         return trace.write_atomic(self.path, msg)
+
+    def _config_root(self) -> Path:
+        """Where ``fastci.yaml`` is: the repository root, else (under Bazel, whose runfiles
+        tree may not hold it) the source tree behind the runfiles symlinks."""
+        for root in (str(self.repo_root), *self.mapper.roots):
+            if (Path(root) / config_file_name()).is_file():
+                return Path(root)
+        return self.repo_root
 
     def _fill(self, files: Any, lines: Mapping[str, list[int]],
               ctx: Mapping[tuple[str, str], tuple[set[str], int]],

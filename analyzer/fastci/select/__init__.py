@@ -18,6 +18,7 @@ from fastci.select.decisions import (SKIP_KINDS, WIDEN_KINDS, Decision, Decision
                                      Selection)
 from fastci.changes.versions import Versions
 from fastci.select.baseline import Baselines, change_rules
+from fastci.select.inputs import declared_input_rules
 from fastci.select.manifest_rules import environment_rules
 from fastci.select.history import HISTORY_RUNS, history_rules
 from fastci.select.rules import (DeclaredTest, EvidenceReader, RunLike, ignored_read_rules,
@@ -104,7 +105,8 @@ def select_tests(changes: ChangeSet, store: EvidenceReader, config: Config, *,
     ordered = sorted(universe)  # (test_rules sorts what it is given: once, here)
     for rule_hits in (test_rules(ordered, runs, declared, src_changed, evidence_tests),
                       environment_rules(with_evidence, current, imported),
-                      change_hits, ignored_read_rules(changes, store)):
+                      change_hits, ignored_read_rules(changes, store),
+                      declared_input_rules(changes, store, config, with_evidence)):
         for test, reasons in rule_hits.items():
             hits.setdefault(test, []).extend(reasons)
     # A failure hidden behind a newer-by-clock pass (a retried job of an older commit)

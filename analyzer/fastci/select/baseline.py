@@ -15,6 +15,8 @@ differs from that baseline now; never because another test's baseline differs.
   import-time change. A version the history does not hold (recorded from a
   modified tree) counts as changed.
 * **Compiled or traced code**, a file that no longer parses: as above, per module.
+* **Changed functions no recording executed** (:mod:`fastci.select.unseen`): the tests
+  that run the module's other code, at full workload.
 * **Static reach** (new, deleted and newly named modules): when the reached path
   changed since the test's commit.
 * **Files it read**: the digest it recorded differs from the head's.
@@ -47,6 +49,7 @@ from fastci.integrations.git.repository import FileChange, shown
 from fastci.select.decisions import DecisionKind, Reason
 from fastci.select.manifest_rules import manifest_rules
 from fastci.select.rules import EvidenceReader, Hits, add_hit, kinds_of, own_output
+from fastci.select.unseen import unseen_code_rules
 from fastci.types import Checksum, RelPath, TestId, UnitId
 
 LOG = logging.getLogger(__name__)
@@ -207,6 +210,8 @@ def _unit_rules(hits: Hits, changes: ChangeSet, store: EvidenceReader, base: Bas
             continue
         _unknown_versions(hits, store, versions, path, members, base_diffs.get(path),
                           {t: digests.get((t, path)) for t in members})
+    # Last: a test another rule already selected for the same unit needs no second reason.
+    unseen_code_rules(hits, groups, diffs, executed, store, versions)
 
 
 def _executed(hits: Hits, test: TestId, path: RelPath, fd: FileDiff,

@@ -29,6 +29,8 @@ class DecisionKind(enum.Enum):
     STATIC_REACH = "imports or discovers a new, deleted or newly named module"
     CHANGED_SINCE_RECORDED = "a path that runs everything changed since its evidence was recorded"
     CHANGED_DISTRIBUTION = "imported a distribution whose requirement changed"
+    UNSEEN_CODE = "runs a module where changed code no recording saw executing"
+    DECLARED_INPUT = "declares an input file its evidence holds no digest of"
     # ... or because its evidence cannot be trusted ...
     NO_EVIDENCE = "has no evidence"
     INCOMPLETE_EVIDENCE = "its recording did not complete"
