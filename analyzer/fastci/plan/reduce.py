@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from fastci.changes.since import drift
 from fastci.changes.versions import Versions
 from fastci.evidence.calibration import CalibrationStore, Rung, declaration_digest
 from fastci.evidence.store import EvidenceStore
@@ -212,6 +213,14 @@ def _choose_one(d: Decision, decl: DeclaredTest, calibration: CalibrationStore |
         if isinstance(need, str):
             return Choice({}, f"full workload: {need}")
         needs.append(need)
+    # The rungs describe the tree they were calibrated at: every other unit they ran (a
+    # caller, a config class) must be as it was then (issue 34: a caller changed on main
+    # since made a one-layer rung reach the change zero times).
+    allowed = frozenset(n.unit for n in needs)
+    stale = drift(full, versions, allowed, base)
+    if stale is not None:
+        return Choice({}, f"full workload: {stale}: the calibration may not describe this tree; "
+                          "calibrate again")
     learned = learned_floors(escapes(history(d.test)) if history else [], decl)
     workload = dict(decl.workload)
     rejected: list[str] = []
@@ -223,7 +232,8 @@ def _choose_one(d: Decision, decl: DeclaredTest, calibration: CalibrationStore |
         if any(dim in dims and {**workload, **rung.overrides}[dim] <= value
                for dim, (value, _) in learned.items()):
             continue
-        missing = next((m for n in needs if (m := n.missing(rung, workload))), None)
+        missing = next((m for n in needs if (m := n.missing(rung, workload))), None) \
+            or drift(rung, versions, allowed, base)
         if missing:
             rejected.append(f"{rung.rung}: {missing}")
             continue

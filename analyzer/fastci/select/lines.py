@@ -48,6 +48,7 @@ from types import CodeType
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from fastci.changes.semantic_diff import ChangeKind
+from fastci.changes.since import drift
 from fastci.select.decisions import Decision, DecisionKind, Reason, Selection
 from fastci.types import RelPath, TestId, UnitId
 from fastci.units.index import split_unit_id
@@ -431,6 +432,12 @@ def _reaches(d: Decision, calibration: CalibrationStore, versions: Versions, dig
         if isinstance(lines, str):
             return None
         out.append(Reach(r.unit, lines, len(lines & full.lines.get(path, frozenset()))))
+    # The lines were executed at the calibration's commit: a caller changed since may now
+    # reach the changed lines the old run never ran (issue 34 item 1).
+    stale = drift(full, versions, {r.unit for r in d.reasons if r.unit}, base)
+    if stale is not None:
+        LOG.info("line evidence not used for %s: %s", d.test, stale)
+        return None
     return tuple(out)
 
 
