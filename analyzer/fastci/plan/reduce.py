@@ -474,9 +474,19 @@ def _need(reason: Reason, full: Rung, versions: Versions, base: str | None) -> _
         # config default escaped at the floors rung of a tp parity test.
         return (f"{reason.unit} changed at import time (a value the run uses, not code "
                 "a rung can be shown to execute the same way)")
+    now = versions.now(path)
+    change = next((u for u in versions.diff(path, old).units if u.unit == reason.unit), None) \
+        if now is not None else None
+    if change is not None and change.control:
+        # Retention is checked against the old code: new code under a new condition (`if
+        # layer >= 2:`), a new loop bound or a `break` sits among lines every rung runs,
+        # yet only some workloads take it (issue 34: 1 layer chosen for a change that
+        # shows only at 4).
+        return (f"{reason.unit}: {change.control}; retention of the old code's lines cannot "
+                "show that a reduced run takes the new path")
     span = {ln for ln in range(unit.body_start, unit.end + 1)
             if index.unit_for_line(ln).qualname == qualname}
-    changed = _changed_lines(old, versions.now(path)) & span
+    changed = _changed_lines(old, now) & span
     executed = full.lines.get(path, frozenset())
     if reason.unit not in full.units:
         return (f"its full-workload calibration did not run {reason.unit}, which its evidence "
