@@ -24,6 +24,14 @@ the way the full run does. For every reason the test was selected:
   accepted (:func:`same_but_moved`: ``hidden=64`` → ``hidden=32`` when ``hidden_size``
   goes 64 → 32).
 
+The calibration must describe the plan's tree: every other unit the rungs ran, and the
+import-time code of every file they ran, unchanged since the calibration's commit
+(:func:`fastci.changes.since.drift`: a caller changed on main since may no longer take
+the changed code at a small workload). And the change must not insert, remove or change
+control flow (:attr:`fastci.changes.semantic_diff.UnitChange.control`): retention is
+checked against the old code, and new code under ``if layer >= 2:`` sits among lines
+every rung runs.
+
 The rung must also have passed, be of the test's current declaration, keep every
 dimension within its floor and constraints (frozen and scope-validated dimensions
 never move: :func:`fastci.plan.workload.reducible_dims`), respect the floors learned
