@@ -61,27 +61,30 @@ def drift(rung: Rung, versions: Versions, allowed: Collection[UnitId],
             return f"the calibration executed {path} without recording its version"
         if versions.digest_now(path) == digest:
             continue  # changed and changed back, or a calibration from a modified tree
-        why = _units_drift(path, digest, rung, versions, allowed, revs)
+        why = _units_drift(path, digest, rung, versions, allowed, revs, at)
         if why is not None:
-            return f"{why} since its calibration (at {at})"
+            return why
     return None
 
 
 def _units_drift(path: RelPath, digest: str, rung: Rung, versions: Versions,
-                 allowed: Collection[UnitId], revs: list[str]) -> str | None:
+                 allowed: Collection[UnitId], revs: list[str], at: str) -> str | None:
     """Why the changes to ``path`` since the rung's version of it affect the rung."""
+    since = f"since the calibration (at {at})"
     if versions.now(path) is None:
-        return f"{path}, which its calibration executed, is deleted or moved"
+        return f"{path}, which the calibration executed, was deleted or moved {since}"
     old = versions.find(path, digest, revs)
     if old is None:
-        return f"{path} changed, and the version its calibration executed is not in the history"
+        return (f"{path} changed {since}, and the version the calibration executed is not "
+                "in the history")
     diff = versions.diff(path, old)
     if diff.failure is not None:
-        return f"{path} changed and does not parse"
+        return f"{path} changed {since} and does not parse"
     for uc in diff.units:
         if uc.unit in allowed or set(uc.kinds) <= {ChangeKind.ADDED}:
             continue
-        if uc.unit in rung.units or uc.import_time:
-            return uc.describe() + (", which its calibration ran" if uc.unit in rung.units
-                                    else " (import-time code of a file its calibration ran)")
+        if uc.unit in rung.units:
+            return f"{uc.describe()} {since}, and the calibration ran it"
+        if uc.import_time:
+            return f"{uc.describe()} {since}: import-time code of a file the calibration ran"
     return None
