@@ -87,8 +87,18 @@ def test_a_sampled_reduced_test_that_fails_at_full_workload_raises_its_floors(
     assert {k: v for k, (v, _) in learned_floors(found, DECL).items()} == {"steps": 2}
 
 
+def test_the_rate_comes_from_the_config(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("FASTCI_FULL_SAMPLE", "1")
+    rc, ran, _ = _run(tmp_path, monkeypatch, "--full-sample", bug=False)
+    out = capsys.readouterr().out
+    assert rc == 0 and sorted(ran) == ["v2", "v8", "w2", "w8"], out
+    assert "full-workload sample (rate 1, seed " in out, out
+
+
 def test_without_the_flag_nothing_is_sampled(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("FASTCI_FULL_SAMPLE", "1")  # the rate alone samples nothing: a PR job
     rc, ran, root = _run(tmp_path, monkeypatch)
     out = capsys.readouterr().out
     assert rc == 0 and sorted(ran) == ["v2", "w2"], out

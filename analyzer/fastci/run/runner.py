@@ -381,6 +381,9 @@ def _run_full_sample(root: Path, plan: Plan, rr: RunReport, rate: float, config:
                  "workload: its reduced run did not pass (no escape to find)")
     if not todo:
         return None
+    if store is None:
+        echo("fastci run: full-workload sample: results are not recorded (no store), so an "
+             "escape found here raises no learned floor")
     run = _run_pruned(root, [s.test for s in todo], 0, config, tree, store=store, bazel=bazel,
                       flags=flags, echo=echo, python=python, pytest_args=pytest_args,
                       header=f"fastci run: running {len(todo)} sampled reduced test(s) at full "
