@@ -6,7 +6,9 @@ differing *parts* say the kind of change (function body, signature/defaults,
 decorator, class attribute, module-level assignment/import, config literal, new,
 deleted or renamed unit). Comment, docstring and formatting edits leave every
 checksum alone, so they change nothing. A file that does not parse is reported as
-such; the selector widens for it.
+such; the selector widens for it. A function body change also says whether it inserts,
+removes or changes control flow (``UnitChange.control``,
+:mod:`fastci.changes.control_flow`), which reduction cannot prove by retention.
 
 Reading revisions and the evidence store happens in :mod:`fastci.changes.scan`.
 """

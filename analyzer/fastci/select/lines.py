@@ -32,8 +32,10 @@ changed lines is likelier to fail) and :func:`narrow_by_lines` applies it: every
 reason of a selected test must be such a body change, its line evidence must come from a passing, complete
 full-workload calibration of the test's current declaration, the unit's checksum
 there must equal the one in the test's own evidence (the lines describe the code the
-test's evidence describes), and the calibrated version of the file must be in the
-history. A test none of whose changed functions' reach lines it executed is skipped,
+test's evidence describes), the calibrated version of the file must be in the
+history, and the calibration must still describe the plan's tree
+(:func:`fastci.changes.since.drift`: a caller changed since may now take the changed
+lines the old run never took). A test none of whose changed functions' reach lines it executed is skipped,
 with the lines in its ``why``.
 """
 
