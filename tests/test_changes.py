@@ -202,3 +202,35 @@ def test_quick_diff_agrees_with_the_full_diff(picks: list[int]) -> None:
     full = diff_sources("m.py", BASE.encode(), new.encode(), quick=False)
     assert {(u.unit, u.kinds, u.after) for u in quick.units} == \
         {(u.unit, u.kinds, u.after) for u in full.units}
+
+
+def test_a_body_change_says_whether_it_changed_control_flow() -> None:
+    """Issue 34 item 2: the change analysis marks inserted, changed or removed control flow
+    (the reduce stage reads the fact); other edits, comments and nested defs leave it unset,
+    and the change's description (what line granularity reads) stays a body change."""
+    from fastci.changes.semantic_diff import diff_sources
+
+    old = (b"def f(x, layers):\n    for layer in range(layers):\n        x = x + 1\n"
+           b"    def inner():\n        return 1\n    return x\n")
+
+    def control(new: bytes) -> str | None:
+        (change,) = diff_sources("m.py", old, new).units
+        assert change.describe().startswith("m.py::f: function body changed"), change.describe()
+        return change.control
+
+    assert control(old.replace(b"        x = x + 1\n", b"        x = x + 1\n        if layer >= 2:\n"
+                                                      b"            x = x * 2\n")) \
+        == "control flow changed: inserts `if layer >= 2:` (line 4)"
+    assert "changes `for layer in range(layers - 1):`" in control(
+        old.replace(b"range(layers)", b"range(layers - 1)")) or ""
+    assert "`x + 1 if layer else x`" in (control(old.replace(b"x + 1", b"x + 1 if layer else x"))
+                                         or "")
+    assert "inserts `break`" in (control(old.replace(b"x = x + 1", b"x = x + 1\n        break"))
+                                 or "")
+    assert "removes `return`" in (control(old.replace(b"    return x\n", b"    x\n")) or "")
+    assert control(old.replace(b"x + 1", b"x + 2  # more")) is None
+    assert control(old.replace(b"return x\n", b"return x * 2\n")) is None
+    # A nested def is a unit of its own: its control flow is its own change's.
+    got = diff_sources("m.py", old, old.replace(b"return 1", b"return 1 if x else 2")).units
+    assert {u.qualname: u.control for u in got} == {
+        "f.<locals>.inner": "control flow changed: inserts `1 if x else 2` (line 5)"}

@@ -430,3 +430,52 @@ def test_the_plan_skips_a_test_that_ran_no_changed_line(tmp_path: Path) -> None:
     record("//t:small", "0" * 16, {"pkg/m.py": digest})
     assert plan(4, "        y = y * 3")["//t:small"] == "run"
     store.close()
+
+
+def test_line_evidence_older_than_a_changed_caller_is_not_used(tmp_path: Path) -> None:
+    """Issue 34 item 1, the reported case: the full rung ran none of f's changed lines at
+    the calibration's commit, but main changed the caller since (it now takes the branch),
+    so the old lines say nothing about this tree: the test stays selected."""
+    from fastci.config import Config
+    from fastci.evidence.calibration import CalibrationStore, Rung, declaration_digest
+    from fastci.evidence.store import EvidenceStore, RunEvidence
+    from fastci.plan.build import analyze
+    from fastci.select import DeclaredTest
+    from selection_support import Repo, env_now, units_of
+
+    caller = "from pkg.m import f\n\n\ndef run():\n    return f(1, 2)\n"
+    repo = Repo(tmp_path / "repo")
+    calibrated = repo.commit({".gitignore": ".fastci/\n", "pkg/m.py": M, "pkg/run.py": caller})
+    decl = DeclaredTest("//t:small", 1, {"steps": 2}, floors={"steps": 1})
+    units = units_of(repo.root, ["pkg/m.py", "pkg/run.py"])
+    (repo.root / ".fastci").mkdir()
+    with CalibrationStore.open(repo.root / ".fastci/calibration.db", create=True) as cal:
+        cal.put(Rung(test="//t:small", rung="full", declaration=declaration_digest(decl),
+                     overrides={}, commit=calibrated, duration_s=5.0, gpus=1, outcome="passed",
+                     complete=True, recorded_at=1.0,
+                     lines={"pkg/m.py": frozenset({2, 3, 5}), "pkg/run.py": frozenset({1, 4, 5})},
+                     units={u: (units[u], frozenset({"ctx"}))
+                            for u in ("pkg/m.py::f", "pkg/run.py::run")},
+                     digests={p: hashlib.sha256((repo.root / p).read_bytes()).hexdigest()
+                              for p in ("pkg/m.py", "pkg/run.py")}))
+    store = EvidenceStore.open(repo.root / ".fastci/evidence.db", create=True)
+
+    def plan(base: str) -> str:
+        now = units_of(repo.root, ["pkg/m.py", "pkg/run.py"])
+        store.ingest(RunEvidence(
+            test="//t:small", run_key=f"r{time.time_ns()}", outcome="passed", complete=True,
+            duration_s=5.0, gpus=1, workload={"steps": 2}, recorded_at=time.time(),
+            env_fingerprint=env_now(), commit=base,
+            units={u: (now[u], frozenset({"ctx"})) for u in ("pkg/m.py::f", "pkg/run.py::run")},
+            sources={p: hashlib.sha256((repo.root / p).read_bytes()).hexdigest()
+                     for p in ("pkg/m.py", "pkg/run.py")}))
+        repo.write({"pkg/m.py": _edit(M, 4, "        y = y * 3")})
+        a = analyze(repo.root, Config(), base=base, declared={"//t:small": decl},
+                    env_fingerprint=env_now(), store=store, reduce=False, granularity="line")
+        repo.write({"pkg/m.py": M})
+        return "run" if [t.id for t in a.plan.tests] == ["//t:small"] else a.plan.skipped[0].why
+
+    assert plan(calibrated).startswith("not affected at line granularity")  # same tree
+    later = repo.commit({"pkg/run.py": caller.replace("f(1, 2)", "f(1, 8)")})
+    assert plan(later) == "run"
+    store.close()

@@ -321,14 +321,22 @@ def test_every_chosen_rung_retains_the_changed_coverage(tmp_path_factory: Any, f
     made = [w.rung(f"steps={s}", {"steps": s}, float(s), lines, contexts=contexts(s, ctx))
             for s, lines, ctx in rungs]
     picked = {s: ctx for s, _, ctx in rungs}
-    w.edit(edited, "    pass  # edited")
+    original = M.splitlines()[edited - 1]
+    indent = original[:len(original) - len(original.lstrip())]
+    header = original.strip().startswith("if ")
+    control = original.strip().startswith(("if ", "return"))  # `return y` -> `pass` too
+    w.edit(edited, indent + ("if steps > 0:  # edited" if header else "pass  # edited"))
     c = w.choose()
     need = {edited} & full
 
     def retains(r: Rung) -> bool:
         return need <= r.lines["pkg/m.py"] and {"a", "own"} <= picked[r.overrides["steps"]]
 
-    if c.overrides:
+    if control:
+        # The edit changes an `if` condition or removes the `return`: retention, checked
+        # against the old code, proves nothing about the new one (issue 34 item 2).
+        assert c.overrides == {}, c.why
+    elif c.overrides:
         (chosen,) = [r for r in made if r.overrides == c.overrides]
         assert retains(chosen)
         assert all(r.gpu_s >= chosen.gpu_s for r in made if retains(r))  # the cheapest
@@ -431,6 +439,107 @@ def test_a_calibration_from_a_commit_this_clone_lacks_runs_full(tmp_path: Path,
     assert "GitError" not in caplog.text
 
 
+
+
+# --- Inserted or changed control flow (issue 34 item 2) ----------------------------------
+
+@pytest.mark.parametrize("line,text,shown", [
+    # The reported case: new code under a condition on a reduced dimension. Lines 2 and 3
+    # around it run at every rung, so retention of the old code passes at steps=1.
+    (2, "    y = x + 1\n    if steps >= 6:\n        y = y + 100", "inserts `if steps >= 6:`"),
+    (2, "    y = x + 1 if steps < 6 else x", "`x + 1 if steps < 6 else x`"),
+    (2, "    y = x + sum(1 for i in range(steps) if i >= 6)", "for i in range(steps) if i >= 6"),
+    (2, "    y = x + 1\n    for _ in range(steps - 6):\n        y = y + 1", "for _ in range(steps - 6):"),
+    (2, "    y = x + 1\n    with open(__file__):\n        pass", "with open(__file__):"),
+    (2, "    try:\n        y = x + 1\n    except ValueError:\n        y = 0", "try:"),
+    (2, "    match steps:\n        case 8:\n            y = x\n        case _:\n            y = x + 1",
+     "match steps:"),
+    (4, "        y = y * 2\n    elif steps == 8:\n        y = 0", "changes `if steps > 4:`"),
+    (3, "    if steps > 6:", "changes `if steps > 6:`"),
+    (6, "        y = y - 3\n        return y", "inserts `return`"),
+])
+def test_inserted_or_changed_control_flow_runs_full(tmp_path: Path, line: int, text: str,
+                                                    shown: str) -> None:
+    w = World(tmp_path)
+    full_ladder(w)
+    w.edit(line, text)
+    c = w.choose()
+    assert c.overrides == {}, c.why
+    assert "pkg/m.py::f: control flow changed" in c.why and shown in c.why, c.why
+    assert "retention of the old code's lines cannot show" in c.why
+    # The same lines edited without touching control flow still reduce.
+    w.edit(2, "    y = x + 1 + steps")
+    assert w.choose().overrides == {"steps": 1}
+
+
+# --- A calibration older than the plan's tree (issue 34 item 1) --------------------------
+
+CALLER = """from pkg.m import f
+
+
+def forward(x, layers):
+    for layer in range(layers):
+        x = f(x, 8)
+    return x
+
+
+def unused():
+    return 1
+"""
+CALLER_UNIT = "pkg/model.py::forward"
+
+
+def _calibrated_with_caller(w: World) -> str:
+    """Calibrate //t:a with a caller in pkg/model.py (commit returned): at layers=1 the
+    caller runs f once, so the 1-layer rung reaches every line of f the full run does."""
+    calibrated = w.repo.commit({"pkg/model.py": CALLER})
+    digests = {"pkg/m.py": w.digest,
+               "pkg/model.py": hashlib.sha256(CALLER.encode()).hexdigest()}
+    units = {UNIT: ("c", frozenset({"fp32"})), "pkg/m.py::<module>": ("m", frozenset()),
+             CALLER_UNIT: ("f", frozenset({"fp32"})), "pkg/model.py::<module>": ("n", frozenset())}
+    model_lines = {"pkg/model.py": frozenset({1, 4, 5, 6, 7})}
+    for name, o, cost in (("full", {}, 10.0), ("layers=1", {"layers": 1}, 3.0)):
+        r = w.rung(name, o, cost, {2, 3, 4, 5, 6, 7}, commit=calibrated, digests=digests,
+                   units=units)
+        w.store.put(Rung(**{**r.__dict__, "lines": {**r.lines, **model_lines}}))
+    return calibrated
+
+
+def test_a_caller_changed_since_calibration_runs_full(tmp_path: Path) -> None:
+    """The reported case: main changed the caller since the calibration (f is now called
+    from the 2nd layer on only), so the 1-layer rung would reach the change zero times."""
+    w = World(tmp_path)
+    w.base = _calibrated_with_caller(w)
+    w.edit(2, "    y = x + 2")
+    assert w.choose().overrides == {"layers": 1}  # the calibration is of this tree
+    w.repo.write({"pkg/m.py": M})
+    w.base = w.repo.commit({"pkg/model.py": CALLER.replace(
+        "        x = f(x, 8)", "        if layer >= 1:\n            x = f(x, 8)")})
+    w.edit(2, "    y = x + 2")
+    c = w.choose()
+    assert c.overrides == {}, c.why
+    assert "pkg/model.py::forward: function body changed" in c.why, c.why
+    assert "since the calibration (at " in c.why and "the calibration ran it" in c.why
+    assert "calibrate again" in c.why
+
+
+def test_changes_a_calibration_never_ran_leave_it_usable(tmp_path: Path) -> None:
+    """Drift is judged unit by unit: a function the rungs never ran, or a new one, changed
+    on main since the calibration; the rungs still describe what they ran."""
+    w = World(tmp_path)
+    _calibrated_with_caller(w)
+    w.base = w.repo.commit({"pkg/model.py": CALLER.replace("return 1", "return 2")
+                            + "\n\ndef added():\n    return 3\n"})
+    w.edit(2, "    y = x + 2")
+    assert w.choose().overrides == {"layers": 1}
+    # Import-time code of a file the rungs ran counts whatever the rungs' units say.
+    w.repo.write({"pkg/m.py": M})
+    w.base = w.repo.commit({"pkg/model.py": "LIMIT = 3\n" + CALLER})
+    w.edit(2, "    y = x + 2")
+    c = w.choose()
+    assert c.overrides == {} and "pkg/model.py::<module>" in c.why, c.why
+
+
 # --- Rungs a calibration need not run (fastci.plan.reduce.stand_in) ---------------------
 
 TWO = DeclaredTest("//t:a", 1, {"steps": 8, "layers": 4, "tp": 2},
@@ -517,7 +626,11 @@ def test_leaving_out_stood_in_rungs_never_makes_a_plan_costlier(
         if stand_in(overrides, kept, full, WORKLOAD) is None:
             w.store.put(rung)
             kept.append(rung)
-    w.edit(edited, "    pass  # edited")
+    original = M.splitlines()[edited - 1]
+    indent = original[:len(original) - len(original.lstrip())]
+    header = original.strip().startswith("if ")
+    control = original.strip().startswith(("if ", "return"))  # `return y` -> `pass` too
+    w.edit(edited, indent + ("if steps > 0:  # edited" if header else "pass  # edited"))
     lean = w.choose(decl=TWO)
     d = Decision("//t:a", (Reason(DecisionKind.CHANGED_UNIT, "executes f", unit=UNIT,
                                   path="pkg/m.py"),))

@@ -115,6 +115,7 @@ class Config:
     priority: str = "rare_inputs"  # reasons | risk | risk_per_cost | rare_inputs | rare_named: run order (PRIORITY_STRATEGIES)
     pure_callables: tuple[str, ...] = DEFAULT_PURE_CALLABLES  # side-effect-free at import
     rung_timeout_s: float = 7200.0  # the most a calibration rung may run (its cap)
+    full_sample: float = 0.1  # `fastci run --full-sample`: share of reduced tests re-run at full workload
     # Provenance, not keys (never compared), set by :func:`load`: the config file it
     # consulted (absolute; it may not exist; None for a Config built in code) and the
     # keys the environment or command line set (levels 3 and 4).
@@ -144,6 +145,7 @@ ENV_VARS: dict[str, str] = {
     "FASTCI_GRANULARITY": "granularity",
     "FASTCI_PRIORITY": "priority",
     "FASTCI_RUNG_TIMEOUT_S": "rung_timeout_s",
+    "FASTCI_FULL_SAMPLE": "full_sample",
 }
 #: Names the config file location (not a key).
 ENV_CONFIG_FILE = "FASTCI_CONFIG"
@@ -179,6 +181,19 @@ def _check_str(key: str, value: Any, where: str) -> str:
     if not isinstance(value, str) or not value:
         raise ConfigError(f"{where}: {key}: expected a non-empty string, got {value!r}")
     return value
+
+
+def _rate(value: Any, where: str) -> float:
+    """A ``full_sample`` value (a number, or its text from the environment) in [0, 1]."""
+    try:
+        rate = float(value) if isinstance(value, (int, float, str)) \
+            and not isinstance(value, bool) else float("nan")
+    except ValueError:
+        rate = float("nan")
+    if not 0.0 <= rate <= 1.0:
+        raise ConfigError(f"{where}: full_sample: expected a share of tests between 0 and 1, "
+                          f"got {value!r}")
+    return rate
 
 
 def _coerce(key: str, value: Any, where: str) -> Any:
@@ -221,6 +236,8 @@ def _coerce(key: str, value: Any, where: str) -> Any:
                           f"got {value!r}")
     if key == "prune" and value not in PRUNE_MODES:
         raise ConfigError(f"{where}: prune: expected one of {', '.join(PRUNE_MODES)}, got {value!r}")
+    if key == "full_sample":
+        return _rate(value, where)
     if key == "runner" and value not in RUNNERS:
         raise ConfigError(f"{where}: runner: expected one of {', '.join(RUNNERS)}, got {value!r}")
     return _check_str(key, value, where)

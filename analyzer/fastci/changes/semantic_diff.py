@@ -6,7 +6,9 @@ differing *parts* say the kind of change (function body, signature/defaults,
 decorator, class attribute, module-level assignment/import, config literal, new,
 deleted or renamed unit). Comment, docstring and formatting edits leave every
 checksum alone, so they change nothing. A file that does not parse is reported as
-such; the selector widens for it.
+such; the selector widens for it. A function body change also says whether it inserts,
+removes or changes control flow (``UnitChange.control``,
+:mod:`fastci.changes.control_flow`), which reduction cannot prove by retention.
 
 Reading revisions and the evidence store happens in :mod:`fastci.changes.scan`.
 """
@@ -21,6 +23,7 @@ from typing import Sequence
 
 from fastci.config import DEFAULT_PURE_CALLABLES
 from fastci.types import Checksum, RelPath, UnitId
+from fastci.changes.control_flow import Spans, control_changes
 from fastci.changes.fast_diff import quick_diff
 from fastci.changes.static_facts import (compiled_functions, module_bindings, module_imports,
                                          open_namespace, pure_decorator, registrable_classes,
@@ -77,6 +80,9 @@ class UnitChange:
     after: Checksum | None = None
     renamed_to: UnitId | None = None
     detail: str | None = None  # why a COMPILED / NEW_* kind applies (``@triton.jit``)
+    #: A function body change that inserts, removes or changes control flow: what it did
+    #: (:mod:`fastci.changes.control_flow`; reduction cannot prove it by retention).
+    control: str | None = None
 
     @property
     def import_time(self) -> bool:
@@ -344,8 +350,10 @@ def diff_sources(path: RelPath, old: bytes | None, new: bytes | None, *, status:
     if quick and old is not None and new is not None and not old_path:
         pairs = quick_diff(path, old, new)
         if pairs is not None:
-            return FileDiff(path, status, None,
-                            _mark_compiled(_pair_changes(path, pairs, old, new, pure), old, new))
+            spans = {n.qualname: ((o.start, o.end), (n.start, n.end)) for o, n in pairs}
+            return FileDiff(path, status, None, _mark_control(
+                _mark_compiled(_pair_changes(path, pairs, old, new, pure), old, new), old, new,
+                spans))
     old_rel = old_path or path
     old_idx = index_source(old_rel, old) if old is not None else None
     new_idx = index_source(path, new) if new is not None else None
@@ -358,7 +366,21 @@ def diff_sources(path: RelPath, old: bytes | None, new: bytes | None, *, status:
                       for u in (new_idx.units if new_idx else ()))
         return FileDiff(path, status, old_path, units, current=new_idx)
     changes = diff_units(path, old_idx, new_idx, old, new, pure=pure)
-    return FileDiff(path, status, old_path, _mark_compiled(changes, old, new), current=new_idx)
+    return FileDiff(path, status, old_path, _mark_control(_mark_compiled(changes, old, new), old, new),
+                    current=new_idx)
+
+
+def _mark_control(changes: tuple[UnitChange, ...], old: bytes | None, new: bytes | None,
+                  spans: Spans | None = None) -> tuple[UnitChange, ...]:
+    """Set ``control`` on the function body changes that insert, remove or change control
+    flow (only when some function body changed; ``spans``: where each function is on both
+    sides, so it is parsed alone)."""
+    body = {u.qualname for u in changes if ChangeKind.BODY in u.kinds}
+    if not body or old is None or new is None:
+        return changes
+    found = control_changes(old, new, body, spans)
+    return tuple(replace(u, control=found[u.qualname])
+                 if u.qualname in found and ChangeKind.BODY in u.kinds else u for u in changes)
 
 
 def _mark_compiled(changes: list[UnitChange], old: bytes | None,

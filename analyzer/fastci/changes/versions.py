@@ -35,6 +35,7 @@ class Versions:
         self._index: dict[RelPath, FileUnits | ParseFailure | None] = {}
         self._at: dict[tuple[str, RelPath], bytes | None] = {}
         self._diffs: dict[tuple[RelPath, str | None], FileDiff] = {}
+        self._since: dict[str, frozenset[RelPath] | None] = {}
 
     def now(self, path: RelPath) -> bytes | None:
         """The head side's bytes of ``path`` (None: absent)."""
@@ -94,6 +95,21 @@ class Versions:
             if data is not None and sha256(data) == digest:
                 return data
         return None
+
+    def changed_since(self, rev: str) -> frozenset[RelPath] | None:
+        """The paths that differ between the commit ``rev`` and the head side (both sides
+        of a rename), from one ``git diff`` per ``rev`` (cached); None when ``rev`` is no
+        commit of this clone (a ``dirty:`` stamp, a shallow checkout): then nothing can be
+        said without comparing the files themselves."""
+        if rev not in self._since:
+            try:
+                changes = self.git.changed_files(rev, self.head)
+            except GitError:
+                self._since[rev] = None
+            else:
+                self._since[rev] = frozenset(p for c in changes for p in (c.path, c.old_path)
+                                             if p)
+        return self._since[rev]
 
     def diff(self, path: RelPath, old: bytes | None) -> FileDiff:
         """The semantic diff from ``old`` (None: absent) to the head side of ``path``."""

@@ -26,11 +26,19 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fail-fast", action="store_true",
                    help="stop at the first failing test (bazel --notest_keep_going, pytest -x); "
                         "the tests that did not run are counted as not run")
+    p.add_argument("--full-sample", nargs="?", const="config", default=None, metavar="RATE",
+                   help="after the plan, run a sample of its reduced tests that passed again at "
+                        "full workload and record both (a post-merge job: a failure there is an "
+                        "escape, and raises the test's learned floors); RATE: the share drawn, "
+                        "seeded by the commit (default: config `full_sample`, 0.1)")
 
 
 def _run(args: argparse.Namespace) -> int:
     root = args.root.resolve()
-    cfg = config_mod.load(root, overrides={"plan": args.plan, "store": args.store})
+    rate = args.full_sample if args.full_sample != "config" else None
+    cfg = config_mod.load(root, overrides={"plan": args.plan, "store": args.store,
+                                           "full_sample": rate})
+    sample = cfg.full_sample if args.full_sample is not None else None
     try:
         plan = load_plan(cfg.path(root, "plan"))
     except PlanError as exc:
@@ -51,7 +59,7 @@ def _run(args: argparse.Namespace) -> int:
     progress = Progress(None, "run")
     try:
         report = execute(root, plan, cfg, store=store, fail_fast=args.fail_fast,
-                         echo=progress.echo, progress=progress)
+                         echo=progress.echo, progress=progress, full_sample=sample)
     finally:
         progress.close()
         if store is not None:

@@ -24,6 +24,14 @@ the way the full run does. For every reason the test was selected:
   accepted (:func:`same_but_moved`: ``hidden=64`` → ``hidden=32`` when ``hidden_size``
   goes 64 → 32).
 
+The calibration must describe the plan's tree: every other unit the rungs ran, and the
+import-time code of every file they ran, unchanged since the calibration's commit
+(:func:`fastci.changes.since.drift`: a caller changed on main since may no longer take
+the changed code at a small workload). And the change must not insert, remove or change
+control flow (:attr:`fastci.changes.semantic_diff.UnitChange.control`): retention is
+checked against the old code, and new code under ``if layer >= 2:`` sits among lines
+every rung runs.
+
 The rung must also have passed, be of the test's current declaration, keep every
 dimension within its floor and constraints (frozen and scope-validated dimensions
 never move: :func:`fastci.plan.workload.reducible_dims`), respect the floors learned
@@ -41,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from fastci.changes.since import drift
 from fastci.changes.versions import Versions
 from fastci.evidence.calibration import CalibrationStore, Rung, declaration_digest
 from fastci.evidence.store import EvidenceStore
@@ -212,6 +221,14 @@ def _choose_one(d: Decision, decl: DeclaredTest, calibration: CalibrationStore |
         if isinstance(need, str):
             return Choice({}, f"full workload: {need}")
         needs.append(need)
+    # The rungs describe the tree they were calibrated at: every other unit they ran (a
+    # caller, a config class) must be as it was then (issue 34: a caller changed on main
+    # since made a one-layer rung reach the change zero times).
+    allowed = frozenset(n.unit for n in needs)
+    stale = drift(full, versions, allowed, base)
+    if stale is not None:
+        return Choice({}, f"full workload: {stale}: the calibration may not describe this tree; "
+                          "calibrate again")
     learned = learned_floors(escapes(history(d.test)) if history else [], decl)
     workload = dict(decl.workload)
     rejected: list[str] = []
@@ -223,7 +240,8 @@ def _choose_one(d: Decision, decl: DeclaredTest, calibration: CalibrationStore |
         if any(dim in dims and {**workload, **rung.overrides}[dim] <= value
                for dim, (value, _) in learned.items()):
             continue
-        missing = next((m for n in needs if (m := n.missing(rung, workload))), None)
+        missing = next((m for n in needs if (m := n.missing(rung, workload))), None) \
+            or drift(rung, versions, allowed, base)
         if missing:
             rejected.append(f"{rung.rung}: {missing}")
             continue
@@ -464,9 +482,19 @@ def _need(reason: Reason, full: Rung, versions: Versions, base: str | None) -> _
         # config default escaped at the floors rung of a tp parity test.
         return (f"{reason.unit} changed at import time (a value the run uses, not code "
                 "a rung can be shown to execute the same way)")
+    now = versions.now(path)
+    change = next((u for u in versions.diff(path, old).units if u.unit == reason.unit), None) \
+        if now is not None else None
+    if change is not None and change.control:
+        # Retention is checked against the old code: new code under a new condition (`if
+        # layer >= 2:`), a new loop bound or a `break` sits among lines every rung runs,
+        # yet only some workloads take it (issue 34: 1 layer chosen for a change that
+        # shows only at 4).
+        return (f"{reason.unit}: {change.control}; retention of the old code's lines cannot "
+                "show that a reduced run takes the new path")
     span = {ln for ln in range(unit.body_start, unit.end + 1)
             if index.unit_for_line(ln).qualname == qualname}
-    changed = _changed_lines(old, versions.now(path)) & span
+    changed = _changed_lines(old, now) & span
     executed = full.lines.get(path, frozenset())
     if reason.unit not in full.units:
         return (f"its full-workload calibration did not run {reason.unit}, which its evidence "

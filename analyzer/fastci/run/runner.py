@@ -41,6 +41,11 @@ plan's tests pass: when any test of the run fails (and the run was not
 them, node ids through pytest), so a failing change reports every failure the
 unpruned plan would have. Their results count in the summary line and are recorded.
 
+With ``full_sample`` (``fastci run --full-sample``, a post-merge job) a seeded sample of
+the plan's reduced tests that passed runs again at full workload the same way, and is
+recorded at the same commit: a failure there is an escape, which raises the test's
+learned floors (:mod:`fastci.run.sample`, :func:`_run_full_sample`).
+
 A plan in mode ``shadow`` runs everything at full workload (safety invariant 7)
 and ends with a *miss report*: the failures among the tests the plan would have
 skipped, each with the reason the plan gave, also written as JSON to
@@ -163,12 +168,14 @@ class RunReport:
     first_failure: tuple[str, float] | None = None  # (test, seconds after the run started)
     #: The pruned tests, run because a test of this run failed (None: not run).
     pruned_run: RunReport | None = None
+    #: ``--full-sample``: the sampled reduced tests, run again at full workload (None: not run).
+    sample_run: RunReport | None = None
 
     @property
     def passed(self) -> int:
         """Tests that passed (both runners, and the pruned tests run after a failure)."""
         py = sum(r.passed for r in self.pytest.results) if self.pytest else 0
-        more = self.pruned_run.passed if self.pruned_run is not None else 0
+        more = sum(r.passed for r in (self.pruned_run, self.sample_run) if r is not None)
         return (self.report.passed if self.report else 0) + py + more
 
     @property
@@ -177,7 +184,7 @@ class RunReport:
         py = 0
         if self.pytest is not None:
             py = sum(r.failed for r in self.pytest.results) + (1 if self.pytest.error else 0)
-        more = self.pruned_run.failed if self.pruned_run is not None else 0
+        more = sum(r.failed for r in (self.pruned_run, self.sample_run) if r is not None)
         return (self.report.failed if self.report else 0) + len(self.not_run) + py + more
 
     @property
@@ -303,8 +310,13 @@ def execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | No
             bazel: Bazel | None = None, flags: tuple[str, ...] = (),
             echo: Callable[[str], None] = print, python: str | None = None,
             pytest_args: tuple[str, ...] = (), fail_fast: bool = False,
-            progress: Progress | None = None) -> RunReport:
+            progress: Progress | None = None, full_sample: float | None = None) -> RunReport:
     """Run ``plan`` under Bazel and pytest in ``root``; record results in ``store``.
+
+    ``full_sample``: after the plan, run a deterministic sample (this rate, seeded by the
+    commit) of its reduced tests that passed again at full workload, and record them, so
+    an escape shows in the history (:mod:`fastci.run.sample`; ``fastci run
+    --full-sample``, meant for a post-merge job). None or 0: no sample.
 
     ``fail_fast``: stop at the first failing test (Bazel ``--notest_keep_going``,
     pytest ``-x``); the tests that did not run are reported as not run, and so are
@@ -336,8 +348,68 @@ def execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | No
             rr = dataclasses.replace(rr, pruned_run=_run_pruned(
                 root, [s.id for s in pruned], _failures(rr), config, tree, store=store, bazel=bazel,
                 flags=flags, echo=echo, python=python, pytest_args=pytest_args))
+    if full_sample and rr.mode == "selective" and not fail_fast:
+        run = _run_full_sample(root, plan, rr, full_sample, config, tree, store=store,
+                               bazel=bazel, flags=flags, echo=echo, python=python,
+                               pytest_args=pytest_args)
+        rr = dataclasses.replace(rr, sample_run=run)
     echo(rr.summary_line())
     return rr
+
+
+def _reduced_passed(rr: RunReport, test: TestId) -> bool:
+    """Whether ``test`` passed in the plan's run ``rr`` (Bazel or pytest)."""
+    if rr.report is not None and normalize_test_id(test) in rr.report.outcomes:
+        return rr.report.outcomes[normalize_test_id(test)].passed
+    results = [r for r in (rr.pytest.results if rr.pytest else ()) if _matches(test, r.id)]
+    return bool(results) and all(r.passed for r in results)
+
+
+def _run_full_sample(root: Path, plan: Plan, rr: RunReport, rate: float, config: Config,
+                     tree: str | None, *, store: ResultHistory | None, bazel: Bazel | None,
+                     flags: tuple[str, ...], echo: Callable[[str], None], python: str | None,
+                     pytest_args: tuple[str, ...]) -> RunReport | None:
+    """Run the sampled reduced tests of ``plan`` that passed in ``rr`` at full workload
+    (:mod:`fastci.run.sample`); one line per sampled test says why, and what it showed."""
+    from fastci.run.sample import drawn_why, sample, verdict
+
+    seed = Git(root).head() or tree or ""
+    if not seed:
+        echo("fastci run: full-workload sample: no commit or tree to seed it: not drawn")
+        return None
+    drawn = sample(plan.tests, rate, seed)
+    reduced = sum(1 for t in plan.tests if t.overrides)
+    echo(f"fastci run: full-workload sample (rate {rate:g}, seed {seed[:12]}): {len(drawn)} of "
+         f"the plan's {reduced} reduced test(s) drawn")
+    todo = []
+    for s in drawn:
+        if _reduced_passed(rr, s.test):
+            echo(f"  SAMPLED    {s.test} ({drawn_why(s, rate, seed)}): running at full workload")
+            todo.append(s)
+        else:
+            echo(f"  SAMPLED    {s.test} (drawn {s.draw:.3f} < {rate:g}): not run at full "
+                 "workload: its reduced run did not pass (no escape to find)")
+    if not todo:
+        return None
+    if store is None:
+        echo("fastci run: full-workload sample: results are not recorded (no store), so an "
+             "escape found here raises no learned floor")
+    run = _run_pruned(root, [s.test for s in todo], "", config, tree, store=store, bazel=bazel,
+                      flags=flags, echo=echo, python=python, pytest_args=pytest_args,
+                      header=f"fastci run: running {len(todo)} sampled reduced test(s) at full "
+                             "workload, recorded at this commit",
+                      tag="full-workload sample")
+    for s in todo:
+        echo(f"  {s.test}: {verdict(s, _full_outcome(run, s.test))}")
+    return run
+
+
+def _full_outcome(run: RunReport, test: TestId) -> bool | None:
+    """Whether ``test`` passed in ``run`` (None: no result)."""
+    if run.report is not None and normalize_test_id(test) in run.report.outcomes:
+        return run.report.outcomes[normalize_test_id(test)].passed
+    results = [r for r in (run.pytest.results if run.pytest else ()) if _matches(test, r.id)]
+    return all(r.passed for r in results) if results else None
 
 
 def _execute(root: Path, plan: Plan, config: Config, tree: str | None, t0: float, *,
@@ -453,9 +525,11 @@ def _run_pruned(root: Path, pruned: list[TestId], failed: str, config: Config,
                 tree: str | None, *,
                 store: ResultHistory | None, bazel: Bazel | None, flags: tuple[str, ...],
                 echo: Callable[[str], None], python: str | None,
-                pytest_args: tuple[str, ...]) -> RunReport:
+                pytest_args: tuple[str, ...], header: str | None = None,
+                tag: str = "pruned; run after a failure") -> RunReport:
     """Run the plan's pruned tests at full workload, after ``failed`` (what failed, or
-    was flaky: :func:`_failures`).
+    was flaky: :func:`_failures`). ``header`` and ``tag`` (the line before, and the note
+    on each result) serve another use: the full-workload sample.
 
     A prune says the stand-ins' checks would catch what the pruned test catches; once a
     test fails that no longer holds for this change (a stand-in may have failed for
@@ -466,13 +540,12 @@ def _run_pruned(root: Path, pruned: list[TestId], failed: str, config: Config,
     from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo
     from fastci.plan.model import PlannedTest
 
-    echo(f"fastci run: {failed}: the plan's prunes do not hold for this "
+    echo(header or f"fastci run: {failed}: the plan's prunes do not hold for this "
          f"change; running the {len(pruned)} pruned test(s) at full workload")
     labels = [t for t in pruned if is_label(t)] if bazel is not None else []
     others = [t for t in pruned if t not in labels]
-    esc = Plan(mode="selective", reason="pruned tests, run after a failure",
-               tests=tuple(PlannedTest(t, why="pruned; run because a test failed")
-                           for t in pruned))
+    esc = Plan(mode="selective", reason=tag,
+               tests=tuple(PlannedTest(t, why=tag) for t in pruned))
     report: BuildReport | None = None
     not_run: tuple[str, ...] = ()
     recorded = 0
@@ -480,8 +553,7 @@ def _run_pruned(root: Path, pruned: list[TestId], failed: str, config: Config,
         assert bazel is not None
         bep = root / RUNS_DIR / f"bep-pruned-{_stamp()}.json"
         with tempfile.TemporaryDirectory(prefix="fastci-pruned-") as tmp:
-            repo = write_plan_repo(Path(tmp) / "plan", {t: {} for t in labels},
-                                   status="pruned tests, run after a failure")
+            repo = write_plan_repo(Path(tmp) / "plan", {t: {} for t in labels}, status=tag)
             try:
                 bazel.test(labels, flags=(f"--config={config.bazel_config}", override_flag(repo),
                                           *flags), bep_path=bep)
@@ -493,9 +565,9 @@ def _run_pruned(root: Path, pruned: list[TestId], failed: str, config: Config,
         if report is not None and store is not None:
             recorded += _record(root, report, store, bazel, esc)
         for label, outcome in sorted((report.outcomes if report else {}).items()):
-            echo(f"  {outcome.status:<10} {shown(label)} {outcome.duration_s:.1f}s (pruned; run after a failure)")
+            echo(f"  {outcome.status:<10} {shown(label)} {outcome.duration_s:.1f}s ({tag})")
         for label in not_run:
-            echo(f"  NOT RUN    {shown(label)} (pruned; Bazel reported no result)")
+            echo(f"  NOT RUN    {shown(label)} ({tag}; Bazel reported no result)")
     py_run = None
     if others:
         py_run = run_pytest(root, esc, config, tree, args=(*pytest_args, *others),

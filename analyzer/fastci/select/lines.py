@@ -32,8 +32,10 @@ changed lines is likelier to fail) and :func:`narrow_by_lines` applies it: every
 reason of a selected test must be such a body change, its line evidence must come from a passing, complete
 full-workload calibration of the test's current declaration, the unit's checksum
 there must equal the one in the test's own evidence (the lines describe the code the
-test's evidence describes), and the calibrated version of the file must be in the
-history. A test none of whose changed functions' reach lines it executed is skipped,
+test's evidence describes), the calibrated version of the file must be in the
+history, and the calibration must still describe the plan's tree
+(:func:`fastci.changes.since.drift`: a caller changed since may now take the changed
+lines the old run never took). A test none of whose changed functions' reach lines it executed is skipped,
 with the lines in its ``why``.
 """
 
@@ -48,6 +50,7 @@ from types import CodeType
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from fastci.changes.semantic_diff import ChangeKind
+from fastci.changes.since import drift
 from fastci.select.decisions import Decision, DecisionKind, Reason, Selection
 from fastci.types import RelPath, TestId, UnitId
 from fastci.units.index import split_unit_id
@@ -431,6 +434,12 @@ def _reaches(d: Decision, calibration: CalibrationStore, versions: Versions, dig
         if isinstance(lines, str):
             return None
         out.append(Reach(r.unit, lines, len(lines & full.lines.get(path, frozenset()))))
+    # The lines were executed at the calibration's commit: a caller changed since may now
+    # reach the changed lines the old run never ran (issue 34 item 1).
+    stale = drift(full, versions, {r.unit for r in d.reasons if r.unit}, base)
+    if stale is not None:
+        LOG.info("line evidence not used for %s: %s", d.test, stale)
+        return None
     return tuple(out)
 
 
