@@ -159,9 +159,33 @@ def _changed_names(change: UnitChange, old: ast.Module, new: ast.Module, tree: H
     # the same object: only Optional changed.
     names |= {n for n in set(imported[0]) | set(imported[1])
               if imported[0].get(n) != imported[1].get(n)}
-    if any(n.startswith("__") and n.endswith("__") for n in names):
-        return None  # __all__, __getattr__, __path__...: module machinery
+    machinery = {n for n in names if n.startswith("__") and n.endswith("__")}
+    if machinery and (machinery != {"__all__"} or not (_plain_all(old) and _plain_all(new))):
+        return None  # __getattr__, __path__...: module machinery
+    # ``__all__`` bound to strings only says what ``from m import *`` takes (and what
+    # reads ``m.__all__``): a star import widens the walk and a load of ``__all__`` is
+    # followed like any name, so a re-export's longer list is a binding like others.
     return names
+
+
+def _plain_all(tree: ast.Module) -> bool:
+    """Whether ``tree`` binds ``__all__`` (if at all) only to lists or tuples of strings,
+    at top level, with ``=`` or ``+=``."""
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if not any(isinstance(n, ast.Name) and n.id == "__all__" for t in targets
+                   for n in ast.walk(t)):
+            continue
+        value = getattr(node, "value", None)
+        if node not in tree.body or len(targets) != 1 or not isinstance(targets[0], ast.Name) \
+                or isinstance(node, ast.AugAssign) and not isinstance(node.op, ast.Add) \
+                or not isinstance(value, (ast.List, ast.Tuple)) \
+                or not all(isinstance(e, ast.Constant) and isinstance(e.value, str)
+                           for e in value.elts):
+            return False
+    return True
 
 
 def _import_origins(stmt: ast.stmt) -> dict[str, str]:

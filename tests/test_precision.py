@@ -1,0 +1,117 @@
+"""Precision rules narrowed to evidence (issue 38 items 1, 2, 3 and 5).
+
+Each scenario is a temporary git repository whose pytest suite is recorded by the real
+recorder (``--fastci-record``), ingested, and planned by the real planner against the
+commit it was recorded at. Each first reproduces the issue's over-selection, then checks
+that a change the rule exists for still reaches its tests.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Mapping
+
+from fastci.config import Config
+from fastci.evidence.environment import current_fingerprint
+from fastci.evidence.ingest import find_traces, ingest
+from fastci.evidence.store import EvidenceStore
+from fastci.plan.build import analyze
+from fastci.select import DecisionKind, Selection
+from selection_support import Repo
+
+ANALYZER = Path(__file__).resolve().parents[1] / "analyzer"
+
+
+class Suite:
+    """A repository with a pytest suite, a store, and the commit it was last recorded at."""
+
+    def __init__(self, root: Path, files: Mapping[str, str]) -> None:
+        self.repo = Repo(root)
+        self.root = root
+        self.base = self.repo.commit({".gitignore": ".fastci/\n__pycache__/\n", **files})
+        self.store = EvidenceStore.open(root / ".fastci/evidence.db", create=True)
+        self.runs = 0
+
+    def record(self, *tests: str) -> None:
+        """Run ``tests`` (default: all) recorded at HEAD and ingest them."""
+        self.runs += 1
+        traces = self.root.parent / f"{self.root.name}-traces-{self.runs}"
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1",
+                   PYTHONPATH=os.pathsep.join([str(self.root), str(ANALYZER)]))
+        res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                              "-p", "fastci.integrations.pytest.plugin", "--fastci-record",
+                              f"--fastci-trace-dir={traces}", *(tests or ["."])],
+                             cwd=self.root, env=env, capture_output=True, text=True,
+                             timeout=300)
+        assert res.returncode == 0, res.stdout + res.stderr
+        ingest(self.store, find_traces([traces]), source="pytest",
+               commit=self.repo.git("rev-parse", "HEAD"), root=self.root)
+
+    def plan(self, base: str | None = None) -> Selection:
+        return analyze(self.root, Config(), base=base or self.base, declared=None,
+                       env_fingerprint=current_fingerprint(), store=self.store).selection
+
+    def chosen(self, base: str | None = None) -> dict[str, set[DecisionKind]]:
+        return {d.test.rpartition("::")[2]: {r.kind for r in d.reasons}
+                for d in self.plan(base).selected}
+
+    def why(self, test: str) -> str:
+        (d,) = [d for d in self.plan().decisions if d.test.endswith(f"::{test}")]
+        return " | ".join(r.sentence for r in d.reasons)
+
+
+# ------------------------------------------------------------ item 1: re-exports
+
+PKG = {
+    "pkg/__init__.py": '"""A package."""\nfrom pkg.utils import clip\n\n__all__ = ["clip"]\n',
+    "pkg/utils.py": "def clip(x):\n    return min(x, 1)\n\n\ndef scale(x):\n    return 2 * x\n\n\n"
+                    "def double_clip(x):\n    return min(x, 2)\n",
+    "pkg/model.py": "from pkg import clip\n\n\ndef forward(x):\n    return clip(x)\n",
+    "test_model.py": "from pkg.model import forward\n\n\ndef test_forward():\n"
+                     "    assert forward(3) <= 2\n",
+    "test_utils.py": "from pkg.utils import scale\n\n\ndef test_scale():\n"
+                     "    assert scale(2) == 4\n",
+    "test_names.py": "import pkg\n\n\ndef test_names():\n    assert 'clip' in pkg.__all__\n",
+}
+INIT = PKG["pkg/__init__.py"]
+
+
+def test_a_re_export_reaches_only_the_users_of_the_names_it_binds(tmp_path: Path) -> None:
+    s = Suite(tmp_path / "repo", PKG)
+    s.record()
+    # The issue's case: one more name re-exported, a longer __all__. Every test imports
+    # the package; only the one reading __all__ uses a changed name.
+    s.repo.write({"pkg/__init__.py": INIT.replace(
+        "from pkg.utils import clip\n", "from pkg.utils import clip\nfrom pkg.utils import scale\n"
+    ).replace('["clip"]', '["clip", "scale"]')})
+    assert s.chosen() == {"test_names": {DecisionKind.USES_CHANGED_NAME}}
+    assert "__all__" in s.why("test_names")
+    # A re-export that changes what an existing name binds reaches its users.
+    s.repo.write({"pkg/__init__.py": INIT.replace("import clip", "import double_clip as clip")})
+    assert set(s.chosen()) == {"test_forward"}
+    assert "clip" in s.why("test_forward")
+    s.store.close()
+
+
+def test_a_re_export_stays_module_wide_where_a_star_import_or_odd_all_reads_it(
+        tmp_path: Path) -> None:
+    s = Suite(tmp_path / "repo", {**PKG, "pkg/star.py": "from pkg import *\n\n\ndef f():\n"
+                                                         "    return clip(1)\n",
+                                  "test_star.py": "from pkg.star import f\n\n\ndef test_f():\n"
+                                                  "    assert f() == 1\n"})
+    s.record()
+    s.repo.write({"pkg/__init__.py": INIT.replace(
+        "from pkg.utils import clip\n", "from pkg.utils import clip, scale\n"
+    ).replace('["clip"]', '["clip", "scale"]')})
+    assert set(s.chosen()) == {"test_forward", "test_scale", "test_names", "test_f"}
+    # __all__ computed (not a list of strings) is module machinery too.
+    s2 = Suite(tmp_path / "repo2", PKG)
+    s2.record()
+    s2.repo.write({"pkg/__init__.py": INIT.replace('__all__ = ["clip"]',
+                                                   '__all__ = [n for n in ("clip",)]')})
+    assert set(s2.chosen()) == {"test_forward", "test_scale", "test_names"}
+    s.store.close()
+    s2.store.close()
