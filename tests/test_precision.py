@@ -115,3 +115,44 @@ def test_a_re_export_stays_module_wide_where_a_star_import_or_odd_all_reads_it(
     assert set(s2.chosen()) == {"test_forward", "test_scale", "test_names"}
     s.store.close()
     s2.store.close()
+
+
+# ------------------------------------------------------------ item 2: discovery by pattern
+
+DISCOVERY = {
+    "pkg/__init__.py": "",
+    "pkg/ckpt.py": "import os\nfrom pathlib import Path\n\n\ndef latest(d):\n"
+                   "    found = sorted(Path(d).glob('ckpt_*.pt'))\n"
+                   "    found += [f for f in os.listdir(d) if f.endswith(('.bin', '.pt'))]\n"
+                   "    return found[-1] if found else None\n",
+    "pkg/plugins/__init__.py": "import importlib\n\n\ndef load(name):\n"
+                               "    return importlib.import_module(f'pkg.plugins.{name}')\n",
+    "pkg/plugins/base.py": "X = 1\n",
+    "test_ckpt.py": "from pkg.ckpt import latest\n\n\ndef test_latest(tmp_path):\n"
+                    "    assert latest(tmp_path) is None\n",
+    "test_plugins.py": "from pkg.plugins import load\n\n\ndef test_load():\n"
+                       "    assert load('base').X == 1\n",
+}
+
+
+def test_a_new_file_reaches_discovery_only_where_the_pattern_can_match_it(
+        tmp_path: Path) -> None:
+    s = Suite(tmp_path / "repo", DISCOVERY)
+    s.record()
+    # The issue's case: a new script next to code that globs for checkpoint files.
+    s.repo.write({"pkg/convert.py": "def main():\n    return 0\n"})
+    assert s.chosen() == {}
+    # A new plugin module is found by the computed import of its package.
+    s.repo.write({"pkg/plugins/gpt.py": "X = 2\n"})
+    assert s.chosen() == {"test_load": {DecisionKind.STATIC_REACH}}
+    assert "pkg.plugins.*" in s.why("test_load")
+    s.repo.write({"pkg/plugins/gpt.py": None, "pkg/convert.py": None})
+    # A pattern that is not a literal, or an unfiltered listing, finds any file.
+    s.repo.write({"pkg/ckpt.py": "PATTERN = 'ckpt_*.pt'\n" + DISCOVERY["pkg/ckpt.py"].replace(
+        "'ckpt_*.pt'", "PATTERN")})
+    s.base = s.repo.commit()
+    s.record()
+    s.repo.write({"pkg/convert.py": "def main():\n    return 0\n"})
+    assert s.chosen() == {"test_latest": {DecisionKind.STATIC_REACH}}
+    assert "not a literal" in s.why("test_latest")
+    s.store.close()
