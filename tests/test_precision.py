@@ -156,3 +156,49 @@ def test_a_new_file_reaches_discovery_only_where_the_pattern_can_match_it(
     assert s.chosen() == {"test_latest": {DecisionKind.STATIC_REACH}}
     assert "not a literal" in s.why("test_latest")
     s.store.close()
+
+
+# ------------------------------------------------------------ item 3: pins in text only
+
+PINNED = {
+    "pyproject.toml": '[project]\nname = "demo"\nversion = "0.1"\n'
+                      'dependencies = ["tqdm>=4", "protobuf>=3"]\n',
+    "pkg/__init__.py": "",
+    # Imported when called (collection imports are every test's): only test_load imports it.
+    "pkg/conf.py": "def load(items):\n    import tqdm\n\n    return list(tqdm.tqdm(items, disable=True))\n",
+    "test_conf.py": "from pkg.conf import load\n\n\ndef test_load():\n"
+                    "    assert load([1]) == [1]\n",
+    "test_plain.py": "def test_plain():\n    assert True\n",
+}
+
+
+def test_a_pin_bump_the_recorded_version_satisfies_selects_nobody(tmp_path: Path) -> None:
+    from importlib.metadata import version
+
+    installed = version("tqdm")
+    s = Suite(tmp_path / "repo", PINNED)
+    # Apart: a distribution loaded by an earlier test of the session is in every later
+    # test's list (what the process had imported).
+    s.record("test_plain.py")
+    s.record("test_conf.py")
+    assert s.store.distributions_of_tests()[
+        next(t for t in s.store.distributions_of_tests() if t.endswith("test_load"))
+    ]["tqdm"] == installed
+    # The case: the pin raised to what was installed (and recorded) all along.
+    s.repo.write({"pyproject.toml": PINNED["pyproject.toml"].replace(
+        "tqdm>=4", f"tqdm>={installed}")})
+    sel = s.plan()
+    assert sel.mode == "selective" and not sel.selected
+    assert any(f"still admits the version recorded (tqdm {installed})" in n
+               for n in sel.notes), sel.notes
+    # A pin the recorded version does not satisfy reaches the importers, and only them.
+    s.repo.write({"pyproject.toml": PINNED["pyproject.toml"].replace("tqdm>=4",
+                                                                     "tqdm>=999")})
+    assert s.chosen() == {"test_load": {DecisionKind.CHANGED_DISTRIBUTION}}
+    assert f"tqdm {installed}, which the new requirement does not admit" in s.why("test_load")
+    # A marker or a removal cannot be read as a range: the importers run.
+    for text in ('"tqdm>=4; python_version >= \'3.8\'", "protobuf>=3"', '"protobuf>=3"'):
+        s.repo.write({"pyproject.toml": PINNED["pyproject.toml"].replace(
+            '"tqdm>=4", "protobuf>=3"', text)})
+        assert set(s.chosen()) == {"test_load"}, text
+    s.store.close()
