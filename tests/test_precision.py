@@ -202,3 +202,30 @@ def test_a_pin_bump_the_recorded_version_satisfies_selects_nobody(tmp_path: Path
             '"tqdm>=4", "protobuf>=3"', text)})
         assert set(s.chosen()) == {"test_load"}, text
     s.store.close()
+
+
+# ------------------------------------------------------------ item 5: new relative to each test
+
+OPTIONAL = {
+    "pkg/__init__.py": "",
+    "pkg/app.py": "try:\n    from pkg import fast\nexcept ImportError:\n    fast = None\n\n\n"
+                  "def run(x):\n    return fast.double(x) if fast else 2 * x\n",
+    "test_a.py": "from pkg.app import run\n\n\ndef test_a():\n    assert run(2) == 4\n",
+    "test_b.py": "from pkg.app import run\n\n\ndef test_b():\n    assert run(3) == 6\n",
+}
+FAST = "def double(x):\n    return 2 * x\n\n\ndef unused(x):\n    return x\n"
+
+
+def test_a_file_is_new_only_for_tests_recorded_before_it_existed(tmp_path: Path) -> None:
+    s = Suite(tmp_path / "repo", OPTIONAL)
+    s.record()  # both tests at the first commit: pkg/fast.py does not exist
+    s.repo.commit({"pkg/fast.py": FAST})
+    s.record("test_b.py")  # only test_b re-recorded since: it ran pkg/fast.py
+    # A later edit of pkg/fast.py in code test_b never ran.
+    s.repo.write({"pkg/fast.py": FAST.replace("return x\n", "return -x\n")})
+    got = s.chosen()
+    # test_a's evidence predates the file: new for it. test_b saw it: for test_b it is
+    # a body change of a function it did not run.
+    assert got == {"test_a": {DecisionKind.STATIC_REACH}}, got
+    assert "new file pkg/fast.py" in s.why("test_a")
+    s.store.close()
