@@ -86,10 +86,17 @@ class ChangeSet:
         return sorted(out)
 
     def summary(self) -> str:
-        """A short sentence: ``3 units changed in 2 files``."""
+        """A short sentence about the ``base``..``head`` diff: ``3 units changed in 2
+        files``; ``0 units changed in 0 of 2 changed files (2 Python files: comments,
+        docstrings or formatting only)`` when some changed files change no unit."""
         n_units = len(self.unit_changes)
         n_files = len({f.path for f in self.files if f.units or f.failure}) + len(self.others)
-        return f"{n_units} unit{'s' * (n_units != 1)} changed in {n_files} file{'s' * (n_files != 1)}"
+        quiet = len({f.path for f in self.files if not (f.units or f.failure)})
+        text = f"{n_units} unit{'s' * (n_units != 1)} changed in {n_files}"
+        if not quiet:
+            return f"{text} file{'s' * (n_files != 1)}"
+        return (f"{text} of {n_files + quiet} changed files ({quiet} Python "
+                f"file{'s' * (quiet != 1)}: comments, docstrings or formatting only)")
 
 
 def is_python(path: RelPath) -> bool:
