@@ -165,7 +165,8 @@ PINNED = {
                       'dependencies = ["tqdm>=4", "protobuf>=3"]\n',
     "pkg/__init__.py": "",
     # Imported when called (collection imports are every test's): only test_load imports it.
-    "pkg/conf.py": "def load(items):\n    import tqdm\n\n    return list(tqdm.tqdm(items, disable=True))\n",
+    "pkg/conf.py": "def load(items):\n    import tqdm\n\n"
+                   "    return list(tqdm.tqdm(items, disable=True))\n",
     "test_conf.py": "from pkg.conf import load\n\n\ndef test_load():\n"
                     "    assert load([1]) == [1]\n",
     "test_plain.py": "def test_plain():\n    assert True\n",

@@ -65,7 +65,8 @@ def is_tool_artifact(path: RelPath) -> bool:
         return True
     name = parts[-1]
     return name.endswith(ARTIFACT_FILE_SUFFIXES) or name.startswith(ARTIFACT_FILE_PREFIXES) \
-        or name == ".coverage" or name in ARTIFACT_FOLDERS or name.endswith(ARTIFACT_FOLDER_SUFFIXES)
+        or name == ".coverage" or name in ARTIFACT_FOLDERS \
+        or name.endswith(ARTIFACT_FOLDER_SUFFIXES)
 
 
 # --- Test outcomes: one vocabulary ----------------------------------------------

@@ -561,7 +561,7 @@ def _module_pattern(node: ast.AST | None) -> str | None:
     """A computed module name as an ``fnmatch`` pattern (``f"models.{name}"`` ->
     ``models.*``); None when nothing of it is literal."""
     if isinstance(node, ast.JoinedStr):
-        text = "".join(_const_str(v) if _const_str(v) is not None else "*" for v in node.values)
+        text = "".join(c if (c := _const_str(v)) is not None else "*" for v in node.values)
         return None if not text.strip("*.") else text
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         left, right = _const_str(node.left), _const_str(node.right)

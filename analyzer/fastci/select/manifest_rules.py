@@ -125,9 +125,9 @@ def _read(changes: ChangeSet, path: RelPath,
         for key, values in merged.items():
             values.update(getattr(got, key))
         required.update(got.requirements)  # the new side's entries: the same from every old
-    return ManifestChange(path, *(tuple(sorted(merged[k])) for k in
-                                  ("distributions", "added", "settings", "inert")),
-                          tuple(sorted(required.items())))
+    return ManifestChange(path, tuple(sorted(merged["distributions"])),
+                          tuple(sorted(merged["added"])), tuple(sorted(merged["settings"])),
+                          tuple(sorted(merged["inert"])), tuple(sorted(required.items())))
 
 
 def _apply(path: RelPath, change: ManifestChange | None, store: DistributionReader,
