@@ -230,3 +230,23 @@ def test_a_file_is_new_only_for_tests_recorded_before_it_existed(tmp_path: Path)
     assert got == {"test_a": {DecisionKind.STATIC_REACH}}, got
     assert "new file pkg/fast.py" in s.why("test_a")
     s.store.close()
+
+
+def test_a_re_export_from_a_module_not_imported_before(tmp_path: Path) -> None:
+    """The package now loads a module it did not: narrowed when that module only defines
+    (imports of the standard library or of what the package loaded already, defs, plain
+    classes, constants); module-wide when its import may act (a registry call)."""
+    extra = "import math\nfrom pkg.utils import clip\n\nLIMIT = 2\n\n\ndef helper(x):\n" \
+            "    return math.floor(clip(x))\n\n\nclass Box:\n    size = LIMIT\n"
+    s = Suite(tmp_path / "repo", {**PKG, "pkg/extra.py": extra})
+    s.record()
+    reexport = INIT.replace("from pkg.utils import clip\n",
+                            "from pkg.utils import clip\nfrom pkg.extra import helper\n"
+                            ).replace('["clip"]', '["clip", "helper"]')
+    s.repo.write({"pkg/__init__.py": reexport})
+    assert s.chosen() == {"test_names": {DecisionKind.USES_CHANGED_NAME}}
+    s.repo.write({"pkg/extra.py": extra + "\nprint('registered')\n"})
+    assert set(s.chosen()) == {"test_forward", "test_scale", "test_names"}
+    s.repo.write({"pkg/extra.py": "import numpy\n" + extra})  # an installed package
+    assert set(s.chosen()) == {"test_forward", "test_scale", "test_names"}
+    s.store.close()
