@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
+import pytest
+
 from fastci.config import Config
 from fastci.evidence.environment import current_fingerprint
 from fastci.evidence.ingest import find_traces, ingest
@@ -250,3 +252,30 @@ def test_a_re_export_from_a_module_not_imported_before(tmp_path: Path) -> None:
     s.repo.write({"pkg/extra.py": "import numpy\n" + extra})  # an installed package
     assert set(s.chosen()) == {"test_forward", "test_scale", "test_names"}
     s.store.close()
+
+
+@pytest.mark.parametrize("code, finds, misses", [
+    ("sorted(Path(d).glob('ckpt_*.pt'))", ["a/ckpt_1.pt"], ["a/convert.py"]),
+    ("glob.glob(os.path.join(d, '*.py'))", ["a/x.py"], ["a/x.pt"]),
+    ("glob.glob(f'{d}/*.safetensors')", ["m.safetensors"], ["m.py"]),
+    ("list(Path(d).rglob('model_' + 'x'))", ["a/b.py"], []),  # not a literal: any file
+    ("Path(d) / 'w' and Path(d).glob(PATTERN)", ["a/b.py"], []),
+    ("[f for f in os.listdir(d) if f.endswith(('.pt', '.bin'))]", ["x.bin"], ["x.py"]),
+    ("[p for p in sorted(d.iterdir()) if p.suffix == '.json']", ["c.json"], ["c.py"]),
+    ("[f for f in os.listdir(d) if fnmatch.fnmatch(f, 'ckpt_*')]", ["ckpt_1"], ["run.py"]),
+    ("[f for f in os.listdir(d) if not f.endswith('.pt')]", ["x.py"], []),  # unknown test
+    ("os.listdir(d)", ["x.py"], []),
+    ("pkgutil.iter_modules(__path__)", ["p/x.py"], []),
+    ("importlib.import_module(f'pkg.models.{name}')", ["src/pkg/models/gpt.py"],
+     ["pkg/data/gpt.py", "pkg/models.py"]),
+    ("importlib.import_module('pkg.models.' + name)", ["pkg/models/gpt.py"], ["pkg/x.py"]),
+    ("importlib.import_module(name)", ["any/x.py"], []),
+])
+def test_what_a_discovery_call_can_find(code: str, finds: list[str], misses: list[str]) -> None:
+    from fastci.changes.static_facts import file_discoveries, parse
+
+    tree = parse(f"def f(d, name):\n    return {code}\n")
+    assert tree is not None
+    (found,) = file_discoveries(tree)
+    assert all(found.can_find(p) for p in finds), found
+    assert not any(found.can_find(p) for p in misses), found
