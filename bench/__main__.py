@@ -5,8 +5,8 @@ module defines ``main(argv: list[str]) -> int``; options after ``--`` go to ever
 (``python -m bench selection -- --mutants 3 --seed 7``). The exit code is the worst module's:
 the selection benchmark exits 1 when a test failing under run-all was not in the plan,
 the evidence benchmark when the recording overhead is over its target, the replay
-benchmark on a miss or a re-selection, the store-scale benchmark when a size or time
-target is missed, the reduction benchmark on an escape.
+benchmark on a miss or a re-selection, the precision replay on a miss, the store-scale
+benchmark when a size or time target is missed, the reduction benchmark on an escape.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ MODULES = [
     "bench.selection",
     "bench.store_scale",
     "bench.replay",
+    "bench.replay_precision",
     "bench.reduction",
     "bench.priority",
     "bench.eval_report",

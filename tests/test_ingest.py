@@ -428,3 +428,20 @@ def test_a_mirror_table_holds_the_rows_it_is_sent_and_makes_none() -> None:
     assert mirror.keys == worker.keys and mirror.sets == worker.sets
     with pytest.raises(TypeError, match="only takes"):
         mirror.row("m.py::h", "")
+
+
+@pytest.mark.parametrize("inside, bazel, stored", [
+    ("xfailed", "passed", "xfailed"), ("xpassed", "passed", "xpassed"),
+    ("skipped", "passed", "skipped"), ("passed", "passed", "passed"),
+    ("xfailed", "failed", "failed"),  # a failure Bazel reports wins
+    ("failed", "passed", "passed"), ("xfailed", "error", "error")])
+def test_bazel_verdict_keeps_the_word_pytest_gave_inside_a_passing_target(
+        inside: str, bazel: str, stored: str) -> None:
+    """Issue 38 item 6, the Bazel path: a target whose pytest reported an expected failure
+    passes in Bazel's build events; its run is stored as ``xfailed``, not ``passed``."""
+    from fastci.evidence.ingest import TestResult
+
+    t = make("//pkg:x_test", "r1", 1.0, {"pkg/x.py::f": []}, outcome=inside)
+    run = merge_run([trace.decode(trace.encode(t))], source="bazel", commit=None,
+                    result=TestResult(bazel, 2.0))
+    assert (run.outcome, run.duration_s) == (stored, 2.0)

@@ -45,6 +45,9 @@ class FakeStore:
     def tests_for_distributions(self, names: Iterable[str]) -> dict[str, set[str]]:
         return {n: set(self.imports.get(n, set())) for n in names}
 
+    def distributions_of_tests(self, tests: Iterable[str] | None = None) -> dict[str, dict[str, str]]:
+        return {}  # no versions recorded: every importer is selected
+
     def evidence_commits(self) -> set[str | None]:
         return self.commits
 

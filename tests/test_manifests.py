@@ -147,3 +147,34 @@ def test_is_manifest() -> None:
         assert is_manifest(p), p
     for p in ("setup.py", "requirements.py", "docs/requirements.md", "BUILD", "pyproject.toml.bak"):
         assert not is_manifest(p), p
+
+
+@pytest.mark.parametrize("name, old, new, version, admits", [
+    ("pyproject.toml", '[project]\ndependencies = ["tqdm>=4"]\n',
+     '[project]\ndependencies = ["tqdm>=4.66"]\n', "4.70.1", True),
+    ("pyproject.toml", '[project]\ndependencies = ["tqdm>=4"]\n',
+     '[project]\ndependencies = ["tqdm>=4.71"]\n', "4.70.1", False),
+    ("pyproject.toml", '[project]\ndependencies = ["tqdm>=4"]\n',
+     '[project]\ndependencies = ["tqdm[notebook]>=4.66,<5"]\n', "4.70.1", True),
+    ("pyproject.toml", '[project]\ndependencies = ["tqdm>=4"]\n',
+     '[project]\ndependencies = ["tqdm>=4.66; python_version>\'3.8\'"]\n', "4.70.1", False),
+    ("pyproject.toml", '[project]\ndependencies = ["tqdm>=4"]\n',
+     '[project]\ndependencies = ["tqdm>=4.66"]\n', None, False),  # no recorded version
+    ("pyproject.toml", '[project]\ndependencies = ["tqdm>=4"]\n', '[project]\ndependencies = []\n',
+     "4.70.1", False),  # removed
+    ("requirements.txt", "tqdm==4.70.0\n", "tqdm==4.70.1\n", "4.70.1", True),
+    ("requirements.txt", "tqdm==4.70.0\n", "tqdm==4.70.2\n", "4.70.1", False),
+    ("pyproject.toml", '[tool.poetry.dependencies]\ntqdm = "^4.0"\n',
+     '[tool.poetry.dependencies]\ntqdm = "^4.66"\n', "4.70.1", False),  # not PEP 440
+    ("Pipfile", '[packages]\ntqdm = ">=4"\n', '[packages]\ntqdm = "*"\n', "4.70.1", True),
+    ("poetry.lock", '[[package]]\nname = "tqdm"\nversion = "4.70.0"\n',
+     '[[package]]\nname = "tqdm"\nversion = "4.70.1"\n', "4.70.1", True),
+    ("poetry.lock", '[[package]]\nname = "tqdm"\nversion = "4.70.0"\n',
+     '[[package]]\nname = "tqdm"\nversion = "4.71.0"\n', "4.70.1", False),
+])
+def test_a_new_requirement_admits_the_recorded_version_or_not(
+        name: str, old: str, new: str, version: str | None, admits: bool) -> None:
+    """Issue 38 item 3: a pin changed in text only, against the version a test ran with."""
+    change = read_change(name, old.encode(), new.encode())
+    assert change is not None and change.distributions == ("tqdm",)
+    assert change.admits("tqdm", version) is admits

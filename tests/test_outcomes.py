@@ -219,3 +219,39 @@ def test_fold_outcome(phases: list[str], folded: str) -> None:
     for phase in phases:
         out = fold_outcome(out, phase)
     assert out == folded
+
+
+def test_the_store_and_the_plan_hold_the_outcome_pytest_reports(tmp_path: Path) -> None:
+    """Issue 38 item 6: the real recorder wrote ``xfailed``/``xpassed`` as ``error``, so a
+    strict xfail test was "failed in its last run" in every plan. Recorded, ingested and
+    planned for real: the store holds pytest's words, and only real failures are re-run
+    for having failed."""
+    from fastci.config import Config
+    from fastci.evidence.ingest import find_traces, ingest
+    from fastci.evidence.store import EvidenceStore
+    from fastci.plan.build import analyze
+    from fastci.select import DecisionKind
+    from fastci.evidence.environment import current_fingerprint
+
+    root = _project(tmp_path)
+    (root / ".gitignore").write_text("plan.json\ntraces/\n.fastci/\n")
+    for args in (["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@x", "commit", "-qm",
+                                 "suite"]):
+        subprocess.run(["git", "-C", str(root), *args], check=True)
+    traces = root / "traces"
+    res = _pytest(root, "--fastci-record", f"--fastci-trace-dir={traces}")
+    assert res.returncode == 1, res.stdout + res.stderr
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    with EvidenceStore.open(root / ".fastci/evidence.db", create=True) as store:
+        ingest(store, find_traces([traces]), source="pytest", commit=head, root=root)
+        stored = _names([(t, store.recent_outcomes([t], 1)[t][0])
+                         for t in store.recent_outcomes(
+                             [f"test_outcomes_suite.py::{n}" for n in EXPECTED], 1)])
+        assert stored == EXPECTED
+        sel = analyze(root, Config(), base=head, declared=None,
+                      env_fingerprint=current_fingerprint(), store=store).selection
+    failed_last = {d.test.partition("::")[2] for d in sel.selected
+                   if any(r.kind is DecisionKind.FAILED_LAST for r in d.reasons)}
+    assert failed_last == {n for n, o in EXPECTED.items() if o in FAILURE_OUTCOMES}
+    assert "test_xfail_strict_fails" not in failed_last and "test_xpass_strict" in failed_last

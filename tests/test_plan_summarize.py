@@ -83,3 +83,59 @@ def test_gpu_only_suite_keeps_gpu_seconds_alone() -> None:
                     Decision("//g:b", (_reason(K.NOT_AFFECTED),), 80.0)],
                    {"//g:a": Timing(10.0, 2), "//g:b": Timing(20.0, 4)})
     assert _cost(lines) == ["  estimated GPU-seconds: 20.0 of 100.0 for all"]
+
+
+# --- issue 38 item 8: the summary says what the selection came from -------------------
+
+from pathlib import Path  # noqa: E402
+
+from fastci.config import Config  # noqa: E402
+from fastci.evidence.store import EvidenceStore  # noqa: E402
+from fastci.plan.build import analyze  # noqa: E402
+from fastci.plan.reduce import Choice  # noqa: E402
+from selection_support import Repo, env_now, ingest, units_of  # noqa: E402
+
+LIB = 'def f():\n    """Doc."""\n    return 1\n\n\ndef g():\n    return 2\n'
+
+
+def test_the_header_names_each_tests_own_baseline_and_docs_only_files(tmp_path: Path) -> None:
+    repo = Repo(tmp_path)
+    old = repo.commit({".gitignore": ".fastci/\n", "pkg/a.py": LIB, "pkg/b.py": LIB})
+    store = EvidenceStore.open(tmp_path / ".fastci/evidence.db", create=True)
+    units = units_of(tmp_path, ["pkg/a.py", "pkg/b.py"])
+    ingest(store, "t_a", {u: c for u, c in units.items() if u.startswith("pkg/a.py")},
+           commit=old)
+    ingest(store, "t_b", {u: c for u, c in units.items() if u.startswith("pkg/b.py")},
+           commit=old)
+    # Merged since the tests were recorded: a change to what t_a runs; no re-record.
+    base = repo.commit({"pkg/a.py": LIB.replace("return 1", "return 11")})
+    # The change under review: docstrings only, in two files.
+    repo.write({p: (tmp_path / p).read_text().replace('"""Doc."""', '"""Docs."""')
+                for p in ("pkg/a.py", "pkg/b.py")})
+    analysis = analyze(tmp_path, Config(), base=base, declared=None, env_fingerprint=env_now(),
+                       store=store)
+    header = summarize(analysis)[0]
+    assert [d.test for d in analysis.selection.selected] == ["t_a"]
+    # Two files changed, none semantically: not "0 files".
+    assert "0 units changed in 0 of 2 changed files" in header, header
+    assert "comments, docstrings or formatting only" in header, header
+    # The selection came from the tests' own baselines, not from --base alone.
+    assert "2 tests were recorded at 1 commit other than the base" in header, header
+    assert "each compared with its own (2 files changed since)" in header, header
+    assert "recorded at 1 commit other than the base" in analysis.plan.reason
+    store.close()
+
+
+def test_the_cost_is_at_the_planned_workloads_and_reduced_tests_are_counted() -> None:
+    decisions = [Decision("//g:a", (_reason(K.CHANGED_UNIT),), 100.0),
+                 Decision("//g:b", (_reason(K.CHANGED_UNIT),), 50.0),
+                 Decision("//g:c", (_reason(K.NOT_AFFECTED),), 40.0)]
+    sel = Selection(tuple(decisions), summary="test")
+    choices = {"//g:a": Choice({"steps": 2}, "reduced", est_gpu_s=10.0, rung="r1"),
+               "//g:b": Choice({}, "full workload")}
+    lines = summarize(Analysis(sel, Plan(mode="selective"), None, 0.0, choices=choices,
+                               timing={t: Timing(1.0, 1) for t in ("//g:a", "//g:b", "//g:c")}))
+    assert _cost(lines) == [
+        "  estimated GPU-seconds: 60.0 of 190.0 for all (at the planned workloads; 150.0 at "
+        "full workload)"]
+    assert "  reduced: 1 of 2 selected tests run at a reduced workload" in lines

@@ -34,6 +34,41 @@ WorkloadValue = Union[int, float, str, bool]
 Workload = Mapping[str, WorkloadValue]
 
 
+# --- Tool artifacts: files no test's evidence may name -----------------------
+
+#: Folders written by installing the project or by running its tests, never inputs:
+#: install metadata (``pip install -e`` writes ``<pkg>.egg-info``; another install
+#: writes none, or a ``.dist-info`` elsewhere), bytecode caches, and the caches of test
+#: runners and linters (they change with every run: pytest's last-failed list,
+#: hypothesis's example database, mypy's and ruff's caches, tox/nox environments).
+ARTIFACT_FOLDERS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".hypothesis",
+                              ".ruff_cache", ".tox", ".nox", ".eggs", ".benchmarks",
+                              "pip-wheel-metadata", "htmlcov"})
+#: Folder name endings of the same kind (``fastci.egg-info``, ``torch-2.4.dist-info``).
+ARTIFACT_FOLDER_SUFFIXES = (".egg-info", ".dist-info")
+#: File names of the same kind: bytecode anywhere, coverage data files (``.coverage``,
+#: ``.coverage.<host>.<pid>``; not ``.coveragerc``, a configuration).
+ARTIFACT_FILE_SUFFIXES = (".pyc", ".pyo")
+ARTIFACT_FILE_PREFIXES = (".coverage.",)
+
+
+def is_tool_artifact(path: RelPath) -> bool:
+    """Whether ``path`` (repo-relative, ``/``-separated) was written by an installer or a
+    test runner: never recorded as a test's input, never a change (docs/EVIDENCE.md).
+
+    A test that reads such a file reads what the *environment* made, not the code under
+    test; recording it made every test depend on how (and whether) the clone was
+    installed and on the last local run.
+    """
+    parts = path.split("/")
+    if any(p in ARTIFACT_FOLDERS or p.endswith(ARTIFACT_FOLDER_SUFFIXES) for p in parts[:-1]):
+        return True
+    name = parts[-1]
+    return name.endswith(ARTIFACT_FILE_SUFFIXES) or name.startswith(ARTIFACT_FILE_PREFIXES) \
+        or name == ".coverage" or name in ARTIFACT_FOLDERS \
+        or name.endswith(ARTIFACT_FOLDER_SUFFIXES)
+
+
 # --- Test outcomes: one vocabulary ----------------------------------------------
 
 

@@ -29,6 +29,9 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
 from fastci.evidence.distributions import canonical
 from fastci.types import RelPath
 
@@ -70,6 +73,17 @@ class ManifestChange:
     added: tuple[str, ...] = ()  # of ``distributions``: new in the manifest
     settings: tuple[str, ...] = ()
     inert: tuple[str, ...] = ()
+    #: Of ``distributions``: each one's entries in the new manifest (none: removed).
+    requirements: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def admits(self, name: str, version: str | None) -> bool:
+        """Whether the new manifest still admits ``version`` of changed distribution
+        ``name`` (issue 38: a pin bump the installed version already satisfied changes
+        nothing a test ran). False whenever it cannot be sure: no recorded version, a
+        removed requirement, a marker, a URL, a non-PEP 440 specifier (Poetry's ``^``)."""
+        entries = dict(self.requirements).get(name)
+        return bool(version and entries) and all(_entry_admits(e, version or "")
+                                                 for e in entries or ())
 
 
 def is_manifest(path: RelPath) -> bool:
@@ -131,7 +145,8 @@ def _compare(path: RelPath, old: tuple[_Deps, _Parts], new: tuple[_Deps, _Parts]
             continue
         meaningful = (a[0] if a else False) or (b[0] if b else False)
         (settings if meaningful else inert).append(part)
-    return ManifestChange(path, tuple(changed), tuple(added), tuple(settings), tuple(inert))
+    return ManifestChange(path, tuple(changed), tuple(added), tuple(settings), tuple(inert),
+                          tuple((n, tuple(sorted(new_deps.get(n, [])))) for n in changed))
 
 
 def _dump(value: Any) -> str:
@@ -144,8 +159,34 @@ def _add_requirement(deps: _Deps, line: str, group: str) -> bool:
     if m is None:
         return False
     rest = re.sub(r"\s+", "", m.group(2))
-    deps.setdefault(canonical(m.group(1)), []).append(f"{group}:{rest}")
+    deps.setdefault(canonical(m.group(1)), []).append(f"{group}{_SEP}{rest}")
     return True
+
+
+#: Between an entry's group and its requirement (whitespace never occurs in either).
+_SEP = "\t"
+
+
+def _entry_admits(entry: str, version: str) -> bool:
+    """Whether one manifest entry (:data:`_Deps`) admits ``version``."""
+    group, sep, spec = entry.partition(_SEP)
+    try:
+        if not sep:  # a lock entry: its pinned version
+            locked = json.loads(entry)
+            if not isinstance(locked, dict) or not isinstance(locked.get("version"), str):
+                return False
+            pinned = locked["version"]
+            spec = pinned if pinned[:1] in "=<>!~" else f"=={pinned}"
+        elif spec.startswith('"'):  # Poetry's, Pipfile's table: a JSON string (a dict is not read)
+            spec = json.loads(spec)
+        if spec == "*":
+            return True  # any version
+        spec = re.sub(r"^\[[^\]]*\]", "", spec)  # extras do not change the version
+        if ";" in spec or "@" in spec:
+            return False  # a marker or a URL: not a version range we can read
+        return SpecifierSet(spec).contains(Version(version), prereleases=True)
+    except (ValueError, TypeError, InvalidSpecifier, InvalidVersion):
+        return False
 
 
 def _pyproject(text: str) -> tuple[_Deps, _Parts] | None:
@@ -193,7 +234,7 @@ def _poetry(table: Mapping[str, Any], deps: _Deps, parts: _Parts) -> None:
             if canonical(name) == "python":  # the interpreter, not a distribution
                 parts[f"{where}.python"] = (True, _dump(spec))
             else:
-                deps.setdefault(canonical(name), []).append(f"{where}:{_dump(spec)}")
+                deps.setdefault(canonical(name), []).append(f"{where}{_SEP}{_dump(spec)}")
 
     for key, value in table.items():
         if key in ("dependencies", "dev-dependencies"):
@@ -262,7 +303,7 @@ def _pipfile(text: str) -> tuple[_Deps, _Parts] | None:
     for key, value in data.items():
         if key in ("packages", "dev-packages"):
             for name, spec in value.items():
-                deps.setdefault(canonical(name), []).append(f"{key}:{_dump(spec)}")
+                deps.setdefault(canonical(name), []).append(f"{key}{_SEP}{_dump(spec)}")
         else:  # requires (python_version), source (indexes), scripts ...
             parts[f"[{key}]"] = (True, _dump(value))
     return deps, parts

@@ -153,15 +153,39 @@ def _changed_names(change: UnitChange, old: ast.Module, new: ast.Module, tree: H
             else:
                 names |= bound
         if prefix == "import" and not _imports_inert(change.path, key, before, after, old, new,
-                                                     tree):
+                                                     tree, pure):
             return None
     # ``from typing import List`` -> ``from typing import List, Optional`` rebinds List to
     # the same object: only Optional changed.
     names |= {n for n in set(imported[0]) | set(imported[1])
               if imported[0].get(n) != imported[1].get(n)}
-    if any(n.startswith("__") and n.endswith("__") for n in names):
-        return None  # __all__, __getattr__, __path__...: module machinery
+    machinery = {n for n in names if n.startswith("__") and n.endswith("__")}
+    if machinery and (machinery != {"__all__"} or not (_plain_all(old) and _plain_all(new))):
+        return None  # __getattr__, __path__...: module machinery
+    # ``__all__`` bound to strings only says what ``from m import *`` takes (and what
+    # reads ``m.__all__``): a star import widens the walk and a load of ``__all__`` is
+    # followed like any name, so a re-export's longer list is a binding like others.
     return names
+
+
+def _plain_all(tree: ast.Module) -> bool:
+    """Whether ``tree`` binds ``__all__`` (if at all) only to lists or tuples of strings,
+    at top level, with ``=`` or ``+=``."""
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if not any(isinstance(n, ast.Name) and n.id == "__all__" for t in targets
+                   for n in ast.walk(t)):
+            continue
+        value = getattr(node, "value", None)
+        if node not in tree.body or len(targets) != 1 or not isinstance(targets[0], ast.Name) \
+                or isinstance(node, ast.AugAssign) and not isinstance(node.op, ast.Add) \
+                or not isinstance(value, (ast.List, ast.Tuple)) \
+                or not all(isinstance(e, ast.Constant) and isinstance(e.value, str)
+                           for e in value.elts):
+            return False
+    return True
 
 
 def _import_origins(stmt: ast.stmt) -> dict[str, str]:
@@ -213,20 +237,125 @@ def _assigned(stmt: ast.AST, names: dict[str, str], pure: Sequence[str],
 
 def _imports_inert(path: RelPath, key: str, before: dict[str, ast.stmt],
                    after: dict[str, ast.stmt], old: ast.Module, new: ast.Module,
-                   tree: HeadTree) -> bool:
+                   tree: HeadTree, pure: Sequence[str] = DEFAULT_PURE_CALLABLES) -> bool:
     """Whether an import change loads or drops no module with possible import-time effects.
 
-    A module the other side already imports (at top level) changes nothing when it is
-    loaded; the standard library is taken as inert; anything else (a package's
-    ``__init__``, a plugin that registers or patches) may act on import.
+    A module the other side already imports (at top level, or through the repository
+    modules it imports) changes nothing when it is loaded; the standard library is
+    taken as inert, and so is a repository module whose top level only defines
+    (:func:`_inert_module`: a package ``__init__`` re-exporting a helper from a module
+    it did not import before); anything else (a plugin that registers or patches, an
+    installed package) may act on import.
     """
     loaded_old, loaded_new = _loaded(path, old, tree), _loaded(path, new, tree)
     for stmt, other in ((after.get(key), loaded_old), (before.get(key), loaded_new)):
         if stmt is None:
             continue
-        for mod in _loaded(path, ast.Module(body=[stmt], type_ignores=[]), tree) - other:
-            if mod.lstrip("?").split(".")[0] not in _STDLIB:
+        added = _loaded(path, ast.Module(body=[stmt], type_ignores=[]), tree) - other
+        if not added:
+            continue
+        repo = _RepoModules(tree)
+        own = module_name(path).split(".")  # the module and its packages: loaded already
+        already = _closure(other | {".".join(own[:i]) for i in range(1, len(own) + 1)},
+                           tree, repo, path)
+        for mod in added - already:
+            if mod.lstrip("?").split(".")[0] not in _STDLIB \
+                    and not _inert_module(mod, tree, repo, pure, already, set(),
+                                          (module_name(path),)):
                 return False
+    return True
+
+
+#: Repository modules read to decide whether an import is inert (beyond: not inert).
+MAX_INERT_MODULES = 50
+
+
+class _RepoModules:
+    """The head tree's Python files by the last component of their module name."""
+
+    def __init__(self, tree: HeadTree) -> None:
+        self.by_last: dict[str, list[tuple[str, RelPath]]] = {}
+        for p in tree.files(""):
+            full = module_name(p) if p.endswith(".py") else ""
+            if full:
+                self.by_last.setdefault(full.rsplit(".", 1)[-1], []).append((full, p))
+
+    def file(self, dotted_name: str) -> RelPath | None:
+        """The file of module ``dotted_name`` (matched by suffix), if exactly one."""
+        name = dotted_name.lstrip("?")
+        found = [p for full, p in self.by_last.get(name.rsplit(".", 1)[-1], ())
+                 if names_module(full, name)]
+        return found[0] if len(found) == 1 else None
+
+
+def _closure(loaded: set[str], tree: HeadTree, repo: _RepoModules, changed: RelPath) -> set[str]:
+    """``loaded`` and what the repository modules among them load at top level, transitively
+    (the changed module's loads are ``loaded``: its head side is what is being judged).
+
+    Other modules are read at head. One that newly loads a module in the same change is
+    a change of its own: judged the same way, it is module-wide unless that load is
+    inert, and every test that imported the changed module executed its body too.
+    """
+    out = set(loaded)
+    todo = sorted(loaded)
+    while todo and len(out) < 10 * MAX_INERT_MODULES:
+        path = repo.file(todo.pop())
+        parsed = tree.tree(path) if path is not None and path != changed else None
+        if path is None or parsed is None:
+            continue
+        for mod in _loaded(path, parsed, tree) - out:
+            out.add(mod)
+            todo.append(mod)
+    return out
+
+
+def _inert_module(mod: str, tree: HeadTree, repo: _RepoModules, pure: Sequence[str],
+                  already: set[str], seen: set[str], partial: tuple[str, ...]) -> bool:
+    """Whether importing repository module ``mod`` only binds names: its top level holds
+    a docstring, defs and plain classes with pure decorators and defaults, assignments of
+    side-effect-free values, and imports of the standard library, of modules loaded
+    already, or of modules inert in turn. Anything else, or a module outside the
+    repository, may act on import. ``partial``: modules being imported when ``mod`` is
+    (the changed module, then each module on the way): importing from one of them is a
+    cycle, which may fail (a name not bound yet), so it is not inert."""
+    if mod in seen:
+        return True  # an import cycle: judged where it started
+    if len(seen) >= MAX_INERT_MODULES:
+        return False
+    path = repo.file(mod)
+    parsed = tree.tree(path) if path is not None else None
+    if path is None or parsed is None or open_namespace(parsed) is not None:
+        return False
+    seen.add(mod)
+    partial = (*partial, module_name(path))
+    aliases, bound = module_imports(parsed), module_bindings(parsed)
+    walk = _Walk(tree, pure, path, parsed)
+    for i, stmt in enumerate(parsed.body):
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and i == 0:
+            continue  # the docstring
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            if isinstance(stmt, ast.ImportFrom) and (
+                    stmt.module == "__future__" or any(a.name == "*" for a in stmt.names)):
+                if stmt.module == "__future__":
+                    continue
+                return False
+            if any(names_module(full, imp.module) for imp in imports_of(
+                    ast.Module(body=[stmt], type_ignores=[]), path) for full in partial):
+                return False  # reads a module still being imported: a cycle may fail
+            for sub in _loaded(path, ast.Module(body=[stmt], type_ignores=[]), tree) - already:
+                if sub.lstrip("?").split(".")[0] not in _STDLIB \
+                        and not _inert_module(sub, tree, repo, pure, already, seen, partial):
+                    return False
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if not all(pure_decorator(d, aliases, pure, bound) for d in stmt.decorator_list) \
+                    or not all(pure_expression(d, aliases, pure, bound)
+                               for d in [*stmt.args.defaults, *stmt.args.kw_defaults] if d):
+                return False
+        elif isinstance(stmt, ast.ClassDef):
+            if not walk._plain_class(stmt, parsed, aliases, bound):
+                return False
+        elif _assigned(stmt, aliases, pure, bound) is None:
+            return False  # a call, an if, a loop, a registry update...
     return True
 
 

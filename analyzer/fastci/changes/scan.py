@@ -55,6 +55,11 @@ class ChangeSet:
     since: Mapping[str, tuple[FileChange, ...]] = field(default_factory=dict, compare=False,
                                                         repr=False)
     versions: Versions | None = field(default=None, compare=False, repr=False)
+    #: Each static connection -> the views it arises in: the commits of ``since`` (and
+    #: ``base``) whose diff to ``head`` makes it (a file new since one evidence commit
+    #: is a modified file for evidence recorded after it existed). Absent: every view.
+    reach_views: Mapping[Reach, frozenset[str]] = field(default_factory=dict, compare=False,
+                                                        repr=False)
 
     @property
     def unit_changes(self) -> list[UnitChange]:
@@ -81,10 +86,17 @@ class ChangeSet:
         return sorted(out)
 
     def summary(self) -> str:
-        """A short sentence: ``3 units changed in 2 files``."""
+        """A short sentence about the ``base``..``head`` diff: ``3 units changed in 2
+        files``; ``0 units changed in 0 of 2 changed files (2 Python files: comments,
+        docstrings or formatting only)`` when some changed files change no unit."""
         n_units = len(self.unit_changes)
         n_files = len({f.path for f in self.files if f.units or f.failure}) + len(self.others)
-        return f"{n_units} unit{'s' * (n_units != 1)} changed in {n_files} file{'s' * (n_files != 1)}"
+        quiet = len({f.path for f in self.files if not (f.units or f.failure)})
+        text = f"{n_units} unit{'s' * (n_units != 1)} changed in {n_files}"
+        if not quiet:
+            return f"{text} file{'s' * (n_files != 1)}"
+        return (f"{text} of {n_files + quiet} changed files ({quiet} Python "
+                f"file{'s' * (quiet != 1)}: comments, docstrings or formatting only)")
 
 
 def is_python(path: RelPath) -> bool:
@@ -142,16 +154,18 @@ def scan(git: Git, base: str, head: str = WORKTREE, *,
         files[path] = versions.diff(path, versions.at(base_id, path))
     diffs = tuple(files[p] for p in sorted(files))
     tree = HeadTree(git, head_id)
+    reach = _reach(tree, versions, diffs, base_id, since)
     return ChangeSet(base_id, head_id, diffs, tuple(sorted(others, key=lambda o: o.path)),
-                     tuple(notes), tuple(_reach(tree, versions, diffs, since)), tree, since,
-                     versions)
+                     tuple(notes), tuple(reach), tree, since, versions,
+                     {r: frozenset(v) for r, v in reach.items()})
 
 
-def _reach(tree: HeadTree, versions: Versions, diffs: tuple[FileDiff, ...],
-           since: Mapping[str, tuple[FileChange, ...]]) -> list[Reach]:
+def _reach(tree: HeadTree, versions: Versions, diffs: tuple[FileDiff, ...], base: str,
+           since: Mapping[str, tuple[FileChange, ...]]) -> dict[Reach, set[str]]:
     """Static reach of the base diff and of every file changed since an evidence commit
-    (one diff per distinct old version of a file)."""
+    (one diff per distinct old version of a file), each with the views it arises in."""
     seen: dict[int, FileDiff] = {id(fd): fd for fd in diffs}  # one diff per old version
+    views: dict[int, set[str]] = {id(fd): {base} for fd in diffs}
     for commit, changes in sorted(since.items()):
         versions.prefetch(commit, sorted({p for ch in changes for p in (ch.path, ch.base_path)
                                           if is_python(p)}))
@@ -160,4 +174,9 @@ def _reach(tree: HeadTree, versions: Versions, diffs: tuple[FileDiff, ...],
                 if is_python(path):
                     fd = versions.diff(path, versions.at(commit, path))
                     seen.setdefault(id(fd), fd)
-    return list(dict.fromkeys(static_reach(tree, list(seen.values()))))
+                    views.setdefault(id(fd), set()).add(commit)
+    out: dict[Reach, set[str]] = {}
+    for key, fd in seen.items():  # each file's connections are its own (static_reach)
+        for r in static_reach(tree, [fd]):
+            out.setdefault(r, set()).update(views[key])
+    return out

@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import builtins
 import fnmatch
+import posixpath
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
 
@@ -421,18 +422,201 @@ _FILE_LISTERS = frozenset({"glob", "iglob", "rglob", "iterdir", "iter_modules", 
 _OS_LISTERS = frozenset({"os.listdir", "os.scandir", "os.walk", "listdir", "scandir"})
 
 
-def discovers_files(tree: ast.Module) -> str | None:
-    """How this file discovers modules or files dynamically (glob, listdir, pkgutil,
-    ``importlib.import_module`` of a computed name), else None."""
+#: Listers that take a name pattern as their first argument (``glob.glob(p)``,
+#: ``Path.glob(p)``, ``Path.rglob(p)``, ``glob.iglob(p)``).
+_PATTERN_LISTERS = frozenset({"glob", "iglob", "rglob"})
+#: Listers of modules (a new Python file in their folder is always among what they find).
+_MODULE_LISTERS = frozenset({"iter_modules", "walk_packages"})
+
+
+@dataclass(frozen=True)
+class FileDiscovery:
+    """One call that finds files or modules at run time (issue 38: only a pattern that can
+    match a new file connects it).
+
+    Attributes:
+        line: the call's line.
+        how: what a person reads (``calls Path.glob('*.pt') at line 4``).
+        patterns: what it can find, as ``fnmatch`` patterns: every group must have one
+            that matches (a glob's pattern; the literal filters of a comprehension or
+            loop over a directory listing, each an alternative of its group). Over the
+            file's name for file listers, over the module's dotted name for computed
+            imports. Empty: it can find anything (no pattern, or one that is not a
+            literal).
+        modules: the patterns are over dotted module names (``importlib.import_module``).
+    """
+
+    line: int
+    how: str
+    patterns: tuple[tuple[str, ...], ...] = ()
+    modules: bool = False
+
+    def can_find(self, path: RelPath) -> bool:
+        """Whether this call may find the file ``path`` (a module by its dotted name,
+        matched on any suffix since the import root is unknown)."""
+        if not self.modules:
+            name = posixpath.basename(path)
+            return all(any(fnmatch.fnmatchcase(name, p) for p in group)
+                       for group in self.patterns)
+        parts = module_name(path).split(".")
+        suffixes = [".".join(parts[i:]) for i in range(len(parts))]
+        # A relative name resolves somewhere up the path: its dots are dropped.
+        return all(any(fnmatch.fnmatchcase(x, p.lstrip(".")) for p in group for x in suffixes)
+                   for group in self.patterns)
+
+
+def _listing_filters(tree: ast.Module) -> dict[int, tuple[tuple[str, ...], ...]]:
+    """Directory listings whose entries are filtered by literal name tests, by the id of
+    the listing call: ``[f for f in os.listdir(d) if f.endswith(".pt")]``,
+    ``for p in sorted(d.iterdir()): if p.suffix == ".pt": ...``."""
+    out: dict[int, tuple[tuple[str, ...], ...]] = {}
+
+    def listing(node: ast.AST) -> ast.AST:
+        while isinstance(node, ast.Call) and dotted(node.func) in ("sorted", "list") \
+                and len(node.args) == 1:
+            node = node.args[0]
+        return node
+
+    for n in ast.walk(tree):
+        if isinstance(n, ast.comprehension) and isinstance(n.target, ast.Name):
+            groups = [g for g in (_name_test(c, n.target.id) for c in n.ifs) if g]
+        elif isinstance(n, ast.For) and isinstance(n.target, ast.Name) and len(n.body) == 1 \
+                and isinstance(n.body[0], ast.If) and not n.body[0].orelse and not n.orelse:
+            groups = [g for g in [_name_test(n.body[0].test, n.target.id)] if g]
+        else:
+            continue
+        if groups:
+            out[id(listing(n.iter))] = tuple(groups)
+    return out
+
+
+def _name_test(test: ast.expr, target: str) -> tuple[str, ...]:
+    """The name patterns a condition on ``target`` requires (``t.endswith(".pt")`` ->
+    ``*.pt``), or () when it is not such a test (it then filters nothing we know of)."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        for v in test.values:  # every part must hold: one literal test is enough
+            got = _name_test(v, target)
+            if got:
+                return got
+        return ()
+
+    def on_target(node: ast.AST) -> bool:
+        if isinstance(node, ast.Call) and dotted(node.func) == "str" and len(node.args) == 1:
+            node = node.args[0]
+        if isinstance(node, ast.Attribute) and node.attr in ("name", "path"):
+            node = node.value
+        return isinstance(node, ast.Name) and node.id == target
+
+    def consts(node: ast.AST) -> tuple[str, ...]:
+        if _const_str(node) is not None:
+            return (_const_str(node) or "",)
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)) \
+                and all(_const_str(e) is not None for e in node.elts):
+            return tuple(_const_str(e) or "" for e in node.elts)
+        return ()
+
+    if isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute) and test.args:
+        got = consts(test.args[0])
+        if test.func.attr == "endswith" and on_target(test.func.value):
+            return tuple(f"*{c}" for c in got)
+        if test.func.attr == "startswith" and on_target(test.func.value):
+            return tuple(f"{c}*" for c in got)
+    if isinstance(test, ast.Call) and (dotted(test.func) or "").rsplit(".", 1)[-1] in (
+            "fnmatch", "fnmatchcase") and len(test.args) == 2 and on_target(test.args[0]):
+        return consts(test.args[1])
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 \
+            and isinstance(test.left, ast.Attribute) and test.left.attr == "suffix" \
+            and on_target(test.left.value) and isinstance(test.ops[0], (ast.Eq, ast.In)):
+        return tuple(f"*{c}" for c in consts(test.comparators[0]))
+    return ()
+
+
+def _literal_pattern(node: ast.AST | None) -> str | None:
+    """The last path component of a literal path pattern, as an ``fnmatch`` pattern.
+
+    ``"*.pt"``, ``f"{d}/ckpt_*.pt"``, ``os.path.join(d, "*.pt")`` and ``d / "*.pt"``
+    end in a literal component; anything else (a variable, a call) gives None.
+    """
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value.rstrip("/").rsplit("/", 1)[-1] or None
+    if isinstance(node, ast.JoinedStr) and node.values:
+        tail = _const_str(node.values[-1])
+        if tail is not None and "/" in tail:
+            return tail.rstrip("/").rsplit("/", 1)[-1] or None
+        if all(isinstance(v, ast.Constant) or isinstance(v, ast.FormattedValue)
+               for v in node.values) and tail is not None:
+            # ``f"ckpt_{step}.pt"``: each placeholder is any text.
+            text = "".join(_const_str(v) or "*" for v in node.values)
+            return text.rsplit("/", 1)[-1] or None
+        return None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        return _literal_pattern(node.right)
+    if isinstance(node, ast.Call) and (dotted(node.func) or "").endswith("path.join") \
+            and node.args:
+        return _literal_pattern(node.args[-1])
+    return None
+
+
+def _module_pattern(node: ast.AST | None) -> str | None:
+    """A computed module name as an ``fnmatch`` pattern (``f"models.{name}"`` ->
+    ``models.*``); None when nothing of it is literal."""
+    if isinstance(node, ast.JoinedStr):
+        text = "".join(c if (c := _const_str(v)) is not None else "*" for v in node.values)
+        return None if not text.strip("*.") else text
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _const_str(node.left), _const_str(node.right)
+        if left is not None or right is not None:
+            text = f"{left if left is not None else '*'}{right if right is not None else '*'}"
+            return None if not text.strip("*.") else text
+    return None
+
+
+def file_discoveries(tree: ast.Module) -> list[FileDiscovery]:
+    """Every call in ``tree`` that discovers files or modules dynamically, with what it
+    can find: glob patterns (``Path.glob("*.pt")`` finds no Python file), module
+    listers (``pkgutil.iter_modules``: any module), directory listings (``os.listdir``,
+    ``iterdir``, ``os.walk``: any file, unless a comprehension or loop over them keeps
+    only literal names) and ``importlib`` with a computed name (a module pattern, when
+    part of the name is literal)."""
+    out: list[FileDiscovery] = []
+    filters = _listing_filters(tree)
     for n in ast.walk(tree):
         if not isinstance(n, ast.Call):
             continue
         func = dotted(n.func) or (n.func.attr if isinstance(n.func, ast.Attribute) else "")
         last = func.rsplit(".", 1)[-1]
-        if last in _FILE_LISTERS or func in _OS_LISTERS:
-            return f"calls {func}() at line {n.lineno}"
-        if _is_dynamic_import(n) and not (n.args and _const_str(n.args[0])):
-            return f"imports a computed module name ({func}) at line {n.lineno}"
+        arg = n.args[0] if n.args else None
+        if last in _PATTERN_LISTERS:
+            pattern = _literal_pattern(arg)
+            why = f"names matching {pattern!r}" if pattern is not None \
+                else "a pattern that is not a literal: any file"
+            out.append(FileDiscovery(n.lineno, f"calls {func}() at line {n.lineno} ({why})",
+                                     ((pattern,),) if pattern is not None else ()))
+        elif last in _FILE_LISTERS or func in _OS_LISTERS:
+            kept = filters.get(id(n), ()) if last not in _MODULE_LISTERS else ()
+            what = "lists modules" if last in _MODULE_LISTERS else \
+                "loads a file by path" if last == "spec_from_file_location" else \
+                f"keeps names matching {' and '.join('/'.join(g) for g in kept)}" if kept \
+                else "lists every file"
+            out.append(FileDiscovery(n.lineno, f"calls {func}() at line {n.lineno} ({what})",
+                                     kept))
+        elif _is_dynamic_import(n) and not (n.args and _const_str(n.args[0])):
+            pattern = _module_pattern(arg)
+            shown = f" {pattern!r}" if pattern is not None else ""
+            out.append(FileDiscovery(n.lineno, f"imports a computed module name{shown} "
+                                               f"({func}) at line {n.lineno}",
+                                     ((pattern,),) if pattern is not None else (),
+                                     modules=True))
+    return sorted(out, key=lambda d: d.line)
+
+
+def discovers_files(tree: ast.Module, path: RelPath | None = None) -> str | None:
+    """How this file discovers modules or files dynamically (glob, listdir, pkgutil,
+    ``importlib.import_module`` of a computed name), else None. With ``path``, only a
+    discovery that can find that file counts (:meth:`FileDiscovery.can_find`)."""
+    for d in file_discoveries(tree):
+        if path is None or d.can_find(path):
+            return d.how
     return None
 
 
@@ -581,6 +765,7 @@ def module_bindings(tree: ast.Module) -> frozenset[str]:
 
 
 __all__ = ["COMPILERS", "Import", "compiled_functions", "open_namespace", "registrable_classes",
-           "imports_of", "discovers_members", "discovers_files", "module_name", "names_module",
+           "imports_of", "discovers_members", "discovers_files", "file_discoveries",
+           "FileDiscovery", "module_name", "names_module",
            "parse", "aliases", "compiler_of", "dotted", "PURE_BUILTINS", "module_imports",
            "resolve_dotted", "matches", "pure_expression", "pure_decorator", "module_bindings"]

@@ -159,11 +159,13 @@ def _package_dirs(tree: HeadTree, path: RelPath) -> list[str]:
 
 
 def file_discoverers(tree: HeadTree, path: RelPath) -> Iterable[tuple[RelPath, str]]:
-    """Head modules in ``path``'s folder or its packages that discover files dynamically."""
+    """Head modules in ``path``'s folder or its packages that discover files dynamically
+    with a call that can find ``path`` (a glob for ``*.pt`` finds no Python file; a
+    pattern that is not a literal, or a directory listing, finds any)."""
     for folder in _package_dirs(tree, path):
         for cand in tree.python_in(folder)[:MAX_FILES]:
             parsed = tree.tree(cand) if cand != path else None
-            how = discovers_files(parsed) if parsed is not None else None
+            how = discovers_files(parsed, path) if parsed is not None else None
             if how is not None:
                 yield cand, how
 

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from fastci.types import RelPath
+from fastci.types import RelPath, is_tool_artifact
 
 _EXCLUDED_PARTS = frozenset({".venv", "site-packages", "dist-packages", "__pycache__", ".git",
                              ".fastci"})
@@ -118,8 +118,9 @@ class PathMapper:
             if path.startswith(root + os.sep):
                 rel = path[len(root) + 1:]
                 parts = rel.split(os.sep)
-                if any(p in _EXCLUDED_PARTS or p.startswith("bazel-") for p in parts):
-                    return None
+                if any(p in _EXCLUDED_PARTS or p.startswith("bazel-") for p in parts) \
+                        or is_tool_artifact("/".join(parts)):
+                    return None  # not the repo's code or data (install/runner artifacts)
                 if parts[0] == "external":  # another Bazel repository
                     return None
                 return "/".join(parts)

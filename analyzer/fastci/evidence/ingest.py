@@ -35,6 +35,7 @@ from fastci.evidence import trace
 from fastci.evidence.columns import MirrorTable, Rows, UnitColumns, UnitTable, small_set_keys
 from fastci.evidence.store import INCOMPLETE_KEY, EvidenceStore, RunEvidence
 from fastci.integrations.git.repository import cache_dir
+from fastci.types import Outcome, is_failure
 from fastci.units.index import ChecksumCache, FileUnits, UnitCache, index_source
 
 LOG = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ class TraceBlob:
 class TestResult:
     """A test's result from the runner (Bazel's build event file): it beats the trace's."""
 
-    outcome: str  # passed | failed | error
+    outcome: str  # passed | failed | error (Bazel's verdict on the target)
     duration_s: float
 
 
@@ -374,7 +375,10 @@ def merge_run(traces: list[trace.TraceMsg], *, source: str, commit: str | None,
     outcome = main.outcome if main is not None and main.complete else "error"
     duration = main.duration_s if main is not None else 0.0
     if result is not None:
-        outcome, duration = result.outcome, result.duration_s or duration
+        # Bazel says a target passed; the pytest inside it knows the finer word
+        # (xfailed, xpassed, skipped, none a failure): keep it. A failure Bazel reports wins.
+        keep = result.outcome == Outcome.PASSED.value and not is_failure(outcome)
+        outcome, duration = (outcome if keep else result.outcome), result.duration_s or duration
     env = first.environment
     return RunEvidence(
         test=first.test_id, run_key=f"{first.test_id}@{first.run_id}", outcome=outcome,

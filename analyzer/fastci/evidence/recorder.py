@@ -57,6 +57,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Callable, Mapping
 
+from fastci import types
 from fastci.units import lines as units_mod
 from fastci.evidence import distributions, environment, trace
 from fastci.evidence.autograd import IMPORT_EVENT, AutogradSwitch
@@ -69,7 +70,9 @@ from fastci.evidence.inputs import config_file_name, declared_digests
 
 LOG = logging.getLogger(__name__)
 
-OUTCOMES = ("passed", "failed", "error", "skipped", "")
+#: What :meth:`Recorder.stop` stores: pytest's words (:class:`fastci.types.Outcome`, so
+#: ``xfailed``/``xpassed`` stay what they are, not errors) and "" for a child's trace.
+OUTCOMES = (*sorted(types.OUTCOMES), "")
 #: The directory of FastCI's recording code (this package): never measured as the
 #: tests' code, by the per-test recorder or by the collection recorder.
 EVIDENCE_CODE_DIR = os.path.dirname(os.path.realpath(__file__))

@@ -692,7 +692,10 @@ def summarize(analysis: Analysis) -> list[str]:
                  f"{n_all - n_sel} skipped ({sel.summary})"]
     if analysis.runner is not None:
         lines.append(f"  runner: {analysis.runner} ({analysis.runner_why})")
-    lines.extend(_cost_lines(sel, analysis.timing))
+    lines.extend(_cost_lines(sel, analysis.timing, analysis.choices))
+    reduced = sum(1 for d in sel.selected if (c := analysis.choices.get(d.test)) and c.reduced)
+    if reduced:
+        lines.append(f"  reduced: {reduced} of {n_sel} selected tests run at a reduced workload")
     for r in sel.widen:
         lines.append(f"  widened: {r.sentence}")
     for note in sel.notes:
@@ -724,22 +727,30 @@ def summarize(analysis: Analysis) -> list[str]:
     return lines
 
 
-def _cost_lines(sel: Selection, timing: Mapping[TestId, Timing]) -> list[str]:
+def _cost_lines(sel: Selection, timing: Mapping[TestId, Timing],
+                choices: Mapping[TestId, Choice] | None = None) -> list[str]:
     """What the selected tests cost of all: GPU-seconds, measured test time, or both.
 
     A suite without GPU tests reports its recorded test time (GPU-seconds would be
     0.0 of 0.0); a mixed one reports both; a test never run counts as never timed.
+    GPU-seconds are at the workloads the plan chose (:func:`planned_cost`); when some
+    run reduced, the full-workload figure follows. "Of all" is every test at full workload.
     """
+    choices = choices or {}
     n_sel = len(sel.selected)
     gpu_suite = any(timing[d.test].gpus > 0 for d in sel.decisions if d.test in timing)
     cpu_tests = any(timing[d.test].gpus <= 0 for d in sel.decisions if d.test in timing)
     lines = []
     if gpu_suite or not timing:  # no timing at all (a caller's own Analysis): the old estimate
-        known = [d.est_gpu_s for d in sel.selected if d.est_gpu_s is not None]
+        known = [x for d in sel.selected if (x := planned_cost(d, choices)) is not None]
+        full = [d.est_gpu_s for d in sel.selected if d.est_gpu_s is not None]
         every = [d.est_gpu_s for d in sel.decisions if d.est_gpu_s is not None]
         unknown = n_sel - len(known)
+        notes = ([f"at the planned workloads; {sum(full):.1f} at full workload"]
+                 if sum(known) != sum(full) else []) \
+            + ([f"+{unknown} tests never timed"] if unknown else [])
         lines.append(f"  estimated GPU-seconds: {sum(known):.1f} of {sum(every):.1f} for all"
-                     + (f" (+{unknown} tests never timed)" if unknown else ""))
+                     + "".join(f" ({n})" for n in notes))
     if timing and (cpu_tests or not gpu_suite):
         def seconds(t: TestId) -> float | None:
             return timing[t].duration_s if t in timing else None

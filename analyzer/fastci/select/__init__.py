@@ -137,7 +137,29 @@ def select_tests(changes: ChangeSet, store: EvidenceReader, config: Config, *,
         decisions.append(Decision(test, (Reason(
             DecisionKind.NOT_DECLARED, f"{test} is in the evidence but no longer declared in "
             "the build", via="bazel query"),)))
-    return Selection(tuple(_finish(decisions)), tuple(widen), tuple(notes), changes.summary())
+    return Selection(tuple(_finish(decisions)), tuple(widen), tuple(notes),
+                     changes.summary() + _baseline_summary(changes, baselines))
+
+
+def _baseline_summary(changes: ChangeSet, baselines: Baselines) -> str:
+    """What the summary must say when tests were recorded elsewhere than at ``base``: each
+    is compared with its own baseline, so the ``base``..``head`` diff is not all it sees."""
+    other = {t: c for t, c in baselines.commits.items() if (c or "") != changes.base}
+    if not other:
+        return ""
+    known = {c for c in other.values() if c and c in baselines.since}
+    since: set[str] = set().union(*(baselines.since[c] for c in known)) if known else set()
+    unknown = sum(1 for c in other.values() if not c or c not in baselines.since)
+    parts = []
+    n = len(other) - unknown
+    if n:
+        parts.append(f"{n} test{'s were' if n != 1 else ' was'} recorded at {len(known)} "
+                     f"commit{'s' * (len(known) != 1)} other than the base, each compared "
+                     f"with its own ({len(since)} file{'s' * (len(since) != 1)} changed since)")
+    if unknown:
+        parts.append(f"{unknown} test{'s have' if unknown != 1 else ' has'} no known "
+                     "commit (compared file by file)")
+    return " between base and head; " + "; ".join(parts)
 
 
 def widen_everything(reason: Reason, store: EvidenceReader | None,

@@ -341,9 +341,13 @@ def _reach_rules(hits: Hits, changes: ChangeSet, store: EvidenceReader,
     by_module = store.tests_for_modules(sorted({r.module for r in changes.reach if r.module}))
     for r in changes.reach:
         tests = by_unit.get(r.unit, set()) if r.unit else by_module.get(r.module or "", set())
+        views = changes.reach_views.get(r)
         for test in sorted(tests):
             if r.path not in base.candidates(test):
                 continue  # the test's own recording already saw this change
+            commit = base.commits.get(test) or ""
+            if views is not None and commit in base.since and commit not in views:
+                continue  # new (deleted, named) since another baseline, not since this one
             if r.unit and r.kind is ReachKind.COMPILED:
                 reason = Reason(
                     DecisionKind.COMPILED_CODE,

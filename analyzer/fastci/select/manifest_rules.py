@@ -41,6 +41,8 @@ class DistributionReader(Protocol):
     """What these rules read from the evidence store."""
 
     def tests_for_distributions(self, names: Iterable[str]) -> Mapping[str, set[TestId]]: ...
+    def distributions_of_tests(self, tests: Iterable[TestId] | None = None) -> \
+        Mapping[TestId, Mapping[str, str]]: ...
     def evidence_commits(self) -> set[str | None]: ...
 
 
@@ -115,14 +117,17 @@ def _read(changes: ChangeSet, path: RelPath,
     new = git.read(changes.head, path)
     merged: dict[str, set[str]] = {"distributions": set(), "added": set(), "settings": set(),
                                    "inert": set()}
+    required: dict[str, tuple[str, ...]] = {}
     for rev, old_path in olds:
         got = read_change(path, git.read(rev, old_path), new)
         if got is None:
             return None
         for key, values in merged.items():
             values.update(getattr(got, key))
-    return ManifestChange(path, *(tuple(sorted(merged[k])) for k in
-                                  ("distributions", "added", "settings", "inert")))
+        required.update(got.requirements)  # the new side's entries: the same from every old
+    return ManifestChange(path, tuple(sorted(merged["distributions"])),
+                          tuple(sorted(merged["added"])), tuple(sorted(merged["settings"])),
+                          tuple(sorted(merged["inert"])), tuple(sorted(required.items())))
 
 
 def _apply(path: RelPath, change: ManifestChange | None, store: DistributionReader,
@@ -167,14 +172,31 @@ def _apply(path: RelPath, change: ManifestChange | None, store: DistributionRead
                     f"{reason.sentence.rsplit(':', 1)[0]} since its evidence was recorded, "
                     "which runs every test recorded before it", path=path, change=reason.change,
                     via=reason.via))
+    reached = sorted({t for n in change.distributions for t in importers.get(n, ())
+                      if mine is None or t in mine})
+    versions = store.distributions_of_tests(reached) if reached else {}
+    admitted: set[str] = set()
     for name in change.distributions:
         for test in sorted(importers.get(name, ())):
-            if mine is None or test in mine:
-                out.hits.setdefault(test, []).append(Reason(
-                    DecisionKind.CHANGED_DISTRIBUTION,
-                    f"imported {name}, whose requirement changed in {shown(path)}", path=path,
-                    change=f"requirement of {name} changed",
-                    via="evidence: the test's recording imported the distribution"))
+            if mine is not None and test not in mine:
+                continue
+            version = (versions.get(test) or {}).get(name)
+            if change.admits(name, version):
+                # A pin changed in text only: the version this test ran with still
+                # satisfies it (an environment that differs is the environment rules').
+                admitted.add(f"{name} {version}")
+                continue
+            what = f" {version}, which the new requirement does not admit" if version else ""
+            out.hits.setdefault(test, []).append(Reason(
+                DecisionKind.CHANGED_DISTRIBUTION,
+                f"imported {name}{what}, whose requirement changed in {shown(path)}",
+                path=path, change=f"requirement of {name} changed",
+                via="evidence: the test's recording imported the distribution"))
+    if admitted:
+        note = (f"{shown(path)}: the new requirement still admits the version recorded "
+                f"({', '.join(sorted(admitted))}): no test runs for it")
+        if note not in out.notes:
+            out.notes.append(note)
     if change.inert and not (change.settings or change.distributions):
         note = f"{shown(path)}: only {', '.join(change.inert)} changed, which no test reads: " \
             "nothing runs for it"

@@ -19,7 +19,8 @@ from fastci.config import Config
 from fastci.evidence.files import sha256_file
 from fastci.integrations.git.repository import shown
 from fastci.select.decisions import DecisionKind, Reason
-from fastci.types import Checksum, ContextSig, RelPath, TestId, UnitId, is_failure
+from fastci.types import (Checksum, ContextSig, RelPath, TestId, UnitId, is_failure,
+                          is_tool_artifact)
 
 LOG = logging.getLogger(__name__)
 
@@ -158,6 +159,8 @@ def ignored_read_rules(changes: ChangeSet, store: EvidenceReader) -> Hits:
     for path, test, digest in sorted(rows):
         if path in tracked:
             continue  # a diff sees it: the baseline rules compare it
+        if is_tool_artifact(path):
+            continue  # recorded before artifacts were left out: never an input
         if path not in now:
             local = git.root / path
             now[path] = sha256_file(local) if local.is_file() else None

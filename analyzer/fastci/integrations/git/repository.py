@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from fastci.errors import GitError
-from fastci.types import RelPath
+from fastci.types import RelPath, is_tool_artifact
 
 LOG = logging.getLogger(__name__)
 
@@ -122,7 +122,9 @@ class Git:
             seen = {c.path for c in changes}
             out = self._run(["ls-files", "-z", "--others", "--exclude-standard"]).stdout
             for p in _names(out):
-                if p and p not in seen:
+                # A repo that does not ignore __pycache__ or .pytest_cache: what a run
+                # wrote there is no change to the code.
+                if p and p not in seen and not is_tool_artifact(p):
                     changes.append(FileChange("A", p))
         return sorted(changes, key=lambda c: c.path)
 
