@@ -54,6 +54,7 @@ from fastci.evidence.children import ChildEnvironment, is_child_site_file
 from fastci.evidence.contexts import ContextProfiler
 from fastci.evidence.covplugin import make_coverage
 from fastci.evidence.files import OpenRecorder, PathMapper
+from fastci.evidence.traced import DynamoWatch, add_traced
 
 LOG = logging.getLogger(__name__)
 
@@ -164,6 +165,9 @@ class Recorder:
         self._open_segments: list[str] = []
         self._segment_includes: dict[str, set[str]] = {}
         self._segment_ctx: dict[str, dict[tuple[str, str], tuple[set[str], int]]] = {}
+        # Frames dynamo traces symbolically never run as Python (fastci.evidence.traced).
+        self._traced = DynamoWatch(lambda: self._open_segments[-1] if self._open_segments
+                                   else None)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -198,6 +202,7 @@ class Recorder:
                 self._profile_hook = _profile_hook(self._contexts)
                 threading.setprofile(self._profile_hook)
                 sys.setprofile(self._profile_hook)
+        self._traced.start()
         cov.start()
         global _CURRENT, _FORK_HOOK
         _CURRENT = self
@@ -303,6 +308,8 @@ class Recorder:
             finally:
                 self._cov = None
                 _release_engine(cov)
+        add_traced(self._traced, self.mapper, lines, ctx, self._segment_ctx,
+                   lambda rel: _index(self.mapper, rel)[0])
         reads = self._opens.stop()
         if self._child_env is not None:
             self._child_env.uninstall()
