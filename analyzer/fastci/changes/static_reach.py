@@ -33,8 +33,10 @@ from typing import Iterable, Sequence
 
 from fastci.changes.semantic_diff import ChangeKind, FileDiff, UnitChange
 from fastci.integrations.git.repository import Git
-from fastci.changes.static_facts import (Import, discovers_files, discovers_members, imports_of,
-                                 module_name, names_module, parse)
+from fastci.changes.static_facts import (Compiled, Import, compile_facts, discovers_files,
+                                         discovers_members, imports_of, module_name,
+                                         names_module, parse)
+from fastci.units.lines import MODULE_QUALNAME
 from fastci.types import RelPath, UnitId
 
 LOG = logging.getLogger(__name__)
@@ -295,6 +297,44 @@ def static_reach(tree: HeadTree, files: Sequence[FileDiff]) -> list[Reach]:
     return out
 
 
+#: Words of a file that may compile code, or define a wrapper that does.
+COMPILE_WORDS = ("compile", "jit", "_dynamo", "script", "optimize", "explain")
+
+
+def compile_context(tree: HeadTree, path: RelPath) -> tuple[dict[str, str], dict[str, Compiled]]:
+    """What other files say about compiling ``path``'s code, at head.
+
+    Returns:
+        the compile wrappers of the modules ``path`` imports (dotted name -> compiler:
+        ``def compiled(fn): return torch.compile(fn)`` in ``pkg/jit.py``), and the
+        functions and classes of ``path`` that another file compiles (qualname ->
+        :class:`~fastci.changes.static_facts.Compiled`: ``torch.compile(net)`` after
+        ``net = Net()``, ``net.compile()``), with the unit holding that call as witness.
+    """
+    full = module_name(path)
+    if not full:
+        return {}, {}
+    compiling, naming = tree.grep_each(COMPILE_WORDS, (_last(full),))
+    imported = {t for imp in tree.imports(path) for t in imp.targets()}
+    wrappers: dict[str, str] = {}
+    for cand in compiling[:MAX_FILES]:
+        mod = module_name(cand)
+        if cand != path and any(names_module(mod, t) for t in imported):
+            found = compile_facts(tree.tree(cand)).wrappers
+            wrappers.update({f"{mod}.{q}": how for q, how in found.items()})
+    external: dict[str, Compiled] = {}
+    for cand in sorted(set(compiling) & set(naming))[:MAX_FILES]:
+        if cand == path:
+            continue
+        for target, how, site, lazy in compile_facts(tree.tree(cand)).targets:
+            mod, _, qual = target.rpartition(".")
+            if names_module(full, mod):
+                c = Compiled(f"{how} in {cand}", lazy, frozenset(
+                    () if site == MODULE_QUALNAME else (f"{cand}::{site}",)))
+                external[qual] = external[qual].join(c) if qual in external else c
+    return wrappers, external
+
+
 def _compiled_reach(tree: HeadTree, u: UnitChange) -> list[Reach]:
     return [Reach(ReachKind.COMPILED, u.path, f"{u.qualname} ({u.detail})", how, unit=uid,
                   changed_unit=u.unit)
@@ -302,4 +342,4 @@ def _compiled_reach(tree: HeadTree, u: UnitChange) -> list[Reach]:
 
 
 __all__ = ["Reach", "ReachKind", "HeadTree", "static_reach", "importers", "file_discoverers",
-           "member_discoverers", "callers"]
+           "member_discoverers", "callers", "compile_context", "COMPILE_WORDS"]
