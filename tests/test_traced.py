@@ -318,3 +318,52 @@ def test_dynamo_without_the_hook_counts_every_loaded_repo_module(
     ctx = {}
     traced.add_traced(watch, mapper, {}, ctx, {}, lambda rel: None)
     assert watch.problem is None and ctx == {}
+
+
+# --------------------------------------------------------------------------- issue 38 item 4
+
+def test_the_compiled_code_rule_selects_the_tests_whose_evidence_reaches_the_change(
+        recorded: Recorded) -> None:
+    # sample() is traced through step(), which generate() compiles only when asked: every
+    # test imports pkg.decode, but the evidence names the two that ran sample (one of them
+    # traced it), and only those can break.
+    planned, failing = recorded.plan_after("pkg/decode.py", "return logits.argmax(-1)",
+                                           "return logits.argmin(-1)", run=True)
+    assert failing == planned == {"test_a.py::test_generate", "test_a.py::test_generate_compiled"}
+
+
+def test_the_compile_call_site_is_a_witness(recorded: Recorded) -> None:
+    # A change of generate itself (the unit holding the compile call) is an executed unit.
+    planned, _ = recorded.plan_after("pkg/decode.py", "if compile else step",
+                                     "if compile is True else step")
+    assert planned == {"test_a.py::test_generate", "test_a.py::test_generate_compiled"}
+
+
+class _Run:
+    def __init__(self, complete: bool, environment: dict[str, str]) -> None:
+        self.complete, self.environment = complete, environment
+
+
+def test_evidence_that_cannot_tell_keeps_the_wide_rule() -> None:
+    from fastci.changes.semantic_diff import ChangeKind, UnitChange
+    from fastci.changes.static_facts import Compiled
+    from fastci.evidence.traced import TRACED_BY_DYNAMO, TRACED_FRAMES_KEY
+    from fastci.select.compiled import compiled_reason
+
+    u = UnitChange("d.py::sample", "d.py", "sample", (ChangeKind.BODY, ChangeKind.COMPILED),
+                   detail="called or traced from compiled step")
+    lazy = Compiled("torch.compile(step)", True, frozenset({"d.py::step", "d.py::generate"}))
+    new = _Run(True, {TRACED_FRAMES_KEY: TRACED_BY_DYNAMO})
+    ran = {"d.py::generate": {"t1"}}
+    assert compiled_reason("t2", "d.py", u, lazy, new, ran) is None
+    got = compiled_reason("t1", "d.py", u, lazy, new, ran)
+    assert got is not None and got.sentence.startswith("executes d.py::generate")
+    for run, why in ((_Run(True, {}), "recorded before FastCI recorded the frames dynamo"),
+                     (_Run(False, {TRACED_FRAMES_KEY: TRACED_BY_DYNAMO}), "incomplete"),
+                     (None, "incomplete")):
+        got = compiled_reason("t2", "d.py", u, lazy, run, ran)
+        assert got is not None and "every test whose evidence touches" in got.via
+        assert why in got.via
+    eager = Compiled("@triton.jit", False, frozenset({"d.py::step"}))
+    got = compiled_reason("t2", "d.py", u, eager, new, ran)
+    assert got is not None and "other than dynamo" in got.via

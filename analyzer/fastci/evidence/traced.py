@@ -47,6 +47,10 @@ LOG = logging.getLogger(__name__)
 
 #: The context signature of a unit the test ran only as dynamo traced it.
 TRACED_CONTEXT = "traced(dynamo)"
+#: The key of a run's environment JSON saying that its recorder recorded traced frames
+#: (every trace of the run of format 3 or later), and its value.
+TRACED_FRAMES_KEY = "traced_frames"
+TRACED_BY_DYNAMO = "dynamo"
 #: The module whose ``TracingContext`` lists the code dynamo traced.
 GUARDS_MODULE = "torch._guards"
 
@@ -311,4 +315,4 @@ class _WrappingLoader(importlib.abc.Loader):
         return getattr(self._inner, name)
 
 
-__all__ = ["TRACED_CONTEXT", "DynamoWatch", "add_traced", "units_of_codes", "loaded_units"]
+__all__ = ["TRACED_CONTEXT", "TRACED_FRAMES_KEY", "TRACED_BY_DYNAMO", "DynamoWatch", "add_traced", "units_of_codes", "loaded_units"]
