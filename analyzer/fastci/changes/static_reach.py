@@ -297,8 +297,14 @@ def static_reach(tree: HeadTree, files: Sequence[FileDiff]) -> list[Reach]:
     return out
 
 
-#: Words of a file that may compile code, or define a wrapper that does.
-COMPILE_WORDS = ("compile", "jit", "_dynamo", "script", "optimize", "explain")
+#: Words of a file that may name a compiler (so may define a compile wrapper): files
+#: without any are not parsed (``re.compile`` is not one).
+COMPILE_WORDS = ("torch.compile", "_dynamo", "jit", "import compile", "numba", "cupy", "jax")
+#: Words of a file that may compile another module's class (``net.compile()`` too, which,
+#: unlike ``re.compile(pattern)``, takes no positional argument).
+COMPILE_CALL_WORDS = COMPILE_WORDS + (".compile()", ".compile(backend", ".compile(mode",
+                                      ".compile(fullgraph", ".compile(dynamic",
+                                      ".compile(options", ".compile(**")
 
 
 def compile_context(tree: HeadTree, path: RelPath) -> tuple[dict[str, str], dict[str, Compiled]]:
@@ -314,16 +320,22 @@ def compile_context(tree: HeadTree, path: RelPath) -> tuple[dict[str, str], dict
     full = module_name(path)
     if not full:
         return {}, {}
-    compiling, naming = tree.grep_each(COMPILE_WORDS, (_last(full),))
-    imported = {t for imp in tree.imports(path) for t in imp.targets()}
+    compiling, calling, naming = tree.grep_each(COMPILE_WORDS, COMPILE_CALL_WORDS,
+                                                (_last(full),))
+    # Only modules whose name the file's text holds can be imported by it: most files
+    # are never parsed here.
+    text = tree.git.read(tree.head, path) or b"" if compiling else b""
+    maybe = [c for c in compiling[:MAX_FILES] if c != path
+             and _last(module_name(c)).encode() in text]
+    imported = {t for imp in tree.imports(path) for t in imp.targets()} if maybe else set()
     wrappers: dict[str, str] = {}
-    for cand in compiling[:MAX_FILES]:
+    for cand in maybe:
         mod = module_name(cand)
-        if cand != path and any(names_module(mod, t) for t in imported):
+        if any(names_module(mod, t) for t in imported):
             found = compile_facts(tree.tree(cand)).wrappers
             wrappers.update({f"{mod}.{q}": how for q, how in found.items()})
     external: dict[str, Compiled] = {}
-    for cand in sorted(set(compiling) & set(naming))[:MAX_FILES]:
+    for cand in sorted(set(calling) & set(naming))[:MAX_FILES]:
         if cand == path:
             continue
         for target, how, site, lazy in compile_facts(tree.tree(cand)).targets:
