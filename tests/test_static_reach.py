@@ -484,3 +484,9 @@ def test_git_ignored_read_file_changed_or_deleted(scene_dir: Path) -> None:
     tok.unlink()
     assert s.chosen() == {"//t:tok": {DecisionKind.READ_CHANGED_FILE}}
     assert "is gone" in s.sentences("//t:tok")
+
+
+def test_compile_of_a_call_result_marks_classes_only() -> None:
+    src = ("def select(x):\n    return x\n\n\nclass Net:\n    def forward(self, x):\n"
+           "        return x\n\n\nq = select(1).compile()\nn = Net().compile()\n")
+    assert set(compiled_functions(src)) == {"Net.forward"}

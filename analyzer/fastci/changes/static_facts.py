@@ -450,6 +450,8 @@ def compiled_units(source: bytes | str | None, path: str = "", *,
         site = owners.get(id(call))
         shown = ast.unparse(call.args[0]) if call.args else ast.unparse(call.func)
         for d in by_name.get(name or "", []):
+            if how == MODULE_COMPILE and not isinstance(d.node, ast.ClassDef):
+                continue  # x.compile() compiles a module instance, never a function
             if isinstance(d.node, ast.ClassDef):
                 for m in methods(d.qualname):
                     add(m, Compiled(f"{how}({shown}) at line {call.lineno}", _is_lazy(how),
