@@ -17,7 +17,8 @@ from fastci.changes.semantic_diff import ChangeKind, diff_sources
 from fastci.config import Config
 from fastci.evidence.store import EvidenceStore
 from fastci.select import DecisionKind, Selection
-from fastci.changes.static_facts import (compiled_functions, discovers_files, open_namespace, parse,
+from fastci.changes.compiled_code import compiled_functions
+from fastci.changes.static_facts import (discovers_files, open_namespace, parse,
                                  registrable_classes)
 from selection_support import Repo, env_now, ingest, units_of
 

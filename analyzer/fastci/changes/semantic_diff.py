@@ -22,7 +22,8 @@ from typing import Callable, Sequence
 from fastci.config import DEFAULT_PURE_CALLABLES
 from fastci.types import Checksum, RelPath, UnitId
 from fastci.changes.fast_diff import quick_diff
-from fastci.changes.static_facts import (Compiled, compiled_units, module_bindings, module_imports,
+from fastci.changes.compiled_code import Compiled, compiled_units
+from fastci.changes.static_facts import (module_bindings, module_imports,
                                          open_namespace, pure_decorator, registrable_classes,
                                          resolve_dotted)
 from fastci.units.index import (MODULE_QUALNAME, FileUnits, ParseFailure, Unit, UnitKind,

@@ -33,7 +33,8 @@ from typing import Iterable, Sequence
 
 from fastci.changes.semantic_diff import ChangeKind, FileDiff, UnitChange
 from fastci.integrations.git.repository import Git
-from fastci.changes.static_facts import (Compiled, Import, compile_facts, discovers_files,
+from fastci.changes.compiled_code import Compiled, compile_facts
+from fastci.changes.static_facts import (Import, discovers_files,
                                          discovers_members, imports_of, module_name,
                                          names_module, parse)
 from fastci.units.lines import MODULE_QUALNAME
@@ -314,7 +315,7 @@ def compile_context(tree: HeadTree, path: RelPath) -> tuple[dict[str, str], dict
         the compile wrappers of the modules ``path`` imports (dotted name -> compiler:
         ``def compiled(fn): return torch.compile(fn)`` in ``pkg/jit.py``), and the
         functions and classes of ``path`` that another file compiles (qualname ->
-        :class:`~fastci.changes.static_facts.Compiled`: ``torch.compile(net)`` after
+        :class:`~fastci.changes.compiled_code.Compiled`: ``torch.compile(net)`` after
         ``net = Net()``, ``net.compile()``), with the unit holding that call as witness.
     """
     full = module_name(path)

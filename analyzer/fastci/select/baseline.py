@@ -40,7 +40,7 @@ from typing import Any, Iterable, Mapping
 from fastci.changes.names import NARROWABLE, NameReach, narrow
 from fastci.changes.scan import ChangeSet, is_python
 from fastci.changes.semantic_diff import ChangeKind, FileDiff, UnitChange
-from fastci.changes.static_facts import Compiled
+from fastci.changes.compiled_code import Compiled
 from fastci.changes.static_reach import ReachKind
 from fastci.changes.versions import Versions
 from fastci.config import Config, first_match, glob_match

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from fastci.changes.semantic_diff import ChangeKind, FileDiff, UnitChange
-from fastci.changes.static_facts import Compiled, compiled_units
+from fastci.changes.compiled_code import Compiled, compiled_units
 from fastci.changes.versions import Versions
 from fastci.evidence.traced import TRACED_BY_DYNAMO, TRACED_FRAMES_KEY
 from fastci.select.decisions import DecisionKind, Reason
