@@ -346,7 +346,7 @@ class _Run:
 
 def test_evidence_that_cannot_tell_keeps_the_wide_rule() -> None:
     from fastci.changes.semantic_diff import ChangeKind, UnitChange
-    from fastci.changes.static_facts import Compiled
+    from fastci.changes.compiled_code import Compiled
     from fastci.evidence.traced import TRACED_BY_DYNAMO, TRACED_FRAMES_KEY
     from fastci.select.compiled import compiled_reason
 
