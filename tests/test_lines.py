@@ -381,12 +381,13 @@ def test_the_plan_skips_a_test_that_ran_no_changed_line(tmp_path: Path) -> None:
     cal.close()
     store = EvidenceStore.open(repo.root / ".fastci/evidence.db", create=True)
 
-    def record(test: str, unit_checksum: str, sources: dict[str, str]) -> None:
+    def record(test: str, unit_checksum: str, sources: dict[str, str],
+               contexts: frozenset[str] = frozenset({"ctx"})) -> None:
         store.ingest(RunEvidence(
             test=test, run_key=f"{test}:{time.time_ns()}", outcome="passed", complete=True,
             duration_s=5.0, gpus=1, workload=dict(decls[test].workload), recorded_at=time.time(),
             env_fingerprint=env_now(), commit=base,
-            units={uid: (unit_checksum, frozenset({"ctx"}))}, sources=sources))
+            units={uid: (unit_checksum, contexts)}, sources=sources))
 
     for t in decls:
         record(t, checksum, {"pkg/m.py": digest})
@@ -426,6 +427,9 @@ def test_the_plan_skips_a_test_that_ran_no_changed_line(tmp_path: Path) -> None:
     assert plan(4, "        y = y * 3")["//t:small"] == "run"
     record("//t:small", checksum, {"pkg/m.py": digest})
     assert plan(4, "        y = y * 3")["//t:small"] != "run"
+    # Its evidence holds a unit dynamo traced (compiled by a library, say): no line events.
+    record("//t:small", checksum, {"pkg/m.py": digest}, frozenset({"ctx", "traced(dynamo)"}))
+    assert plan(4, "        y = y * 3")["//t:small"] == "run"
     # The test's own evidence holds another checksum: the lines describe other code.
     record("//t:small", "0" * 16, {"pkg/m.py": digest})
     assert plan(4, "        y = y * 3")["//t:small"] == "run"

@@ -17,7 +17,8 @@ from fastci.changes.semantic_diff import ChangeKind, diff_sources
 from fastci.config import Config
 from fastci.evidence.store import EvidenceStore
 from fastci.select import DecisionKind, Selection
-from fastci.changes.static_facts import (compiled_functions, discovers_files, open_namespace, parse,
+from fastci.changes.compiled_code import compiled_functions
+from fastci.changes.static_facts import (discovers_files, open_namespace, parse,
                                  registrable_classes)
 from selection_support import Repo, env_now, ingest, units_of
 
@@ -132,6 +133,95 @@ f2 = torch.compile(f, mode="max-autotune")
     assert "torch.compile(self._fwd)" in s.sentences("//t:m")
     s.repo.write({"model.py": model.replace("x + 1", "x + 2")})
     assert s.chosen() == {"//t:m": {DecisionKind.COMPILED_CODE}}
+
+
+NET = """import torch
+
+
+def scale(x):
+    return x * 2
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return scale(x) + 1
+"""
+#: How other files compile Net (issue 32 item 3): each marks Net.forward and what it calls.
+COMPILES_NET = {
+    "instance": "import torch\nfrom model import Net\n\n\ndef build():\n    net = Net()\n"
+                "    return torch.compile(net, backend='eager')\n",
+    "module_compile": "from model import Net\n\n\ndef build():\n    net = Net()\n"
+                      "    net.compile(backend='eager')\n    return net\n",
+}
+
+
+@pytest.mark.parametrize("how", sorted(COMPILES_NET))
+def test_a_class_compiled_in_another_file(scene_dir: Path, how: str) -> None:
+    s = make(scene_dir, {"model.py": NET, "train.py": COMPILES_NET[how], "other.py": OTHER})
+    # Evidence without traced frames: dynamo ran forward and scale symbolically.
+    s.record("//t:m", {"model.py": ["<module>", "Net", "Net.__init__"], "train.py": None})
+    s.record("//t:other", {"other.py": None})
+    for old, new in (("scale(x) + 1", "scale(x) + 2"), ("x * 2", "x * 3")):
+        s.repo.write({"model.py": NET.replace(old, new)})
+        assert s.chosen() == {"//t:m": {DecisionKind.COMPILED_CODE}}, (how, old)
+        assert "in train.py" in s.sentences("//t:m")
+
+
+WRAPPER = "import torch\n\n\ndef compiled(fn):\n    return torch.compile(fn, backend='eager')\n"
+USES_WRAPPER = """from jit import compiled
+
+
+def scale(x):
+    return x * 3
+
+
+@compiled
+def fused(x):
+    return scale(x) + 1
+"""
+PARTIAL = """import functools
+
+import torch
+
+fast = functools.partial(torch.compile, backend="eager")
+
+
+def scale(x):
+    return x * 3
+
+
+@fast
+def fused(x):
+    return scale(x) + 1
+
+
+@functools.partial(torch.compile, fullgraph=True)
+def fused2(x):
+    return x - 1
+"""
+
+
+@pytest.mark.parametrize("src", ["wrapper", "partial"])
+def test_a_compile_wrapper_or_partial_used_as_decorator(scene_dir: Path, src: str) -> None:
+    files = {"ops.py": USES_WRAPPER if src == "wrapper" else PARTIAL, "jit.py": WRAPPER,
+             "other.py": OTHER}
+    s = make(scene_dir, files)
+    s.record("//t:ops", {"ops.py": ["<module>"]})
+    s.record("//t:other", {"other.py": None})
+    s.repo.write({"ops.py": files["ops.py"].replace("x * 3", "x * 4")})
+    assert s.chosen() == {"//t:ops": {DecisionKind.COMPILED_CODE}}
+    assert "torch.compile" in s.sentences("//t:ops")
+    if src == "partial":
+        s.repo.write({"ops.py": PARTIAL.replace("x - 1", "x - 2")})
+        assert s.chosen() == {"//t:ops": {DecisionKind.COMPILED_CODE}}
+
+
+def test_compile_is_not_re_compile() -> None:
+    src = "import re\n\n\ndef f(p):\n    return p\n\n\nx = re.compile(f('a'))\n"
+    assert compiled_functions(src) == {}
 
 
 def test_numba_njit_edit(scene_dir: Path) -> None:
@@ -395,3 +485,9 @@ def test_git_ignored_read_file_changed_or_deleted(scene_dir: Path) -> None:
     tok.unlink()
     assert s.chosen() == {"//t:tok": {DecisionKind.READ_CHANGED_FILE}}
     assert "is gone" in s.sentences("//t:tok")
+
+
+def test_compile_of_a_call_result_marks_classes_only() -> None:
+    src = ("def select(x):\n    return x\n\n\nclass Net:\n    def forward(self, x):\n"
+           "        return x\n\n\nq = select(1).compile()\nn = Net().compile()\n")
+    assert set(compiled_functions(src)) == {"Net.forward"}

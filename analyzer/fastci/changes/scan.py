@@ -17,6 +17,7 @@ Two views are kept:
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
@@ -24,7 +25,7 @@ from typing import Iterable, Mapping
 from fastci.changes.semantic_diff import FileDiff, UnitChange, diff_sources
 from fastci.changes.versions import Versions
 from fastci.integrations.git.repository import WORKTREE, FileChange, Git
-from fastci.changes.static_reach import HeadTree, Reach, static_reach
+from fastci.changes.static_reach import HeadTree, Reach, compile_context, static_reach
 from fastci.integrations.git.tree import DIRTY_PREFIX
 from fastci.types import RelPath
 
@@ -141,6 +142,8 @@ def scan(git: Git, base: str, head: str = WORKTREE, *,
     files: dict[RelPath, FileDiff] = {}
     others: list[FileChange] = []
     versions = Versions(git, head_id)
+    tree = HeadTree(git, head_id)
+    versions.compiles = functools.lru_cache(maxsize=256)(functools.partial(compile_context, tree))
     in_place: list[RelPath] = []  # Python files changed where they are
     for ch in base_changes:
         if not (is_python(ch.path) or (ch.old_path and is_python(ch.old_path))):
@@ -153,7 +156,6 @@ def scan(git: Git, base: str, head: str = WORKTREE, *,
     for path in in_place:
         files[path] = versions.diff(path, versions.at(base_id, path))
     diffs = tuple(files[p] for p in sorted(files))
-    tree = HeadTree(git, head_id)
     reach = _reach(tree, versions, diffs, base_id, since)
     return ChangeSet(base_id, head_id, diffs, tuple(sorted(others, key=lambda o: o.path)),
                      tuple(notes), tuple(reach), tree, since, versions,

@@ -19,13 +19,14 @@ import ast
 import builtins
 import enum
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 from fastci.config import DEFAULT_PURE_CALLABLES
 from fastci.types import Checksum, RelPath, UnitId
 from fastci.changes.control_flow import Spans, control_changes
 from fastci.changes.fast_diff import quick_diff
-from fastci.changes.static_facts import (compiled_functions, module_bindings, module_imports,
+from fastci.changes.compiled_code import Compiled, compiled_units
+from fastci.changes.static_facts import (module_bindings, module_imports,
                                          open_namespace, pure_decorator, registrable_classes,
                                          resolve_dotted)
 from fastci.units.index import (MODULE_QUALNAME, FileUnits, ParseFailure, Unit, UnitKind,
@@ -337,7 +338,8 @@ def diff_units(path: RelPath, old: FileUnits | None, new: FileUnits | None,
 
 def diff_sources(path: RelPath, old: bytes | None, new: bytes | None, *, status: str = "M",
                  old_path: RelPath | None = None, quick: bool = True,
-                 pure: Sequence[str] = DEFAULT_PURE_CALLABLES) -> FileDiff:
+                 pure: Sequence[str] = DEFAULT_PURE_CALLABLES,
+                 compiles: CompileContext | None = None) -> FileDiff:
     """Semantic diff of one Python file between two sources (None = absent).
 
     With ``quick``, a modified file whose units kept their names is diffed by
@@ -346,14 +348,16 @@ def diff_sources(path: RelPath, old: bytes | None, new: bytes | None, *, status:
     ``pure``: dotted-name globs of decorators with no import-time side effect
     (``Config.pure_callables``): a new def decorated only with them, shadowing
     nothing, is reported as ADDED alone, not as a change of its module or class.
+    ``compiles``: what other files say about compiling this file's code (wrappers,
+    compiled classes), asked only when a function changed.
     """
     if quick and old is not None and new is not None and not old_path:
         pairs = quick_diff(path, old, new)
         if pairs is not None:
             spans = {n.qualname: ((o.start, o.end), (n.start, n.end)) for o, n in pairs}
             return FileDiff(path, status, None, _mark_control(
-                _mark_compiled(_pair_changes(path, pairs, old, new, pure), old, new), old, new,
-                spans))
+                _mark_compiled(_pair_changes(path, pairs, old, new, pure), old, new, compiles),
+                old, new, spans))
     old_rel = old_path or path
     old_idx = index_source(old_rel, old) if old is not None else None
     new_idx = index_source(path, new) if new is not None else None
@@ -366,7 +370,7 @@ def diff_sources(path: RelPath, old: bytes | None, new: bytes | None, *, status:
                       for u in (new_idx.units if new_idx else ()))
         return FileDiff(path, status, old_path, units, current=new_idx)
     changes = diff_units(path, old_idx, new_idx, old, new, pure=pure)
-    return FileDiff(path, status, old_path, _mark_control(_mark_compiled(changes, old, new), old, new),
+    return FileDiff(path, status, old_path, _mark_control(_mark_compiled(changes, old, new, compiles), old, new),
                     current=new_idx)
 
 
@@ -383,14 +387,24 @@ def _mark_control(changes: tuple[UnitChange, ...], old: bytes | None, new: bytes
                  if u.qualname in found and ChangeKind.BODY in u.kinds else u for u in changes)
 
 
-def _mark_compiled(changes: list[UnitChange], old: bytes | None,
-                   new: bytes | None) -> tuple[UnitChange, ...]:
+#: What other files say about compiling a file's code (compile wrappers it may use, its
+#: functions they compile): :func:`fastci.changes.static_reach.compile_context`.
+CompileContext = Callable[[RelPath], tuple[dict[str, str], dict[str, Compiled]]]
+
+
+def _mark_compiled(changes: list[UnitChange], old: bytes | None, new: bytes | None,
+                   context: CompileContext | None = None) -> tuple[UnitChange, ...]:
     """Add COMPILED to changed functions that a compiler traces (either side of the diff)."""
     kept = {ChangeKind.ADDED, ChangeKind.DELETED, ChangeKind.RENAMED}
     if not any(u.qualname != MODULE_QUALNAME and not kept & set(u.kinds) for u in changes):
         return tuple(changes)
-    compiled = {**compiled_functions(old), **compiled_functions(new)}
-    return tuple(replace(u, kinds=u.kinds + (ChangeKind.COMPILED,), detail=compiled[u.qualname])
+    path = changes[0].path
+    wrappers, external = context(path) if context is not None else ({}, {})
+    compiled = compiled_units(old, path, wrappers=wrappers, external=external)
+    for qual, c in compiled_units(new, path, wrappers=wrappers, external=external).items():
+        compiled[qual] = compiled[qual].join(c) if qual in compiled else c
+    return tuple(replace(u, kinds=u.kinds + (ChangeKind.COMPILED,),
+                         detail=compiled[u.qualname].how)
                  if u.qualname in compiled and not kept & set(u.kinds) else u for u in changes)
 
 

@@ -3,11 +3,15 @@
 Coverage only records Python line events, and only for code that runs as Python.
 This module reads one file's syntax tree for what that misses:
 
-- **compiled or traced functions** (:func:`compiled_functions`): bodies under
+- **compiled or traced functions** (:func:`compiler_of`; the per-function answer is
+  :func:`fastci.changes.compiled_code.compiled_functions`): bodies under
   ``@triton.jit``, ``torch.jit.script``, ``torch.compile`` / ``torch._dynamo.optimize``,
   numba, jax and cupy decorators or call sites (``f2 = torch.compile(f)``,
-  ``self.fwd = torch.compile(self._fwd)``); functions nested in them; and helpers of
-  the same file that a compiled body calls (they are compiled through their caller);
+  ``self.fwd = torch.compile(self._fwd)``), through ``functools.partial`` and compile
+  wrappers (this file's, or other modules' given by the caller), instances
+  (``torch.compile(net)``, ``net.compile()``); functions nested in them; and helpers of
+  the same file that a compiled body calls (they are compiled through their caller).
+  :mod:`fastci.changes.compiled_code` says more (how, witnesses, other modules);
 - **open namespaces** (:func:`open_namespace`): a module whose new names change
   behaviour without being called (``from x import *``, a module ``__getattr__``,
   ``globals()`` / ``dir()`` / ``vars()`` / ``sys.modules[__name__]``);
@@ -33,7 +37,8 @@ from fastci.types import RelPath
 COMPILERS = frozenset({
     "triton.jit", "triton.autotune", "triton.heuristics",
     "torch.jit.script", "torch.jit.trace", "torch.jit.trace_module", "torch.jit.script_method",
-    "torch.compile", "torch._dynamo.optimize", "torch.cuda.jiterator._create_jit_fn",
+    "torch.compile", "torch._dynamo.optimize", "torch._dynamo.explain",
+    "torch.cuda.jiterator._create_jit_fn",
     "numba.jit", "numba.njit", "numba.cuda.jit", "numba.vectorize", "numba.guvectorize",
     "numba.stencil", "numba.cfunc", "numba.generated_jit",
     "jax.jit", "jax.pmap", "jax.vmap", "jax.grad", "jax.value_and_grad", "jax.checkpoint",
@@ -165,73 +170,6 @@ def _referenced(node: ast.AST) -> set[str]:
             out.add(n.id)
         elif isinstance(n, ast.Attribute):
             out.add(n.attr)
-    return out
-
-
-def compiled_functions(source: bytes | str | None) -> dict[str, str]:
-    """Function qualname -> how it is compiled or traced (``@triton.jit``), for one file.
-
-    Methods and nested functions included; functions nested in a compiled one and
-    helpers of this file that a compiled body references (transitively) count too,
-    since the compiler traces through them.
-    """
-    if source is None:
-        return {}
-    text = source if isinstance(source, bytes) else source.encode()
-    if not any(m in text for m in (b"jit", b"compile", b"optimize", b"vectorize", b"autotune",
-                                   b"heuristics", b"script", b"trace", b"fuse", b"rawkernel")):
-        return {}
-    tree = parse(source)
-    if tree is None:
-        return {}
-    names = aliases(tree)
-    defs = list(_defs(tree.body))
-    out: dict[str, str] = {}
-    for d in defs:
-        for deco in d.node.decorator_list:
-            how = compiler_of(deco, names)
-            if how is not None:
-                if isinstance(d.node, ast.ClassDef):  # every method of a scripted class
-                    for m in defs:
-                        if m.qualname.startswith(d.qualname + ".") and \
-                                not isinstance(m.node, ast.ClassDef):
-                            out.setdefault(m.qualname, f"@{how} on class {d.qualname}")
-                else:
-                    out.setdefault(d.qualname, f"@{how}")
-    by_name: dict[str, list[_Def]] = {}
-    for d in defs:
-        by_name.setdefault(d.node.name, []).append(d)
-    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.args):
-        how = compiler_of(call.func, names)
-        if how is None:
-            continue
-        target = call.args[0]
-        if isinstance(target, ast.Call):  # torch.compile(Model(...)): the class's methods
-            target = target.func
-        name = target.id if isinstance(target, ast.Name) else \
-            target.attr if isinstance(target, ast.Attribute) else None
-        for d in by_name.get(name or "", []):
-            if isinstance(d.node, ast.ClassDef):
-                for m in defs:
-                    if m.qualname.startswith(d.qualname + ".") and \
-                            not isinstance(m.node, ast.ClassDef):
-                        out.setdefault(m.qualname, f"{how}({name}(...)) at line {call.lineno}")
-            else:
-                out.setdefault(d.qualname, f"{how}({ast.unparse(call.args[0])}) at line "
-                                           f"{call.lineno}")
-    # Traced through: nested functions and same-file helpers a compiled body references.
-    todo = list(out)
-    while todo:
-        qual = todo.pop()
-        node = next((d.node for d in defs if d.qualname == qual), None)
-        if node is None:
-            continue
-        for d in defs:
-            if isinstance(d.node, ast.ClassDef) or d.qualname in out:
-                continue
-            if d.qualname.startswith(qual + ".<locals>.") or d.node.name in _referenced(node):
-                out[d.qualname] = f"called or traced from compiled {qual} ({out[qual]})"
-                todo.append(d.qualname)
     return out
 
 
@@ -764,7 +702,15 @@ def module_bindings(tree: ast.Module) -> frozenset[str]:
     return frozenset(out)
 
 
-__all__ = ["COMPILERS", "Import", "compiled_functions", "open_namespace", "registrable_classes",
+#: Public names of the syntax helpers :mod:`fastci.changes.compiled_code` builds on.
+Def = _Def
+FUNC_NODES = _FuncNode
+defs_of = _defs
+referenced = _referenced
+resolve_alias = _resolve
+
+__all__ = ["COMPILERS", "Import", "Def", "FUNC_NODES", "defs_of", "referenced", "resolve_alias",
+           "open_namespace", "registrable_classes",
            "imports_of", "discovers_members", "discovers_files", "file_discoveries",
            "FileDiscovery", "module_name", "names_module",
            "parse", "aliases", "compiler_of", "dotted", "PURE_BUILTINS", "module_imports",

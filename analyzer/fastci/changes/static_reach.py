@@ -33,8 +33,11 @@ from typing import Iterable, Sequence
 
 from fastci.changes.semantic_diff import ChangeKind, FileDiff, UnitChange
 from fastci.integrations.git.repository import Git
-from fastci.changes.static_facts import (Import, discovers_files, discovers_members, imports_of,
-                                 module_name, names_module, parse)
+from fastci.changes.compiled_code import Compiled, compile_facts
+from fastci.changes.static_facts import (Import, discovers_files,
+                                         discovers_members, imports_of, module_name,
+                                         names_module, parse)
+from fastci.units.lines import MODULE_QUALNAME
 from fastci.types import RelPath, UnitId
 
 LOG = logging.getLogger(__name__)
@@ -297,6 +300,56 @@ def static_reach(tree: HeadTree, files: Sequence[FileDiff]) -> list[Reach]:
     return out
 
 
+#: Words of a file that may name a compiler (so may define a compile wrapper): files
+#: without any are not parsed (``re.compile`` is not one).
+COMPILE_WORDS = ("torch.compile", "_dynamo", "jit", "import compile", "numba", "cupy", "jax")
+#: Words of a file that may compile another module's class (``net.compile()`` too, which,
+#: unlike ``re.compile(pattern)``, takes no positional argument).
+COMPILE_CALL_WORDS = COMPILE_WORDS + (".compile()", ".compile(backend", ".compile(mode",
+                                      ".compile(fullgraph", ".compile(dynamic",
+                                      ".compile(options", ".compile(**")
+
+
+def compile_context(tree: HeadTree, path: RelPath) -> tuple[dict[str, str], dict[str, Compiled]]:
+    """What other files say about compiling ``path``'s code, at head.
+
+    Returns:
+        the compile wrappers of the modules ``path`` imports (dotted name -> compiler:
+        ``def compiled(fn): return torch.compile(fn)`` in ``pkg/jit.py``), and the
+        functions and classes of ``path`` that another file compiles (qualname ->
+        :class:`~fastci.changes.compiled_code.Compiled`: ``torch.compile(net)`` after
+        ``net = Net()``, ``net.compile()``), with the unit holding that call as witness.
+    """
+    full = module_name(path)
+    if not full:
+        return {}, {}
+    compiling, calling, naming = tree.grep_each(COMPILE_WORDS, COMPILE_CALL_WORDS,
+                                                (_last(full),))
+    # Only modules whose name the file's text holds can be imported by it: most files
+    # are never parsed here.
+    text = tree.git.read(tree.head, path) or b"" if compiling else b""
+    maybe = [c for c in compiling[:MAX_FILES] if c != path
+             and _last(module_name(c)).encode() in text]
+    imported = {t for imp in tree.imports(path) for t in imp.targets()} if maybe else set()
+    wrappers: dict[str, str] = {}
+    for cand in maybe:
+        mod = module_name(cand)
+        if any(names_module(mod, t) for t in imported):
+            found = compile_facts(tree.tree(cand)).wrappers
+            wrappers.update({f"{mod}.{q}": how for q, how in found.items()})
+    external: dict[str, Compiled] = {}
+    for cand in sorted(set(calling) & set(naming))[:MAX_FILES]:
+        if cand == path:
+            continue
+        for target, how, site, lazy in compile_facts(tree.tree(cand)).targets:
+            mod, _, qual = target.rpartition(".")
+            if names_module(full, mod):
+                c = Compiled(f"{how} in {cand}", lazy, frozenset(
+                    () if site == MODULE_QUALNAME else (f"{cand}::{site}",)))
+                external[qual] = external[qual].join(c) if qual in external else c
+    return wrappers, external
+
+
 def _compiled_reach(tree: HeadTree, u: UnitChange) -> list[Reach]:
     return [Reach(ReachKind.COMPILED, u.path, f"{u.qualname} ({u.detail})", how, unit=uid,
                   changed_unit=u.unit)
@@ -304,4 +357,4 @@ def _compiled_reach(tree: HeadTree, u: UnitChange) -> list[Reach]:
 
 
 __all__ = ["Reach", "ReachKind", "HeadTree", "static_reach", "importers", "file_discoverers",
-           "member_discoverers", "callers"]
+           "member_discoverers", "callers", "compile_context", "COMPILE_WORDS"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from typing import Iterable
 
-from fastci.changes.semantic_diff import FileDiff, diff_sources
+from fastci.changes.semantic_diff import CompileContext, FileDiff, diff_sources
 from fastci.errors import GitError
 from fastci.integrations.git.repository import WORKTREE, Git
 from fastci.types import Checksum, RelPath
@@ -27,6 +27,9 @@ def sha256(data: bytes) -> str:
 
 class Versions:
     """Read and diff versions of files against ``head`` (a revision or the working tree)."""
+
+    #: What other head files say about compiling a file's code (set by the change scan).
+    compiles: CompileContext | None = None
 
     def __init__(self, git: Git, head: str) -> None:
         self.git = git
@@ -117,5 +120,6 @@ class Versions:
         if key not in self._diffs:
             new = self.now(path)
             status = "A" if old is None else "D" if new is None else "M"
-            self._diffs[key] = diff_sources(path, old, new, status=status)
+            self._diffs[key] = diff_sources(path, old, new, status=status,
+                                            compiles=self.compiles)
         return self._diffs[key]

@@ -34,6 +34,7 @@ from fastci.errors import TraceError
 from fastci.evidence import trace
 from fastci.evidence.columns import MirrorTable, Rows, UnitColumns, UnitTable, small_set_keys
 from fastci.evidence.store import INCOMPLETE_KEY, EvidenceStore, RunEvidence
+from fastci.evidence.traced import TRACED_BY_DYNAMO, TRACED_FRAMES_KEY
 from fastci.integrations.git.repository import cache_dir
 from fastci.types import Outcome, is_failure
 from fastci.units.index import ChecksumCache, FileUnits, UnitCache, index_source
@@ -380,7 +381,7 @@ def merge_run(traces: list[trace.TraceMsg], *, source: str, commit: str | None,
         keep = result.outcome == Outcome.PASSED.value and not is_failure(outcome)
         outcome, duration = (outcome if keep else result.outcome), result.duration_s or duration
     env = first.environment
-    return RunEvidence(
+    return _traced_frames(traces, RunEvidence(
         test=first.test_id, run_key=f"{first.test_id}@{first.run_id}", outcome=outcome,
         complete=complete, duration_s=duration, gpus=first.gpus,
         workload=json.loads(first.workload_json or "{}"),
@@ -394,7 +395,17 @@ def merge_run(traces: list[trace.TraceMsg], *, source: str, commit: str | None,
                      **({INCOMPLETE_KEY: "; ".join(unseen)} if unseen else {})},
         commit=commit, source=source,
         units=reader.table.merge(parts), files=files,
-        sources=sources, distributions=distributions)
+        sources=sources, distributions=distributions))
+
+
+def _traced_frames(traces: list[trace.TraceMsg], run: RunEvidence) -> RunEvidence:
+    """Say in the run's environment whether every process of it recorded the frames dynamo
+    traced (trace format 3): only then can a rule read its evidence as complete for
+    compiled code (:mod:`fastci.select.compiled`)."""
+    if traces and all(t.format_version >= trace.TRACED_FRAMES_FORMAT for t in traces):
+        return dataclasses.replace(run, environment={**run.environment,
+                                                     TRACED_FRAMES_KEY: TRACED_BY_DYNAMO})
+    return run
 
 
 def ingest(store: EvidenceStore, blobs: Iterable[TraceBlob], *, source: str,

@@ -67,6 +67,7 @@ from fastci.evidence.contexts import ContextProfiler
 from fastci.evidence.covplugin import make_coverage
 from fastci.evidence.files import OpenRecorder, PathMapper, set_event_sink
 from fastci.evidence.inputs import config_file_name, declared_digests
+from fastci.evidence.traced import DynamoWatch, add_traced
 
 LOG = logging.getLogger(__name__)
 
@@ -200,6 +201,9 @@ class Recorder:
         self._open_segments: list[str] = []
         self._segment_includes: dict[str, set[str]] = {}
         self._segment_ctx: dict[str, dict[tuple[str, str], tuple[set[str], int]]] = {}
+        # Frames dynamo traces symbolically never run as Python (fastci.evidence.traced).
+        self._traced = DynamoWatch(lambda: self._open_segments[-1] if self._open_segments
+                                   else None)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -237,6 +241,7 @@ class Recorder:
                 self._profile_hook = _profile_hook(self._contexts)
                 threading.setprofile(self._profile_hook)
                 sys.setprofile(self._profile_hook)
+        self._traced.start()
         cov.start()
         global _CURRENT, _FORK_HOOK
         _CURRENT = self
@@ -413,6 +418,8 @@ class Recorder:
             finally:
                 self._cov = None
                 _release_engine(cov)
+        add_traced(self._traced, self.mapper, lines, ctx, self._segment_ctx,
+                   lambda rel: _index(self.mapper, rel)[0])
         reads = self._opens.stop()
         # After the open sink stopped: reading the children's traces is no input.
         unseen = [why for why in (self._autograd.unseen(), self._children_without_trace())

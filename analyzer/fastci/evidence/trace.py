@@ -26,10 +26,14 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 MAGIC = b"FCITRC1\n"
-#: What this recorder writes: 2 holds a file's units as columns (``FileTrace.qualnames``).
-FORMAT_VERSION = 2
-#: What ingest reads: 1 (units as messages, written before) too.
-READABLE = (1, 2)
+#: What this recorder writes: 2 holds a file's units as columns (``FileTrace.qualnames``);
+#: 3, the same fields, from a recorder that records the frames dynamo traces as units
+#: (context ``traced(dynamo)``, :mod:`fastci.evidence.traced`).
+FORMAT_VERSION = 3
+#: What ingest reads: 1 (units as messages) and 2 (no traced frames), written before, too.
+READABLE = (1, 2, 3)
+#: The first format whose recorder records the frames dynamo traces.
+TRACED_FRAMES_FORMAT = 3
 SUFFIX = ".trace"
 _HEADER = struct.Struct(">II")
 _NAME_LIMIT = 120

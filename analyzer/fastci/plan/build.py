@@ -368,12 +368,20 @@ def _line_facts(selection: Selection, changes: ChangeSet, calibration: Calibrati
         LOG.info("no line evidence for tests that ran %s: it may compile or trace Python code, "
                  "whose frames produce no line events", sorted(compiling)[0])
     candidates = [d.test for d in selection.selected if d.test in declared
-                  and d.test in sources and not sources[d.test] & compiling]
+                  and d.test in sources and not sources[d.test] & compiling
+                  and not _traced_any(store, d.test)]
     recorded: dict[TestId, dict[UnitId, str]] = {}
     for test, unit, checksum in store.recorded_units(tests=candidates):
         recorded.setdefault(test, {})[unit] = checksum
     digests = declaration_digests({t: declared[t] for t in candidates})
     return line_facts(selection, changes.versions, calibration, digests, recorded, changes.base)
+
+
+def _traced_any(store: EvidenceReader, test: TestId) -> bool:
+    """Whether the test's evidence holds code dynamo traced (no line events: no line facts)."""
+    from fastci.evidence.traced import TRACED_CONTEXT
+
+    return any(TRACED_CONTEXT in sigs for sigs in store.units_of_test(test).values())
 
 
 def _reductions(changes: ChangeSet, selection: Selection, declared: Mapping[TestId, DeclaredTest],

@@ -37,15 +37,17 @@ import fnmatch
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from fastci.changes.names import NARROWABLE, NameReach, narrow
 from fastci.changes.scan import ChangeSet, is_python
 from fastci.changes.semantic_diff import ChangeKind, FileDiff, UnitChange
+from fastci.changes.compiled_code import Compiled
 from fastci.changes.static_reach import ReachKind
 from fastci.changes.versions import Versions
 from fastci.config import Config, first_match, glob_match
 from fastci.integrations.git.repository import FileChange, shown
+from fastci.select.compiled import compiled_of, compiled_reason
 from fastci.select.decisions import DecisionKind, Reason
 from fastci.select.manifest_rules import manifest_rules
 from fastci.select.rules import EvidenceReader, Hits, add_hit, kinds_of, own_output
@@ -174,6 +176,7 @@ def _unit_rules(hits: Hits, changes: ChangeSet, store: EvidenceReader, base: Bas
                 groups[(path, "unknown")].append(test)
     diffs: dict[tuple[RelPath, str], FileDiff | None] = {}
     narrowed: dict[tuple[RelPath, str], dict[UnitId, NameReach | None]] = {}
+    compiled: dict[tuple[RelPath, str], dict[UnitId, Compiled]] = {}
     for (path, key) in groups:
         old: bytes | None = None
         found = False
@@ -187,10 +190,13 @@ def _unit_rules(hits: Hits, changes: ChangeSet, store: EvidenceReader, base: Bas
         diffs[(path, key)] = fd = versions.diff(path, old) if found else None
         if fd is not None and not fd.failure:
             narrowed[(path, key)] = _narrow(fd, old, versions.now(path), changes, config)
+            compiled[(path, key)] = compiled_of(fd, old, versions)
     changed_units = {u.unit for fd in diffs.values() if fd is not None for u in fd.units
                      if ChangeKind.ADDED not in u.kinds}
     users = {u for by_unit in narrowed.values() for r in by_unit.values() if r for u in r.units}
+    users |= {w for by_unit in compiled.values() for c in by_unit.values() for w in c.witnesses}
     executed = store.tests_for_units(sorted(changed_units | users))
+    runs = store.latest_runs() if compiled else {}
     base_diffs = {f.path: f for f in changes.files}
     for (path, key), members in sorted(groups.items()):
         fd = diffs[(path, key)]
@@ -198,7 +204,8 @@ def _unit_rules(hits: Hits, changes: ChangeSet, store: EvidenceReader, base: Bas
             for test in members:
                 _executed(hits, test, path, fd, executed, narrowed.get((path, key), {}))
                 # A failure to parse widens here too.
-                _import_time(hits, test, path, fd, narrowed.get((path, key), {}), executed)
+                _import_time(hits, test, path, fd, narrowed.get((path, key), {}), executed,
+                             (compiled.get((path, key), {}), runs.get(test)))
             continue
         if versions.checksums_now(path) is None:
             for test in members:
@@ -279,11 +286,14 @@ def _narrow(fd: FileDiff, old: bytes | None, new: bytes | None, changes: ChangeS
 
 def _import_time(hits: Hits, test: TestId, path: RelPath, fd: FileDiff,
                  narrowed: Mapping[UnitId, NameReach | None] | None = None,
-                 executed: Mapping[UnitId, set[TestId]] | None = None) -> None:
+                 executed: Mapping[UnitId, set[TestId]] | None = None,
+                 compiled: tuple[Mapping[UnitId, Compiled], Any] | None = None) -> None:
     """Import-time code of ``path`` changed between the test's version and the head.
 
     A change resolved to the names it binds (``narrowed``) reaches the test only when
     it executed a unit that uses one of them; any other reaches it module-wide.
+    Compiled code (``compiled``: how each unit is compiled, and the test's run) reaches
+    it as :func:`fastci.select.compiled.compiled_reason` says.
     """
     if fd.failure:
         add_hit(hits, test, Reason(
@@ -294,13 +304,10 @@ def _import_time(hits: Hits, test: TestId, path: RelPath, fd: FileDiff,
     selected = {r.unit for r in hits.get(test, ()) if r.kind is DecisionKind.CHANGED_UNIT}
     for u in fd.units:
         if ChangeKind.COMPILED in u.kinds:
-            add_hit(hits, test, Reason(
-                DecisionKind.COMPILED_CODE,
-                f"its evidence touches {path}, where {u.qualname} changed and is compiled or "
-                f"traced ({u.detail}): compiled code never produces Python line events, so no "
-                "evidence records which tests run it", unit=u.unit, change=kinds_of(u),
-                path=path, via="static rule: a change to compiled code reaches every test "
-                               "whose evidence touches its module"))
+            how, run = compiled or ({}, None)
+            reason = compiled_reason(test, path, u, how.get(u.unit), run, executed or {})
+            if reason is not None:
+                add_hit(hits, test, reason)
         elif u.import_time and u.unit not in selected and ChangeKind.ADDED not in u.kinds:
             reach = (narrowed or {}).get(u.unit)
             if reach is not None:
