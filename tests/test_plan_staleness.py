@@ -90,13 +90,29 @@ def test_pytest_plugin_obeys_a_plan_only_on_its_tree(tmp_path: Path) -> None:
     assert ran == ["b"]
 
 
-def test_pytest_plugin_obeys_a_hand_written_plan_and_says_it_is_not_tied_to_a_tree(tmp_path: Path) -> None:
+def test_pytest_plugin_does_not_obey_a_plan_tied_to_no_tree(tmp_path: Path) -> None:
+    # Issue 34 item 6: a plan without `tree` (hand-written, left in place) says nothing
+    # about this content: every test runs, with one line why.
     repo = _repo(tmp_path)
     dump_plan(_plan(None), tmp_path / ".fastci/plan.json")
     repo.write({"README.md": "anything\n"})
     ran, out = _pytest(tmp_path)
-    assert ran == ["b"]
-    assert "the plan names no `tree`: it is not tied to a tree and is obeyed as written" in out
+    assert ran == ["a", "b", "c"]
+    assert "the plan names no `tree`, so it is tied to no tree" in out
+    assert "running every test at full workload" in out
+
+
+def test_pytest_plugin_does_not_obey_a_committed_plan_even_for_its_tree(tmp_path: Path) -> None:
+    # Issue 34 item 6: a plan file git tracks was committed (by the change under test):
+    # a change never chooses its own plan. Even one naming a tree is not obeyed.
+    repo = _repo(tmp_path)
+    (tmp_path / ".gitignore").write_text("__pycache__/\n")
+    dump_plan(_plan(None), tmp_path / ".fastci/plan.json")
+    repo.commit(msg="the change commits its own plan")
+    dump_plan(_plan(worktree_tree(tmp_path)), tmp_path / ".fastci/plan.json")  # untracked edits stay out
+    ran, out = _pytest(tmp_path)
+    assert ran == ["a", "b", "c"]
+    assert "is tracked by git: a committed plan is never obeyed" in out
 
 
 def test_pytest_plugin_outside_git_does_not_obey_a_plan_for_a_tree(tmp_path: Path) -> None:
@@ -212,3 +228,35 @@ def test_worktree_tree_sees_a_same_second_same_size_edit(tmp_path: Path) -> None
     truth = _true_tree(ws, tmp_path)
     assert truth != head_tree(ws)
     assert worktree_tree(ws) == truth
+
+
+def test_a_change_never_chooses_its_own_plan_file(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 34 item 6: the `plan:` key comes from the base revision's config. A change
+    # that points it at a plan of its own (tied to its tree, naming the base) does not
+    # get it obeyed by `fastci run`, and `fastci plan` writes where the base says.
+    import dataclasses
+
+    from fastci import cli, config as config_mod
+    from fastci.plan.build import plan_file_at
+
+    repo = _repo(tmp_path)
+    base = repo.git("rev-parse", "HEAD")
+    repo.commit({"fastci.yaml": "plan: .fastci/mine.json\n"}, msg="the change moves the plan")
+    cfg = config_mod.load(tmp_path)
+    path, note = plan_file_at(tmp_path, cfg, base)
+    assert path == tmp_path / ".fastci/plan.json"
+    assert note is not None and "a change never chooses its own plan file" in note
+    assert plan_file_at(tmp_path, cfg, "HEAD") == (tmp_path / ".fastci/mine.json", None)
+    # The CI's own choice (--plan, $FASTCI_PLAN) wins.
+    chosen = config_mod.load(tmp_path, overrides={"plan": ".fastci/mine.json"})
+    assert plan_file_at(tmp_path, chosen, base) == (tmp_path / ".fastci/mine.json", None)
+
+    mine = dataclasses.replace(_plan(worktree_tree(tmp_path)), base=base)
+    dump_plan(mine, tmp_path / ".fastci/mine.json")
+    capsys.readouterr()
+    assert cli.main(["run", "--root", str(tmp_path), "--no-record"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"PASSED     test_suite.py::test_{t}" in out for t in "abc"), out
+    assert "fastci run: WARNING: fastci.yaml names the plan file '.fastci/mine.json', the base" in out
+    assert "a change never chooses its own plan file" in out

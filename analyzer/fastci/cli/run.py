@@ -31,11 +31,20 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     root = args.root.resolve()
     cfg = config_mod.load(root, overrides={"plan": args.plan, "store": args.store})
+    source = cfg.path(root, "plan")
     try:
-        plan = load_plan(cfg.path(root, "plan"))
+        plan = load_plan(source)
     except PlanError as exc:
         print(f"fastci run: {exc}: running every test at full workload")
         plan = Plan.run_all(str(exc))
+    if plan.mode != "all" and plan.base is not None:
+        from fastci.plan.build import plan_file_at
+
+        _, moved = plan_file_at(root, cfg, plan.base)
+        if moved is not None:
+            problem = f"{moved}, so {source} is not the plan `fastci plan` wrote"
+            print(f"fastci run: WARNING: {problem}: running every test at full workload")
+            plan = Plan.run_all(f"plan not obeyed: {problem}")
     store = None
     if not args.no_record:
         from fastci.evidence.store import EvidenceStore
@@ -51,7 +60,7 @@ def _run(args: argparse.Namespace) -> int:
     progress = Progress(None, "run")
     try:
         report = execute(root, plan, cfg, store=store, fail_fast=args.fail_fast,
-                         echo=progress.echo, progress=progress)
+                         echo=progress.echo, progress=progress, source=source)
     finally:
         progress.close()
         if store is not None:

@@ -51,11 +51,10 @@ def tree_line(plan: Plan, tree: str | None) -> str:
     """One line: does ``plan`` describe the tree ``tree`` (the current one; None = unknown)? (pure)"""
     if plan.mode == "all":
         return "tree: not checked (mode all: every test runs at full workload)"
-    if plan.tree is None:
-        return "tree: none: the plan is not tied to a tree and is obeyed as written (hand-written plan)"
     problem = tree_problem(plan, tree)
     if problem is not None:
-        return f"tree: STALE: {problem}: every runner runs every test at full workload"
+        what = "STALE" if plan.tree is not None else "none"
+        return f"tree: {what}: {problem}: every runner runs every test at full workload"
     return f"tree: matches this tree ({tree})"
 
 

@@ -613,6 +613,38 @@ def decision_rules(git: Git, root: Path, config: Config, base: str,
     return config_mod.with_rules_from(config, old, f"{rel} at {base_id[:12]}"), changed
 
 
+def plan_file_at(root: Path, config: Config, rev: str) -> tuple[Path, str | None]:
+    """The plan file as the config file at ``rev`` (the base) names it, and a note when the
+    working tree's config names another.
+
+    A change never chooses its own plan file: ``fastci plan`` writes where the base's
+    ``plan`` key says, and ``fastci run`` obeys a plan only where the config at the
+    plan's ``base`` puts it (invariant 10; a change that moved it could otherwise point
+    the runners at a plan it committed, or have a plan written over a file of its
+    choosing). ``--out``/``--plan`` and ``$FASTCI_PLAN`` (``config.overridden``) are the
+    CI's own choice and win; so does a config file outside the repository. When the
+    base's file cannot be read (no git, an unknown or unfetched ``rev``, a file that
+    does not parse) the working tree's value stands: the plan's ``tree`` still decides.
+    """
+    here = config.path(root, "plan")
+    rel = config_mod.repo_config_path(root, config)
+    if "plan" in config.overridden or rel is None or config.origin is None:
+        return here, None
+    try:
+        git = Git(root)
+        text = git.read(git.resolve(rev), rel)
+        values = config_mod.parse_text(text, f"{rel} at {rev}") if text is not None else {}
+    except FastCIError as exc:
+        LOG.debug("cannot read %s at %s: %s", rel, rev, exc)
+        return here, None
+    value = values.get("plan", config_mod.DEFAULTS.plan)
+    there = Path(value) if Path(value).is_absolute() else root / value
+    if os.path.abspath(there) == os.path.abspath(here):
+        return here, None
+    return there, (f"{rel} names the plan file {config.plan!r}, the base ({rev[:12]}) "
+                   f"{value!r}: a change never chooses its own plan file")
+
+
 def widen(selection: Selection, reason: Reason) -> Selection:
     """``selection`` with every runnable test selected for ``reason`` (a plan-wide widening).
 

@@ -21,8 +21,9 @@ skip always says why.
 A plan made by ``fastci plan`` carries ``tree``: the git tree id of the content it
 analysed (:mod:`fastci.integrations.git.tree`). A runner that finds another tree must not obey it:
 :func:`tree_problem` says why, and :func:`for_tree` turns it into the plan to run
-(every test at full workload). A plan without ``tree`` (written by hand) makes no
-claim about any tree: it is obeyed as written, with a warning (:func:`untied_note`).
+(every test at full workload). A plan without ``tree`` is tied to no tree (a
+hand-written plan, or one a change committed): it is not obeyed either. A plan
+written by hand names the tree it is for (``python -m fastci.integrations.git.tree``).
 """
 
 from __future__ import annotations
@@ -248,36 +249,50 @@ def tree_problem(plan: Plan, tree: str | None) -> str | None:
 
     ``tree`` is the current tree id (:func:`fastci.integrations.git.tree.worktree_tree`); None or
     :data:`UNKNOWN_TREE` when it could not be computed, which never matches. A plan
-    in mode ``all`` runs everything anyway, and a plan without ``tree`` claims no
-    tree (see :func:`untied_note`): neither has a problem. The Starlark twin is in
-    ``rules/private/plan.bzl``.
+    in mode ``all`` runs everything anyway: no problem. A plan without ``tree`` is
+    tied to no tree: nothing says it was made for this content (a hand-written plan
+    left in place, or one a change committed), so it is not obeyed (invariant 6).
+    The Starlark twin is ``check_tree`` in ``rules/private/plan.bzl``.
     """
-    if plan.mode == "all" or plan.tree is None:
+    if plan.mode == "all":
         return None
+    if plan.tree is None:
+        return UNTIED_PROBLEM
     if tree is not None and tree != UNKNOWN_TREE and plan.tree == tree:
         return None
     return f"plan made for tree {plan.tree}, this tree is {tree or UNKNOWN_TREE}"
 
 
-def untied_note(plan: Plan) -> str | None:
-    """The warning for a plan that selects but names no ``tree`` (hand-written), else None."""
-    if plan.mode == "all" or plan.tree is not None:
-        return None
-    return ("the plan names no `tree`: it is not tied to a tree and is obeyed as written "
-            "(a hand-written plan; `fastci plan` writes plans tied to the tree they analysed)")
+#: Why a plan without ``tree`` is not obeyed (the same words in ``rules/private/plan.bzl``).
+UNTIED_PROBLEM = ("the plan names no `tree`, so it is tied to no tree (a hand-written plan "
+                  "must name the tree it is for: python -m fastci.integrations.git.tree)")
 
 
 def for_tree(plan: Plan, tree: str | None) -> tuple[Plan, str | None]:
     """The plan a runner on the tree ``tree`` obeys, and the warning to print loudly (or None).
 
-    A plan made for another tree (or an unknown one) becomes "every test at full
-    workload", the reason naming both trees; a plan without ``tree`` is kept, with
-    :func:`untied_note` as the warning.
+    A plan made for another tree (or an unknown one), or for no tree, becomes
+    "every test at full workload", the reason naming the problem.
     """
     problem = tree_problem(plan, tree)
     if problem is not None:
-        return Plan.run_all(f"stale plan: {problem}"), f"{problem}: running every test at full workload"
-    return plan, untied_note(plan)
+        what = "stale plan" if plan.tree is not None else "plan not obeyed"
+        return Plan.run_all(f"{what}: {problem}"), f"{problem}: running every test at full workload"
+    return plan, None
+
+
+def for_runner(plan: Plan, tree: str | None, source: Path | None = None) -> tuple[Plan, str | None]:
+    """:func:`for_tree`, and first: a plan read from a file git tracks is not obeyed
+    (:func:`fastci.integrations.git.tree.committed_plan_problem`; ``source``: the file
+    the plan was read from, None when it was not read from a file)."""
+    if source is not None and plan.mode != "all":
+        from fastci.integrations.git.tree import committed_plan_problem
+
+        problem = committed_plan_problem(source)
+        if problem is not None:
+            return (Plan.run_all(f"plan not obeyed: {problem}"),
+                    f"{problem}: running every test at full workload")
+    return for_tree(plan, tree)
 
 
 def _reject_constant(name: str) -> float:
