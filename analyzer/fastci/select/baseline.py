@@ -222,6 +222,15 @@ def _executed(hits: Hits, test: TestId, path: RelPath, fd: FileDiff,
     for u in fd.units:
         if narrowed.get(u.unit) is not None:
             continue
+        if ChangeKind.DOCTEST in u.kinds and test.startswith(f"{path}::"):
+            # A doctest item of this module (pytest --doctest-modules names it
+            # ``path::module.qualname``) runs the docstring's examples, which need
+            # not execute the unit itself: a test collected from the file counts.
+            add_hit(hits, test, Reason(
+                DecisionKind.CHANGED_UNIT, f"is collected from {path}, whose {u.unit} "
+                f"{ChangeKind.DOCTEST.value}", unit=u.unit, change=ChangeKind.DOCTEST.value,
+                path=path, via="evidence: a doctest's examples are code its test runs"))
+            continue
         if ChangeKind.ADDED not in u.kinds and test in executed.get(u.unit, ()):
             change = kinds_of(u)
             add_hit(hits, test, Reason(
