@@ -45,6 +45,7 @@ from fastci.changes.versions import Versions
 from fastci.config import Config, first_match, glob_match
 from fastci.integrations.git.repository import FileChange, shown
 from fastci.select.decisions import DecisionKind, Reason
+from fastci.select.own_code import in_test_code
 from fastci.select.manifest_rules import manifest_rules
 from fastci.select.rules import EvidenceReader, Hits, add_hit, kinds_of, own_output
 from fastci.types import Checksum, RelPath, TestId, UnitId
@@ -395,9 +396,19 @@ def _path_rules(hits: Hits, changes: ChangeSet, store: EvidenceReader, config: C
             add_hit(hits, test, reason)
     widen: list[Reason] = list(manifests.widen)
     notes: list[str] = list(manifests.notes)
+    evidence_tests = sorted(base.commits)
+    for path in sorted(p for p in base.everything if is_python(p)):
+        own = in_test_code(path)
+        if own is not None:  # no evidence can name it: core (fastci.select.own_code)
+            reached = [t for t in evidence_tests if path in base.candidates(t)]
+            _widen(hits, widen, reached, len(evidence_tests), Reason(
+                DecisionKind.RUN_ALL_PATH,
+                f"{shown(path)} changed: FastCI's own code that runs inside every test "
+                f"process ({own}): everything runs", path=path,
+                via="core rule: FastCI's in-test code (launcher, recorder, pytest plugin)"),
+                rule="FastCI's in-test code")
     paths = sorted(p for p in base.everything if not is_python(p))
     readers = store.tests_for_files(paths)
-    evidence_tests = sorted(base.commits)
     for path in paths:
         if own_output(path, config):
             continue
