@@ -8,6 +8,7 @@ tests/test_bazel_stale_plan.py, ``fastci run`` in tests/test_run.py.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
@@ -260,3 +261,55 @@ def test_a_change_never_chooses_its_own_plan_file(tmp_path: Path,
     assert all(f"PASSED     test_suite.py::test_{t}" in out for t in "abc"), out
     assert "fastci run: WARNING: fastci.yaml names the plan file '.fastci/mine.json', the base" in out
     assert "a change never chooses its own plan file" in out
+
+
+READER = '''
+from pathlib import Path
+
+
+def test_reads():
+    print("RAN reads")
+    assert Path("data/golden.txt").read_text() != ""
+
+
+def test_other():
+    print("RAN other")
+'''
+
+
+def test_a_plan_is_stale_once_a_git_ignored_input_it_relied_on_changed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 34 item 7: the tree does not cover git-ignored files (downloaded data,
+    # goldens). The plan records the digests of those its recorded tests read, and
+    # runners re-check them: changed -> every test runs, loudly.
+    from fastci import cli
+    from fastci.plan.model import load_plan
+
+    repo = Repo(tmp_path)
+    repo.commit({".gitignore": "/.fastci/\n/data/\n/traces/\n__pycache__/\n",
+                 "test_suite.py": READER})
+    repo.write({"data/golden.txt": "42\n"})
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "-p", "fastci.integrations.pytest.plugin", "--fastci-record",
+                          "--fastci-trace-dir=traces", "test_suite.py"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert "2 passed" in res.stdout, res.stdout + res.stderr
+    assert cli.main(["ingest", str(tmp_path / "traces"), "--source-root", str(tmp_path),
+                     "--store", str(tmp_path / ".fastci/evidence.db")]) == 0
+    assert cli.main(["plan", "--root", str(tmp_path), "--no-bazel"]) == 0
+    plan = load_plan(tmp_path / ".fastci/plan.json")
+    assert plan.mode == "selective" and plan.tests == () and len(plan.skipped) == 2, plan.reason
+    assert dict(plan.inputs) == {"data/golden.txt": hashlib.sha256(b"42\n").hexdigest()}
+
+    capsys.readouterr()
+    assert cli.main(["run", "--root", str(tmp_path), "--no-record"]) == 0
+    out = capsys.readouterr().out
+    assert "PASSED" not in out and "WARNING" not in out, out  # the plan holds: nothing runs
+
+    repo.write({"data/golden.txt": "43\n"})  # the tree is the same: only the input changed
+    assert cli.main(["run", "--root", str(tmp_path), "--no-record"]) == 0
+    out = capsys.readouterr().out
+    assert ("fastci run: WARNING: the git-ignored input data/golden.txt changed since the "
+            "plan was made") in out, out
+    assert "PASSED     test_suite.py::test_reads" in out and "PASSED     test_suite.py::test_other" in out

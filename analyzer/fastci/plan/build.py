@@ -36,7 +36,7 @@ from fastci.config import Config
 from fastci.errors import FastCIError, GitError
 from fastci.gcpause import gc_paused
 from fastci.integrations.git.repository import WORKTREE, Git
-from fastci.plan.model import Plan, PlannedTest, SkippedTest
+from fastci.plan.model import ABSENT_INPUT, Plan, PlannedTest, SkippedTest
 from fastci.plan.reduce import Choice, choose
 from fastci.select import (DeclaredTest, DecisionKind, Reason, Selection, select_tests,
                            widen_everything)
@@ -176,7 +176,8 @@ def to_plan(selection: Selection, *, base: str | None, head: str | None,
         return Plan(mode="all", reason=reason, tests=tests, base=base, head=head)
     skipped = tuple(SkippedTest(d.test, d.why, d.stand_ins) for d in selection.skipped)
     reason = f"{selection.summary}; {len(tests)} of {len(tests) + len(skipped)} tests selected"
-    return Plan(mode="selective", reason=reason, tests=tests, skipped=skipped, base=base, head=head)
+    return Plan(mode="selective", reason=reason, tests=tests, skipped=skipped, base=base, head=head,
+                inputs=tuple((p, d or ABSENT_INPUT) for p, d in selection.inputs))
 
 
 @gc_paused

@@ -69,7 +69,7 @@ from fastci.integrations.bazel.mains import conventional_main, labels_by_main, n
 from fastci.integrations.bazel.runner import Bazel
 from fastci.errors import BazelError
 from fastci.config import Config
-from fastci.integrations.git.repository import Git
+from fastci.integrations.git.repository import Git, repo_root
 from fastci.plan.model import Plan, dump_plan, for_runner
 from fastci.run import gpus as gpu_pool
 from fastci.run import schedule
@@ -345,7 +345,7 @@ def _execute(root: Path, plan: Plan, config: Config, tree: str | None, t0: float
              fail_fast: bool, progress: Progress | None, source: Path | None = None) -> RunReport:
     """:func:`execute` up to its summary line, without running the pruned tests
     (``tree``: the current tree id, :func:`current_tree`; ``t0``: when the run began)."""
-    plan, warning = for_runner(plan, tree, source)
+    plan, warning = for_runner(plan, tree, source, repo_root(root))
     if warning is not None:
         loud = "WARNING" if plan.mode == "all" else "warning"
         echo(f"fastci run: {loud}: {warning}")

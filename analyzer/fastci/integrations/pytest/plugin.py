@@ -171,7 +171,7 @@ def pytest_configure(config: pytest.Config) -> None:
             root = repo_root(Path(str(config.rootpath)))
             # A plan made for another tree, or for none, or committed (tracked by git)
             # is not obeyed, like a malformed one.
-            obeyed, warning = for_runner(plan, current_tree(root), Path(plan_path))
+            obeyed, warning = for_runner(plan, current_tree(root), Path(plan_path), root)
             if warning is not None:
                 msg = f"fastci: {warning}"
                 LOG.warning(msg)
