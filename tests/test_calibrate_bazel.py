@@ -179,7 +179,7 @@ def test_plan_reduces_and_bazel_runs_the_reduced_workload(ws: Ws) -> None:
         (planned,) = [t for t in a.plan.tests if t.id == LABEL]
         assert "steps 8→2" in planned.why, planned.why
         plan = ws.root / ".fastci" / "plan.json"
-        dump_plan(a.plan, plan)
+        dump_plan(tie(a.plan, ws.root), plan)  # tied to the tree, as `fastci plan` does
         bep = ws.root.parent / "bep.json"
         res = ws.bazel.test([LABEL], flags=["--config=fastci"], bep_path=bep)
         assert res.returncode == 0, res.stderr[-2000:]
