@@ -313,3 +313,29 @@ def test_a_plan_is_stale_once_a_git_ignored_input_it_relied_on_changed(
     assert ("fastci run: WARNING: the git-ignored input data/golden.txt changed since the "
             "plan was made") in out, out
     assert "PASSED     test_suite.py::test_reads" in out and "PASSED     test_suite.py::test_other" in out
+
+
+def test_bazelw_and_the_runner_name_the_same_plan_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 34 item 6: the plan file the rules read is chosen in one place. rules/bazelw
+    # passes $FASTCI_PLAN (the config's env var) as FASTCI_PLAN_FILE with that file's
+    # digest; fastci.integrations.bazel.runner passes the plan `fastci run` hands it.
+    import hashlib as _hashlib
+
+    from fastci.integrations.bazel.runner import Bazel
+
+    ws = tmp_path / "ws"
+    repo = _repo(ws)
+    repo.commit({"WORKSPACE": "", ".fastci/BUILD.bazel": "# the plan's package\n"})
+    dump_plan(_plan(None), ws / ".fastci/other.json")
+    digest = _hashlib.sha256((ws / ".fastci/other.json").read_bytes()).hexdigest()[:16]
+    monkeypatch.setenv("FASTCI_PLAN", ".fastci/other.json")
+    lines = _bazelw(ws, tmp_path, "test", "//...")
+    assert f"--repo_env=FASTCI_PLAN_FILE={ws}/.fastci/other.json" in lines
+    assert f"--repo_env=FASTCI_PLAN_DIGEST={digest}" in lines
+    flags = Bazel(ws, python=sys.executable).fastci_flags("query", ws / ".fastci/other.json")
+    assert f"--repo_env=FASTCI_PLAN_FILE={ws}/.fastci/other.json" in flags
+    assert f"--repo_env=FASTCI_PLAN_DIGEST={digest}" in flags
+    monkeypatch.delenv("FASTCI_PLAN")
+    lines = _bazelw(ws, tmp_path, "test", "//...")
+    assert not any(line.startswith("--repo_env=FASTCI_PLAN_FILE") for line in lines)
+    assert "--repo_env=FASTCI_PLAN_DIGEST=absent" in lines  # no .fastci/plan.json
