@@ -114,6 +114,9 @@ def test_pytest_plugin_does_not_obey_a_committed_plan_even_for_its_tree(tmp_path
     ran, out = _pytest(tmp_path)
     assert ran == ["a", "b", "c"]
     assert "is tracked by git: a committed plan is never obeyed" in out
+    res = subprocess.run([sys.executable, "-m", "fastci", "validate-plan", "--workspace", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "NOT OBEYED: the plan file plan.json" in res.stdout, res.stdout
 
 
 def test_pytest_plugin_outside_git_does_not_obey_a_plan_for_a_tree(tmp_path: Path) -> None:
@@ -308,6 +311,8 @@ def test_a_plan_is_stale_once_a_git_ignored_input_it_relied_on_changed(
     assert "PASSED" not in out and "WARNING" not in out, out  # the plan holds: nothing runs
 
     repo.write({"data/golden.txt": "43\n"})  # the tree is the same: only the input changed
+    assert cli.main(["validate-plan", "--workspace", str(tmp_path)]) == 0
+    assert "inputs: STALE: the git-ignored input data/golden.txt changed" in capsys.readouterr().out
     assert cli.main(["run", "--root", str(tmp_path), "--no-record"]) == 0
     out = capsys.readouterr().out
     assert ("fastci run: WARNING: the git-ignored input data/golden.txt changed since the "
