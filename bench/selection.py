@@ -44,6 +44,7 @@ from fastci.integrations.bazel.bep import parse_bep
 from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.errors import FastCIError
 from fastci.evidence.store import EvidenceStore
+from fastci.integrations.git.tree import plan_tree
 from fastci.plan.model import Plan, PlannedTest, dump_plan
 
 HERE = Path(__file__).resolve().parent
@@ -122,8 +123,9 @@ def _git(ws: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def run_all(sc, decls, *, full: bool, tag: str) -> tuple[dict[str, tuple[bool, float]], str]:  # type: ignore[no-untyped-def]
     """Run every gpu_test (floors unless ``full``); label -> (passed, duration_s)."""
     tests = tuple(PlannedTest(d.id, {} if full else dict(d.floors)) for d in decls)
+    # Tied to the tree it runs on: the rules obey no plan tied to no tree.
     dump_plan(Plan(mode="selective", reason=f"bench run-all ({'full' if full else 'floors'})",
-                   tests=tests), sc.config.path(sc.ws, "plan"))
+                   tests=tests, tree=plan_tree(sc.ws)), sc.config.path(sc.ws, "plan"))
     bep = sc.ws / ".fastci" / "runs" / f"bench-{tag}.json"
     bep.parent.mkdir(parents=True, exist_ok=True)
     res = sc.bazel.test([d.id for d in decls], flags=["--config=fastci", "--keep_going"],

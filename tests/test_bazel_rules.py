@@ -24,6 +24,8 @@ from fastci.integrations.bazel import testlogs
 from fastci.integrations.bazel.bep import BuildReport, parse_bep
 from fastci.integrations.bazel.runner import Bazel, BazelResult
 from bazel_support import remove_tree, require_bazel
+from fastci.integrations.git.tree import worktree_tree
+from selection_support import Repo
 
 require_bazel()  # skips without bazel; fails under CI
 
@@ -43,11 +45,15 @@ class Workspace:
     timings: dict[str, float]
 
     def write_plan(self, plan: dict[str, Any] | str | None) -> None:
+        """Write ``plan``; a selective one is tied to the tree on disk, as `fastci plan` does
+        (a plan tied to no tree is not obeyed: issue 34 item 6)."""
         path = self.root / ".fastci" / "plan.json"
         if plan is None:
             path.unlink(missing_ok=True)
-        else:
-            path.write_text(plan if isinstance(plan, str) else json.dumps(plan))
+            return
+        if isinstance(plan, dict) and plan.get("mode") != "all" and "tree" not in plan:
+            plan = dict(plan, tree=worktree_tree(self.root))
+        path.write_text(plan if isinstance(plan, str) else json.dumps(plan))
 
     def test(self, *flags: str, targets: tuple[str, ...] = ("//gputests:all",)) -> tuple[BazelResult, BuildReport]:
         bep = self.root / "bep.json"
@@ -89,6 +95,8 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
         f"import {REPO}/.bazelrc\n"
         f"build --repo_env=FASTCI_PYTHON={sys.executable}\n"
     )
+    (root / ".gitignore").write_text("/bazel-*\n/bep.json\n/.fastci/plan.json\n__pycache__/\n")
+    Repo(root).commit()  # plans are obeyed only on the tree they name
     bazel = Bazel(root, startup=[f"--output_base={base / 'output_base'}"], python=sys.executable)
     workspace = Workspace(root, bazel, base / "locks", {})
     try:

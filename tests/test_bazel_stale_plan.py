@@ -13,6 +13,7 @@ passes FASTCI_TREE_DIGEST the way rules/bazelw does):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import sys
@@ -113,3 +114,69 @@ def test_rules_obey_a_plan_only_on_its_tree(ws: Ws) -> None:
     assert sorted(report.outcomes) == [A, C] and report.skipped == (B,)
     assert "FastCI plan: WARNING" not in res.stderr
     assert ws.status(A) == "ok: selective plan: planned: overrides train_iters=2"
+
+
+def test_one_plan_path_bazel_obeys_the_plan_fastci_run_runs(ws: Ws) -> None:
+    """Issue 34 item 6, both reported cases, with the real Bazel.
+
+    1. A README-style hand-written plan (no `tree`) left in .fastci/plan.json skipped a
+       test and reduced another even under `fastci run --plan all.json` ("run
+       everything"): the rules always read .fastci/plan.json.
+    2. A change that commits its own tree-less .fastci/plan.json and points `plan:`
+       elsewhere skipped its own tests under `fastci run` and plain `bazel test`.
+    Now `fastci run` hands Bazel the plan it runs, and a plan tied to no tree or
+    committed is never obeyed.
+    """
+    from fastci.config import Config
+    from fastci.run.runner import execute
+
+    flags = ("--test_env=FASTCI_FAKE_GPUS=0,1", f"--test_env=FASTCI_GPU_LOCK_DIR={ws.locks}",
+             "--jobs=4", "--local_test_jobs=3")
+    readme = Plan(mode="selective", reason="try a quickly",
+                  tests=(PlannedTest(A, {"train_iters": 2}),),
+                  skipped=(SkippedTest(B, "not today"),))
+    dump_plan(readme, ws.root / ".fastci/plan.json")
+    config = Config(targets="//gputests:all")
+    lines: list[str] = []
+    everything = ws.root / "all.json"  # `fastci run --plan all.json`
+    report = execute(ws.root, Plan.run_all("run everything"), config, bazel=ws.bazel,
+                     flags=flags, echo=lines.append, source=everything)
+    assert report.report is not None and sorted(report.report.outcomes) == [A, B, C], lines
+    assert report.report.skipped == ()
+    for label in (A, B, C):
+        assert ws.status(label) == "ok: mode all: runs at full workload"
+
+    # Plain `bazel test --config=fastci` reads the hand-written plan itself: tied to no
+    # tree, it is not obeyed either, and the rules say why in one line.
+    res, report2 = ws.test()
+    assert sorted(report2.outcomes) == [A, B, C] and report2.skipped == ()
+    assert "FastCI plan: WARNING: the plan names no `tree`, so it is tied to no tree" in res.stderr
+    assert ws.status(A) == ("fallback: the plan names no `tree`; every gpu_test runs at "
+                            "full workload")
+
+    # 2. The change commits its own tree-less plan and points `plan:` elsewhere.
+    ws.repo.write({"fastci.yaml": "plan: .fastci/elsewhere.json\n"})
+    ws.repo.git("add", "-f", ".fastci/plan.json")
+    ws.repo.commit(msg="a change that chooses its own plan")
+    # `fastci run` (the config's plan file does not exist: everything runs; it never
+    # falls back to reading .fastci/plan.json) ...
+    lines = []
+    report = execute(ws.root, Plan.run_all("no plan file"), Config(targets="//gputests:all",
+                     plan=".fastci/elsewhere.json"), bazel=ws.bazel, flags=flags,
+                     echo=lines.append, source=ws.root / ".fastci/elsewhere.json")
+    assert report.report is not None and sorted(report.report.outcomes) == [A, B, C], lines
+    assert ws.status(A) == "ok: mode all: runs at full workload"
+    # ... and `fastci run --plan .fastci/plan.json`, the committed plan, even tied to
+    # this very tree: a committed plan is never obeyed.
+    committed = dataclasses.replace(readme, tree=worktree_tree(ws.root))
+    lines = []
+    report = execute(ws.root, committed, config, bazel=ws.bazel, flags=flags,
+                     echo=lines.append, source=ws.root / ".fastci/plan.json")
+    assert report.report is not None and sorted(report.report.outcomes) == [A, B, C], lines
+    assert report.warning is not None and "is tracked by git: a committed plan is never obeyed" \
+        in report.warning
+    assert lines[0].startswith("fastci run: WARNING: the plan file plan.json")
+    # Plain Bazel on the committed (tree-less) plan: everything, with the reason.
+    res, report2 = ws.test()
+    assert sorted(report2.outcomes) == [A, B, C] and report2.skipped == ()
+    assert "the plan names no `tree`" in res.stderr

@@ -26,6 +26,7 @@ import pytest
 from fastci.integrations.bazel import testlogs
 from fastci.integrations.bazel.bep import BuildReport, parse_bep
 from fastci.integrations.bazel.runner import Bazel, BazelResult
+from plan_support import tie_json
 from bazel_support import fixture_workspace, remove_tree, require_bazel
 
 require_bazel()  # skips without bazel; fails under CI
@@ -119,7 +120,7 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ws]:
     (root / "wl" / "BUILD.bazel").write_text(_build_file())
     for name in (*CASES, "g_test"):
         (root / "wl" / f"{name}.py").write_text(_MAIN)
-    (root / ".fastci" / "plan.json").write_text(json.dumps(PLAN))
+    (root / ".fastci" / "plan.json").write_text(json.dumps(tie_json(PLAN, root)))  # obeyed on its tree
     bazel = Bazel(root, startup=[f"--output_base={base / 'output_base'}"], python=sys.executable)
     try:
         yield Ws(root, bazel)

@@ -19,6 +19,7 @@ from fastci.changes.versions import Versions
 from fastci.cli import app
 from fastci.integrations.pytest.collect import collect
 from fastci.errors import StoreError
+from plan_support import tie
 from fastci.evidence.calibration import CalibrationStore, Rung, declaration_digest
 from fastci.integrations.git.repository import WORKTREE, Git
 from fastci.plan.reduce import choose
@@ -243,7 +244,7 @@ def test_pytest_plan_reduces_from_the_calibrated_declaration(project: Project) -
             a = analyze(root, cfg, base=project.commit, declared=None,
                         env_fingerprint=current_fingerprint(), store=store)
         plan = root.parent / "plan.json"
-        dump_plan(a.plan, plan)
+        dump_plan(tie(a.plan, root), plan)  # tied to the tree, as `fastci plan` does
         ran = root.parent / "plan-traces"
         res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                               "-p", "fastci.integrations.pytest.plugin", f"--fastci-plan={plan}",

@@ -34,6 +34,7 @@ from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.git.tree import evidence_commit, plan_tree
 from fastci.plan.build import analyze, declared_test
+from plan_support import tie
 from fastci.plan.model import dump_plan
 from fastci.run.calibrate import CalibrationError, CalibrationReport, calibrate_bazel, scrub_traces
 from calibrate_support import work_source
@@ -178,7 +179,7 @@ def test_plan_reduces_and_bazel_runs_the_reduced_workload(ws: Ws) -> None:
         (planned,) = [t for t in a.plan.tests if t.id == LABEL]
         assert "steps 8→2" in planned.why, planned.why
         plan = ws.root / ".fastci" / "plan.json"
-        dump_plan(a.plan, plan)
+        dump_plan(tie(a.plan, ws.root), plan)  # tied to the tree, as `fastci plan` does
         bep = ws.root.parent / "bep.json"
         res = ws.bazel.test([LABEL], flags=["--config=fastci"], bep_path=bep)
         assert res.returncode == 0, res.stderr[-2000:]
@@ -219,9 +220,10 @@ def test_a_declaration_changed_since_calibration_runs_full(ws: Ws) -> None:
         assert dict(planned.overrides) == {} and LABEL not in after.choices, planned.why
         assert not any(t.overrides for t in after.plan.tests)
         # The plan made before the declaration changed, run after: full workload, because
-        # it names another tree; and were it untied (hand-written), because the rules
-        # check its overrides against the declaration they see.
-        for made, why in ((tied, "not for this tree"), (before.plan, "below its floor 3")):
+        # it names another tree; and were it tied to this tree (hand-written, or made
+        # before the build file edit and re-tied), because the rules check its overrides
+        # against the declaration they see.
+        for made, why in ((tied, "not for this tree"), (tie(before.plan, ws.root), "below its floor 3")):
             dump_plan(made, plan)
             res = ws.bazel.test([LABEL], flags=["--config=fastci"],
                                 bep_path=ws.root.parent / "bep.json")

@@ -16,6 +16,7 @@ import pytest
 from fastci.evidence.store import EvidenceStore
 from fastci.plan.model import Plan, PlannedTest, SkippedTest, dump_plan
 from fastci.run.runner import RunReport, execute
+from plan_support import tie
 from bazel_support import remove_tree, require_bazel
 from test_run import Ws
 
@@ -53,7 +54,8 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Ws, Path]]:
 
 def _run(w: Ws, plan: Plan, **kw: object) -> tuple[list[str], RunReport]:
     lines: list[str] = []
-    dump_plan(plan, w.root / ".fastci/plan.json")  # what the rules read
+    plan = tie(plan, w.root)  # a plan is obeyed on the tree it names
+    dump_plan(plan, w.root / ".fastci/plan.json")
     with EvidenceStore.open(w.store_path, create=True) as store:
         report = execute(w.root, plan, w.config, store=store, bazel=w.bazel, echo=lines.append,
                          **kw)  # type: ignore[arg-type]

@@ -9,6 +9,7 @@ import pytest
 
 from fastci import cli
 from fastci.evidence.store import EvidenceStore
+from plan_support import tie
 from fastci.plan.model import Plan, PlannedTest, dump_plan
 from test_pytest_ids import _commit, _project
 
@@ -47,7 +48,7 @@ def _run(tmp_path: Path, *flags: str) -> tuple[int, list[str], Path]:
     plan = Plan("selective", tests=(PlannedTest(f + "test_d"), PlannedTest(f + "test_a", priority=0.2),
                                     PlannedTest(f + "test_c", priority=1.0),
                                     PlannedTest(f + "test_b", priority=0.6)))
-    dump_plan(plan, root / ".fastci/plan.json")
+    dump_plan(tie(plan, root), root / ".fastci/plan.json")
     rc = cli.main(["run", "--root", str(root), *flags])
     order = (root / "pkg/tests/order.txt").read_text().split()
     return rc, order, root

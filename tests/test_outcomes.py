@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from plan_support import tie
 from fastci.plan.model import Plan, PlannedTest, SkippedTest
 from fastci.types import FAILURE_OUTCOMES, OUTCOMES, Outcome, is_failure
 
@@ -121,16 +122,19 @@ SPY = textwrap.dedent('''
 ''')
 
 
-def _project(tmp_path: Path) -> Path:
+def _project(tmp_path: Path, conftest: str | None = None) -> Path:
     root = tmp_path / "proj"
     root.mkdir()
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     (root / "test_outcomes_suite.py").write_text(SUITE)
+    if conftest is not None:
+        (root / "conftest.py").write_text(conftest)
     plan = Plan(mode="selective",
                 tests=tuple(PlannedTest(f"test_outcomes_suite.py::{n}") for n in EXPECTED),
                 skipped=(SkippedTest("test_outcomes_suite.py::test_deselected_by_plan",
                                      "not affected by the change"),))
-    (root / "plan.json").write_text(plan.to_json())
+    (root / "plan.json").write_text(
+        tie(plan, root, root / "plan.json", root / "results.jsonl").to_json())
     return root
 
 
@@ -178,8 +182,7 @@ def test_result_lines_carry_the_outcome_pytest_reports(tmp_path: Path) -> None:
 
 
 def test_recording_hands_the_recorder_the_outcome_pytest_reports(tmp_path: Path) -> None:
-    root = _project(tmp_path)
-    (root / "conftest.py").write_text(SPY)
+    root = _project(tmp_path, conftest=SPY)
     spy = tmp_path / "spy.jsonl"
     traces = tmp_path / "traces"
     res = _pytest(root, "--fastci-record", f"--fastci-trace-dir={traces}",

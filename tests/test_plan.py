@@ -237,7 +237,7 @@ def test_tree_round_trips_and_must_be_a_string() -> None:
 
 
 def test_a_plan_is_obeyed_only_on_its_tree() -> None:
-    from fastci.plan.model import for_tree, tree_problem, untied_note
+    from fastci.plan.model import UNTIED_PROBLEM, for_tree, tree_problem
 
     plan = Plan.from_json(_with(tree=_TREE))
     assert tree_problem(plan, _TREE) is None and for_tree(plan, _TREE) == (plan, None)
@@ -255,11 +255,16 @@ def test_a_plan_is_obeyed_only_on_its_tree() -> None:
     # Mode all runs everything anyway: no tree problem, no warning.
     everything = Plan.from_json(_with(tree=_TREE, mode="all"))
     assert for_tree(everything, _OTHER_TREE) == (everything, None)
-    # A hand-written plan claims no tree: obeyed, with a warning saying so.
+    # Issue 34 item 6: a plan that names no tree (hand-written, or committed by a change)
+    # is tied to no tree: not obeyed, on any tree, with one line saying why.
     handwritten = Plan.from_json(_with())
-    obeyed, note = for_tree(handwritten, _OTHER_TREE)
-    assert obeyed is handwritten and note == untied_note(handwritten)
-    assert note is not None and "not tied to a tree" in note
+    for tree in (_TREE, _OTHER_TREE, None):
+        obeyed, note = for_tree(handwritten, tree)
+        assert obeyed.mode == "all" and obeyed.tests == () and obeyed.skipped == ()
+        assert note == f"{UNTIED_PROBLEM}: running every test at full workload"
+    assert "names no `tree`" in UNTIED_PROBLEM and "\n" not in UNTIED_PROBLEM
+    # A hand-written plan that names the tree it is for is obeyed on that tree.
+    assert for_tree(Plan.from_json(_with(tree=_TREE)), _TREE)[1] is None
 
 
 def _world_with_ignores(root: Path) -> Any:
@@ -408,7 +413,7 @@ def test_validate_plan_says_whether_the_plan_is_for_this_tree(
                     "every runner runs every test at full workload")
     path.write_text(_with())
     assert cli.main(["validate-plan", "--workspace", str(tmp_path)]) == 0
-    assert "tree: none: the plan is not tied to a tree" in capsys.readouterr().out
+    assert "tree: none: the plan names no `tree`, so it is tied to no tree" in capsys.readouterr().out
 
 
 # Issue 11 items 11 and 12: one line and the safe side for every plan a reader cannot take.

@@ -8,6 +8,7 @@ tests/test_bazel_stale_plan.py, ``fastci run`` in tests/test_run.py.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
@@ -90,13 +91,32 @@ def test_pytest_plugin_obeys_a_plan_only_on_its_tree(tmp_path: Path) -> None:
     assert ran == ["b"]
 
 
-def test_pytest_plugin_obeys_a_hand_written_plan_and_says_it_is_not_tied_to_a_tree(tmp_path: Path) -> None:
+def test_pytest_plugin_does_not_obey_a_plan_tied_to_no_tree(tmp_path: Path) -> None:
+    # Issue 34 item 6: a plan without `tree` (hand-written, left in place) says nothing
+    # about this content: every test runs, with one line why.
     repo = _repo(tmp_path)
     dump_plan(_plan(None), tmp_path / ".fastci/plan.json")
     repo.write({"README.md": "anything\n"})
     ran, out = _pytest(tmp_path)
-    assert ran == ["b"]
-    assert "the plan names no `tree`: it is not tied to a tree and is obeyed as written" in out
+    assert ran == ["a", "b", "c"]
+    assert "the plan names no `tree`, so it is tied to no tree" in out
+    assert "running every test at full workload" in out
+
+
+def test_pytest_plugin_does_not_obey_a_committed_plan_even_for_its_tree(tmp_path: Path) -> None:
+    # Issue 34 item 6: a plan file git tracks was committed (by the change under test):
+    # a change never chooses its own plan. Even one naming a tree is not obeyed.
+    repo = _repo(tmp_path)
+    (tmp_path / ".gitignore").write_text("__pycache__/\n")
+    dump_plan(_plan(None), tmp_path / ".fastci/plan.json")
+    repo.commit(msg="the change commits its own plan")
+    dump_plan(_plan(worktree_tree(tmp_path)), tmp_path / ".fastci/plan.json")  # untracked edits stay out
+    ran, out = _pytest(tmp_path)
+    assert ran == ["a", "b", "c"]
+    assert "is tracked by git: a committed plan is never obeyed" in out
+    res = subprocess.run([sys.executable, "-m", "fastci", "validate-plan", "--workspace", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "NOT OBEYED: the plan file plan.json" in res.stdout, res.stdout
 
 
 def test_pytest_plugin_outside_git_does_not_obey_a_plan_for_a_tree(tmp_path: Path) -> None:
@@ -212,3 +232,115 @@ def test_worktree_tree_sees_a_same_second_same_size_edit(tmp_path: Path) -> None
     truth = _true_tree(ws, tmp_path)
     assert truth != head_tree(ws)
     assert worktree_tree(ws) == truth
+
+
+def test_a_change_never_chooses_its_own_plan_file(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 34 item 6: the `plan:` key comes from the base revision's config. A change
+    # that points it at a plan of its own (tied to its tree, naming the base) does not
+    # get it obeyed by `fastci run`, and `fastci plan` writes where the base says.
+    import dataclasses
+
+    from fastci import cli, config as config_mod
+    from fastci.plan.build import plan_file_at
+
+    repo = _repo(tmp_path)
+    base = repo.git("rev-parse", "HEAD")
+    repo.commit({"fastci.yaml": "plan: .fastci/mine.json\n"}, msg="the change moves the plan")
+    cfg = config_mod.load(tmp_path)
+    path, note = plan_file_at(tmp_path, cfg, base)
+    assert path == tmp_path / ".fastci/plan.json"
+    assert note is not None and "a change never chooses its own plan file" in note
+    assert plan_file_at(tmp_path, cfg, "HEAD") == (tmp_path / ".fastci/mine.json", None)
+    # The CI's own choice (--plan, $FASTCI_PLAN) wins.
+    chosen = config_mod.load(tmp_path, overrides={"plan": ".fastci/mine.json"})
+    assert plan_file_at(tmp_path, chosen, base) == (tmp_path / ".fastci/mine.json", None)
+
+    mine = dataclasses.replace(_plan(worktree_tree(tmp_path)), base=base)
+    dump_plan(mine, tmp_path / ".fastci/mine.json")
+    capsys.readouterr()
+    assert cli.main(["run", "--root", str(tmp_path), "--no-record"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"PASSED     test_suite.py::test_{t}" in out for t in "abc"), out
+    assert "fastci run: WARNING: fastci.yaml names the plan file '.fastci/mine.json', the base" in out
+    assert "a change never chooses its own plan file" in out
+
+
+READER = '''
+from pathlib import Path
+
+
+def test_reads():
+    print("RAN reads")
+    assert Path("data/golden.txt").read_text() != ""
+
+
+def test_other():
+    print("RAN other")
+'''
+
+
+def test_a_plan_is_stale_once_a_git_ignored_input_it_relied_on_changed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 34 item 7: the tree does not cover git-ignored files (downloaded data,
+    # goldens). The plan records the digests of those its recorded tests read, and
+    # runners re-check them: changed -> every test runs, loudly.
+    from fastci import cli
+    from fastci.plan.model import load_plan
+
+    repo = Repo(tmp_path)
+    repo.commit({".gitignore": "/.fastci/\n/data/\n/traces/\n__pycache__/\n",
+                 "test_suite.py": READER})
+    repo.write({"data/golden.txt": "42\n"})
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "-p", "fastci.integrations.pytest.plugin", "--fastci-record",
+                          "--fastci-trace-dir=traces", "test_suite.py"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert "2 passed" in res.stdout, res.stdout + res.stderr
+    assert cli.main(["ingest", str(tmp_path / "traces"), "--source-root", str(tmp_path),
+                     "--store", str(tmp_path / ".fastci/evidence.db")]) == 0
+    assert cli.main(["plan", "--root", str(tmp_path), "--no-bazel"]) == 0
+    plan = load_plan(tmp_path / ".fastci/plan.json")
+    assert plan.mode == "selective" and plan.tests == () and len(plan.skipped) == 2, plan.reason
+    assert dict(plan.inputs) == {"data/golden.txt": hashlib.sha256(b"42\n").hexdigest()}
+
+    capsys.readouterr()
+    assert cli.main(["run", "--root", str(tmp_path), "--no-record"]) == 0
+    out = capsys.readouterr().out
+    assert "PASSED" not in out and "WARNING" not in out, out  # the plan holds: nothing runs
+
+    repo.write({"data/golden.txt": "43\n"})  # the tree is the same: only the input changed
+    assert cli.main(["validate-plan", "--workspace", str(tmp_path)]) == 0
+    assert "inputs: STALE: the git-ignored input data/golden.txt changed" in capsys.readouterr().out
+    assert cli.main(["run", "--root", str(tmp_path), "--no-record"]) == 0
+    out = capsys.readouterr().out
+    assert ("fastci run: WARNING: the git-ignored input data/golden.txt changed since the "
+            "plan was made") in out, out
+    assert "PASSED     test_suite.py::test_reads" in out and "PASSED     test_suite.py::test_other" in out
+
+
+def test_bazelw_and_the_runner_name_the_same_plan_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 34 item 6: the plan file the rules read is chosen in one place. rules/bazelw
+    # passes $FASTCI_PLAN (the config's env var) as FASTCI_PLAN_FILE with that file's
+    # digest; fastci.integrations.bazel.runner passes the plan `fastci run` hands it.
+    import hashlib as _hashlib
+
+    from fastci.integrations.bazel.runner import Bazel
+
+    ws = tmp_path / "ws"
+    repo = _repo(ws)
+    repo.commit({"WORKSPACE": "", ".fastci/BUILD.bazel": "# the plan's package\n"})
+    dump_plan(_plan(None), ws / ".fastci/other.json")
+    digest = _hashlib.sha256((ws / ".fastci/other.json").read_bytes()).hexdigest()[:16]
+    monkeypatch.setenv("FASTCI_PLAN", ".fastci/other.json")
+    lines = _bazelw(ws, tmp_path, "test", "//...")
+    assert f"--repo_env=FASTCI_PLAN_FILE={ws}/.fastci/other.json" in lines
+    assert f"--repo_env=FASTCI_PLAN_DIGEST={digest}" in lines
+    flags = Bazel(ws, python=sys.executable).fastci_flags("query", ws / ".fastci/other.json")
+    assert f"--repo_env=FASTCI_PLAN_FILE={ws}/.fastci/other.json" in flags
+    assert f"--repo_env=FASTCI_PLAN_DIGEST={digest}" in flags
+    monkeypatch.delenv("FASTCI_PLAN")
+    lines = _bazelw(ws, tmp_path, "test", "//...")
+    assert not any(line.startswith("--repo_env=FASTCI_PLAN_FILE") for line in lines)
+    assert "--repo_env=FASTCI_PLAN_DIGEST=absent" in lines  # no .fastci/plan.json

@@ -9,6 +9,7 @@ import pytest
 
 from fastci import cli
 from fastci.evidence.store import EvidenceStore
+from plan_support import tie
 from fastci.plan.model import Plan, PlannedTest, SkippedTest, dump_plan
 from test_fast_feedback_pytest import RAN
 from test_pytest_ids import _commit, _project
@@ -46,7 +47,7 @@ def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *flags: str,
                 skipped=(SkippedTest(F + "test_b", "pruned: same contexts as test_a", (F + "test_a",)),
                          SkippedTest(F + "test_c", "pruned: same contexts as test_a", (F + "test_a",)),
                          SkippedTest(F + "test_d", "not affected")))
-    dump_plan(plan, root / ".fastci/plan.json")
+    dump_plan(tie(plan, root), root / ".fastci/plan.json")
     monkeypatch.setenv("BREAK_A", "1" if break_a else "0")
     rc = cli.main(["run", "--root", str(root), *flags])
     ran = root / "pkg/tests/order.txt"

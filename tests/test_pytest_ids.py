@@ -15,6 +15,7 @@ from fastci.evidence.store import EvidenceStore
 from fastci.integrations.bazel.mains import conventional_main, labels_by_main, main_path, same_test
 from fastci.integrations.bazel import query
 from fastci.integrations.git.tree import plan_tree
+from plan_support import tie
 from fastci.plan.model import Plan, PlannedTest, SkippedTest, dump_plan
 from fastci.run.runner import execute
 from fastci.select import Decision, Selection
@@ -93,7 +94,7 @@ def _project(tmp_path: Path) -> Path:
 
 
 def _pytest(root: Path, plan: Plan, *extra: str) -> subprocess.CompletedProcess[str]:
-    dump_plan(plan, root / "plan.json")
+    dump_plan(tie(plan, root, root / "plan.json"), root / "plan.json")
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
                            "-p", "fastci.pytest_plugin", "--fastci-plan", "plan.json", "-s", "-v",
                            "-rw", *extra], cwd=root, capture_output=True, text=True, timeout=120)
@@ -205,6 +206,7 @@ def test_fastci_run_pytest_planned_test_missing_fails(tmp_path: Path) -> None:
     plan = Plan(mode="selective", tests=(PlannedTest("pkg/tests/gone_test.py::test_gone"),),
                 skipped=(SkippedTest("//pkg/tests:foo_test", "x"),
                          SkippedTest("pkg/tests/bar_test.py::test_other", "x")))
+    plan = tie(plan, root)
     lines: list[str] = []
     report = execute(root, plan, Config(), echo=lines.append)
     text = "\n".join(lines)

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from plan_support import tie
 from fastci.plan.model import Plan, PlannedTest, SkippedTest
 from fastci.integrations.pytest.plan import PlanPlugin
 
@@ -112,6 +113,7 @@ def test_fastci_plan_option_end_to_end(tmp_path: Path) -> None:
     plan = Plan(mode="selective", tests=(PlannedTest("test_suite.py::test_b"),),
                 skipped=(SkippedTest("test_suite.py::test_a", "not affected"),
                          SkippedTest("test_suite.py::test_c", "not affected")))
+    plan = tie(plan, tmp_path, tmp_path / "plan.json")
     (tmp_path / "plan.json").write_text(plan.to_json())
     res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", "-v",
                           "--fastci-plan", "plan.json", "test_suite.py"], cwd=tmp_path,
@@ -132,7 +134,7 @@ def test_repo_relative_plan_ids_match_from_a_sub_rootdir(tmp_path: Path) -> None
     plan = Plan(mode="selective", tests=(PlannedTest("suite/test_suite.py::test_c"),),
                 skipped=(SkippedTest("suite/test_suite.py::test_b", "not affected by the change"),))
     plan_file = tmp_path / "plan.json"
-    plan_file.write_text(plan.to_json())
+    plan_file.write_text(tie(plan, tmp_path, plan_file).to_json())
     res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "fastci.integrations.pytest.plugin",
                           "-s", "-v", "--fastci-plan", str(plan_file), "--fastci-list-deselected",
                           "test_suite.py"],
@@ -233,7 +235,7 @@ def test_real_microllm_items_check_overrides_against_suite_bzl(tmp_path: Path) -
         PlannedTest(f"{tests}/config_validation_test.py::test_config_validation",
                     {"hidden_size": 16}),  # below its floor of 32
         PlannedTest(f"{tests}/lr_schedule_test.py::test_lr_schedule", floors)))
-    (tmp_path / "plan.json").write_text(plan.to_json())
+    (tmp_path / "plan.json").write_text(tie(plan, mllm).to_json())  # the plan is outside the repo
     (tmp_path / "fastci_spy.py").write_text(SPY)
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "OMP_NUM_THREADS": "1"}
     env.pop("FASTCI_WORKLOAD", None)

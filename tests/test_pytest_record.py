@@ -14,6 +14,8 @@ import pytest
 
 from fastci import cli
 from fastci.evidence.store import EvidenceStore
+from fastci.plan.model import Plan
+from plan_support import tie
 
 LIB = '''
 import subprocess, sys
@@ -107,6 +109,7 @@ def test_plan_and_record_together(project: Path, tmp_path: Path,
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({
         "version": 1, "mode": "selective", "reason": "test",
+        "tree": tie(Plan(mode="selective"), project).tree,  # obeyed on this tree only
         "tests": [{"id": "test_proj.py::test_add", "overrides": {"steps": 2}}],
         "skipped": [{"id": f"test_proj.py::{n}", "why": "not affected"}
                     for n in ("test_mul_fails", "test_child", "test_reads_data")]}))

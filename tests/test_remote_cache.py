@@ -34,6 +34,7 @@ import pytest
 from fastci.integrations.bazel import testlogs
 from fastci.integrations.bazel.bep import parse_bep
 from fastci.integrations.bazel.runner import Bazel, BazelResult
+from plan_support import tie_json
 from bazel_support import fixture_workspace, remove_tree, require_bazel
 
 require_bazel()  # skips without bazel; fails under CI
@@ -117,7 +118,7 @@ class Workspace:
         if plan is None:
             path.unlink(missing_ok=True)
         else:
-            path.write_text(json.dumps(plan))
+            path.write_text(json.dumps(tie_json(plan, self.root)))  # obeyed on its tree only
 
     def flags(self, *extra: str) -> list[str]:
         return [*COMMON, f"--test_env=FASTCI_GPU_LOCK_DIR={self.locks}", *extra]

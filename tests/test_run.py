@@ -25,6 +25,7 @@ from fastci.config import Config
 from fastci.evidence.store import EvidenceStore
 from fastci.plan.model import Plan, PlannedTest, SkippedTest, dump_plan
 from fastci.run.runner import RunReport, execute
+from plan_support import tie
 from selection_support import Repo
 from bazel_support import remove_tree, require_bazel
 
@@ -178,8 +179,8 @@ def test_shadow_runs_everything_and_reports_what_the_plan_would_have_missed(ws: 
     ws.repo.write({"pkg/alpha.py": "def step(x):\n    return x + 2\n"})  # alpha_test now fails
     try:
         # A deliberately wrong plan: it would skip the failing test.
-        plan = Plan(mode="shadow", reason="shadow check", tests=(PlannedTest(BETA),),
-                    skipped=(SkippedTest(ALPHA, "pretend: not affected"),))
+        plan = tie(Plan(mode="shadow", reason="shadow check", tests=(PlannedTest(BETA),),
+                        skipped=(SkippedTest(ALPHA, "pretend: not affected"),)), ws.root)
         lines, report = ws.run(plan)
         assert set(report.report.outcomes) == {ALPHA, BETA}  # type: ignore[attr-defined]
         assert report.misses == ((ALPHA, "pretend: not affected"),)  # type: ignore[attr-defined]
@@ -194,11 +195,11 @@ def test_shadow_runs_everything_and_reports_what_the_plan_would_have_missed(ws: 
 
 
 def test_a_failure_runs_the_pruned_tests_through_bazel(ws: Ws) -> None:
-    # A hand-written plan (obeyed by Bazel from .fastci/plan.json): beta runs, alpha is
-    # pruned with beta as its stand-in. While beta passes, alpha stays skipped.
-    plan = Plan(mode="selective", reason="prune check", tests=(PlannedTest(BETA),),
-                skipped=(SkippedTest(ALPHA, "pruned: same contexts as beta", (BETA,)),))
-    dump_plan(plan, ws.root / ".fastci/plan.json")
+    # A hand-written plan, tied to the tree: beta runs, alpha is pruned with beta as
+    # its stand-in. While beta passes, alpha stays skipped.
+    plan = tie(Plan(mode="selective", reason="prune check", tests=(PlannedTest(BETA),),
+                    skipped=(SkippedTest(ALPHA, "pruned: same contexts as beta", (BETA,)),)),
+               ws.root)
     lines, report = ws.run(plan)
     assert report.pruned_run is None and lines[-1] == "1 passed, 0 failed", lines
     # Plain `bazel test --config=fastci` cannot run alpha after a failure: it runs it
@@ -210,7 +211,7 @@ def test_a_failure_runs_the_pruned_tests_through_bazel(ws: Ws) -> None:
     original = (REPO / "tests/selection_fixture/pkg/beta.py").read_text()
     ws.repo.write({"pkg/beta.py": original.replace("return", "return 1 +", 1)})  # beta fails
     try:
-        lines, report = ws.run(plan)
+        lines, report = ws.run(tie(plan, ws.root))  # the same plan, for the edited tree
         assert report.pruned_run is not None and report.pruned_run.report is not None, lines
         assert {t: o.status for t, o in report.pruned_run.report.outcomes.items()} == \
             {ALPHA: "PASSED"}, lines
@@ -222,7 +223,6 @@ def test_a_failure_runs_the_pruned_tests_through_bazel(ws: Ws) -> None:
         assert latest[ALPHA].outcome == "passed" and latest[ALPHA].full
     finally:
         ws.repo.write({"pkg/beta.py": original})
-        (ws.root / ".fastci/plan.json").unlink()
 
 
 def test_run_cli_with_a_plan_for_another_tree_runs_everything_loudly(
@@ -248,15 +248,14 @@ def test_run_cli_with_a_plan_for_another_tree_runs_everything_loudly(
 def test_a_test_declared_after_the_plan_was_made_is_run(ws: Ws) -> None:
     build = ws.root / "pkg/BUILD.bazel"
     original = build.read_text()
-    # A hand-written plan (the only kind not tied to a tree: a plan for a tree would be
-    # stale after this edit and run everything anyway) that knows nothing of gamma_test.
-    plan = Plan(mode="selective", reason="beta only", tests=(PlannedTest(BETA),),
-                skipped=(SkippedTest(ALPHA, "not affected"),))
+    # A hand-written plan (tied to the tree with gamma_test in it) that knows nothing of
+    # gamma_test.
     ws.repo.write({"pkg/gamma_test.py": "import sys\n\nsys.exit(0)\n",
                    "pkg/BUILD.bazel": original + (
                        '\ngpu_test(\n    name = "gamma_test",\n    srcs = ["gamma_test.py"],\n'
                        '    gpus = 1,\n    workload = {"steps": 1},\n)\n')})
-    dump_plan(plan, ws.root / ".fastci/plan.json")  # what the rules read
+    plan = tie(Plan(mode="selective", reason="beta only", tests=(PlannedTest(BETA),),
+                    skipped=(SkippedTest(ALPHA, "not affected"),)), ws.root)
     try:
         lines, report = ws.run(plan)
         assert report.report is not None
@@ -264,8 +263,7 @@ def test_a_test_declared_after_the_plan_was_made_is_run(ws: Ws) -> None:
         assert report.report.skipped == (ALPHA,) and report.not_run == ()
         assert any(line.startswith("  PASSED     //pkg:gamma_test") and
                    line.endswith("(not in the plan: full workload)") for line in lines)
-        assert report.warning is not None and "not tied to a tree" in report.warning
-        assert lines[0].startswith("fastci run: warning: the plan names no `tree`")
+        assert report.warning is None
         assert lines[-1] == "2 passed, 0 failed"
     finally:
         ws.repo.write({"pkg/gamma_test.py": None, "pkg/BUILD.bazel": original})

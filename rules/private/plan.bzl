@@ -99,22 +99,48 @@ def _json_problem(rctx, path):
         return (res.stdout.strip() or res.stderr.strip() or "plan.json: cannot read"), res.return_code != 3, None
     return None, True, res.stdout
 
+# The same words as fastci.plan.model.UNTIED_PROBLEM.
+UNTIED_PROBLEM = ("the plan names no `tree`, so it is tied to no tree (a hand-written plan " +
+                  "must name the tree it is for: python -m fastci.integrations.git.tree)")
+
 def check_tree(plan, decoded, tree):
-    """Applies the plan's `tree` to the tree on disk: returns (plan to obey, warning or None)."""
+    """Applies the plan's `tree` to the tree on disk: returns (plan to obey, warning or None).
+
+    A plan for another tree, an unknown tree or no tree at all is not obeyed: every
+    gpu_test at full workload (fastci.plan.model.tree_problem is the twin)."""
     if not plan["ok"] or plan["mode"] == "all":
         return plan, None
     claimed = decoded.get("tree")
     if claimed == None:
-        untied = "not tied to a tree (the plan names no `tree`): obeyed as written"
-        return dict(plan, status = plan["status"] + "; " + untied), "the plan is " + untied + " (a hand-written plan)"
+        return fallback("the plan names no `tree`"), UNTIED_PROBLEM + ": every gpu_test runs at full workload"
     if tree and tree != "unknown" and tree == claimed:
         return plan, None
     problem = "plan made for tree %s, this tree is %s" % (claimed, tree or "unknown")
     return fallback("plan made for tree %s, not for this tree" % claimed), problem + ": every gpu_test runs at full workload"
 
+def _plan_path(rctx):
+    """(the plan file to read, whether it is the default one read through the Label).
+
+    `--repo_env=FASTCI_PLAN_FILE=<path>` (passed by `fastci run`, which hands Bazel the
+    plan it decided to run, and by rules/bazelw from `$FASTCI_PLAN`) names the plan
+    file; a relative path is relative to the workspace root. Without it, the default
+    `.fastci/plan.json` next to the committed BUILD file. A file named by the variable
+    is read by path, which Bazel does not watch: the tools pass its digest as
+    FASTCI_PLAN_DIGEST, which re-runs this rule whenever it changes.
+    """
+    package = rctx.path(rctx.attr.package_build_file).dirname
+    default = package.get_child("plan.json")
+    chosen = rctx.os.environ.get("FASTCI_PLAN_FILE", "")
+    if not chosen:
+        return default, True
+    if not chosen.startswith("/"):
+        chosen = str(package.dirname) + "/" + chosen
+    path = rctx.path(chosen)
+    return path, str(path) == str(default)
+
 def _fastci_plan_impl(rctx):
     # The package must exist (a committed .fastci/BUILD.bazel); the plan need not.
-    plan_path = rctx.path(rctx.attr.package_build_file).dirname.get_child("plan.json")
+    plan_path, by_label = _plan_path(rctx)
     decoded = None
     problem = None
     if not plan_path.exists:
@@ -123,14 +149,15 @@ def _fastci_plan_impl(rctx):
         problem, readable, checked = _json_problem(rctx, plan_path)
         if readable:
             # Through the Label: Bazel records the file and re-runs us when it changes.
-            content = rctx.read(rctx.attr.plan)
+            content = rctx.read(rctx.attr.plan if by_label else plan_path)
             if problem == None and len(content) > MAX_PLAN_BYTES:
                 problem = "plan.json: %d bytes, more than a plan may hold (%d bytes)" % (len(content), MAX_PLAN_BYTES)
             if problem == None:
                 decoded = json.decode(checked if checked != None else content)
         else:
             # Too big to read: resolving the Label still makes Bazel watch the file.
-            rctx.path(rctx.attr.plan)
+            if by_label:
+                rctx.path(rctx.attr.plan)
     plan = parse_plan(decoded, problem)
     plan, warning = check_tree(plan, decoded, rctx.os.environ.get("FASTCI_TREE_DIGEST"))
     # Pruned tests are skipped only under `fastci run`, which runs them after a failure.
@@ -164,5 +191,5 @@ fastci_plan = repository_rule(
             doc = "The plan file, read through this Label so that Bazel watches it.",
         ),
     },
-    environ = ["FASTCI_PLAN_DIGEST", "FASTCI_PRUNES", "FASTCI_TREE_DIGEST"],
+    environ = ["FASTCI_PLAN_DIGEST", "FASTCI_PRUNES", "FASTCI_TREE_DIGEST", "FASTCI_PLAN_FILE"],
 )

@@ -16,7 +16,7 @@ load(":validate.bzl", "SCALAR_TYPES", "is_dim_name", "is_number")
 PLAN_VERSION = 1
 MODES = ["selective", "all", "shadow"]
 
-_TOP_KEYS = ["version", "base", "head", "tree", "mode", "reason", "tests", "skipped"]
+_TOP_KEYS = ["version", "base", "head", "tree", "inputs", "mode", "reason", "tests", "skipped"]
 _TEST_KEYS = ["id", "overrides", "priority", "why", "est_gpu_s"]
 _SKIPPED_KEYS = ["id", "why", "stand_ins"]
 
@@ -209,6 +209,25 @@ def plan_problem(plan):
     problem = _plan_problem(plan)
     return _short(problem) if problem else None
 
+def _inputs_problem(inputs):
+    """`inputs`: git-ignored path -> digest (twin: fastci.plan.model._parse_inputs).
+
+    The rules only check its shape: `fastci run` and the pytest plugin re-hash the files
+    (a plan whose inputs changed reaches Bazel as "run everything" through `fastci run`)."""
+    if type(inputs) != "dict":
+        return "plan.json: inputs: expected an object, got %s" % _tname(inputs)
+    if len(inputs) > MAX_ENTRIES:
+        return "plan.json: inputs: %d entries, more than a plan may hold (%d)" % (len(inputs), MAX_ENTRIES)
+    for path, digest in inputs.items():
+        if not path:
+            return "plan.json: inputs: an empty path"
+        if type(digest) != "string":
+            return "plan.json: inputs: a digest must be a string, got %s" % _tname(digest)
+        problem = _too_long("plan.json: inputs", path) or _too_long("plan.json: inputs", digest)
+        if problem:
+            return problem
+    return None
+
 def _plan_problem(plan):
     if type(plan) != "dict":
         return "plan.json: expected a JSON object at the top level, got %s" % _tname(plan)
@@ -227,6 +246,9 @@ def _plan_problem(plan):
         problem = _too_long("plan.json: " + key, plan[key]) if key in plan else None
         if problem:
             return problem
+    problem = _inputs_problem(plan.get("inputs", {}))
+    if problem:
+        return problem
     seen = {}
     listed = 0
     for key, allowed in (("tests", _TEST_KEYS), ("skipped", _SKIPPED_KEYS)):

@@ -37,6 +37,7 @@ class ChangeKind(enum.Enum):
     """The kind of a unit's change; the value is the sentence a person reads."""
 
     BODY = "function body changed"
+    DOCTEST = "doctest in its docstring changed"
     SIGNATURE = "signature or defaults changed"
     DECORATOR = "decorator changed"
     CLASS_HEADER = "class bases or decorators changed"
@@ -221,7 +222,11 @@ def _part_kinds(unit: Unit, old: dict[str, Checksum], new: dict[str, Checksum],
     for key in sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k)):
         prefix, _, names = key.partition(":")
         bound = set(names.split("#")[0].split(","))
-        if unit.kind == UnitKind.FUNCTION:
+        if key == "doctest":
+            # The docstring's examples changed: not an import-time change, and not a body
+            # change either (line evidence cannot speak for docstring lines).
+            kind = ChangeKind.DOCTEST
+        elif unit.kind == UnitKind.FUNCTION:
             kind = {"body": ChangeKind.BODY, "signature": ChangeKind.SIGNATURE,
                     "decorators": ChangeKind.DECORATOR}.get(key, ChangeKind.BODY)
         elif prefix == "header":

@@ -26,8 +26,8 @@ from fastci.cli.options import add_change_arguments
 from fastci.errors import FastCIError
 from fastci.gcpause import no_gc
 from fastci.integrations.git.repository import WORKTREE, repo_root
-from fastci.integrations.git.tree import plan_tree
-from fastci.plan.build import analyze, change_config, summarize
+from fastci.integrations.git.tree import committed_plan_problem, plan_tree
+from fastci.plan.build import analyze, change_config, plan_file_at, summarize
 from fastci.plan.model import DEFAULT_PATH, Plan, dump_plan
 
 
@@ -50,7 +50,7 @@ def _plan(args: argparse.Namespace, echo: Callable[[str], None]) -> int:
                         granularity=args.granularity)
     analysis = analyze(root, cfg, base=cfg.base, head=head)  # the runner's declared tests
     tree = plan_tree(root, None if head == WORKTREE else head)
-    out = cfg.path(root, "plan")
+    out, moved = plan_file_at(root, cfg, cfg.base)  # where the base's config puts plans
     plan = dataclasses.replace(analysis.plan, tree=tree)
     if tree != tree_before:
         plan = Plan.run_all(f"the tree changed while it was analysed ({tree_before} -> {tree})")
@@ -65,8 +65,13 @@ def _plan(args: argparse.Namespace, echo: Callable[[str], None]) -> int:
     if tree != tree_before:
         echo(f"  the working tree changed during the analysis: the plan runs every test ({plan.reason})")
     echo(f"  wrote {out} (for tree {tree})")
+    if moved is not None:
+        echo(f"  warning: {moved}: wrote the base's")
     for warning in _unignored(root, [out, cfg.path(root, "store")]):
         echo(f"  warning: {warning}")
+    committed = committed_plan_problem(out)
+    if committed is not None:  # no runner obeys it
+        echo(f"  warning: {committed}")
     return 0
 
 

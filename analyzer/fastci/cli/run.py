@@ -39,11 +39,20 @@ def _run(args: argparse.Namespace) -> int:
     cfg = config_mod.load(root, overrides={"plan": args.plan, "store": args.store,
                                            "full_sample": rate})
     sample = cfg.full_sample if args.full_sample is not None else None
+    source = cfg.path(root, "plan")
     try:
-        plan = load_plan(cfg.path(root, "plan"))
+        plan = load_plan(source)
     except PlanError as exc:
         print(f"fastci run: {exc}: running every test at full workload")
         plan = Plan.run_all(str(exc))
+    if plan.mode != "all" and plan.base is not None:
+        from fastci.plan.build import plan_file_at
+
+        _, moved = plan_file_at(root, cfg, plan.base)
+        if moved is not None:
+            problem = f"{moved}, so {source} is not the plan `fastci plan` wrote"
+            print(f"fastci run: WARNING: {problem}: running every test at full workload")
+            plan = Plan.run_all(f"plan not obeyed: {problem}")
     store = None
     if not args.no_record:
         from fastci.evidence.store import EvidenceStore
@@ -59,7 +68,8 @@ def _run(args: argparse.Namespace) -> int:
     progress = Progress(None, "run")
     try:
         report = execute(root, plan, cfg, store=store, fail_fast=args.fail_fast,
-                         echo=progress.echo, progress=progress, full_sample=sample)
+                         echo=progress.echo, progress=progress, full_sample=sample,
+                         source=source)
     finally:
         progress.close()
         if store is not None:

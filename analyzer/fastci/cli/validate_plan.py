@@ -21,8 +21,9 @@ from fastci.integrations.bazel.query import TestDecl
 from fastci.cli.command import Command
 from fastci.errors import PlanError
 from fastci.plan.workload import override_problems as workload_problems
-from fastci.plan.model import DEFAULT_PATH, Plan, load_plan, normalize_test_id, tree_problem
-from fastci.integrations.git.tree import current_tree
+from fastci.plan.model import (DEFAULT_PATH, Plan, inputs_problem, load_plan, normalize_test_id,
+                               tree_problem)
+from fastci.integrations.git.tree import committed_plan_problem, current_tree
 
 
 def override_problems(plan: Plan, decls: Sequence[TestDecl]) -> list[str]:
@@ -51,11 +52,10 @@ def tree_line(plan: Plan, tree: str | None) -> str:
     """One line: does ``plan`` describe the tree ``tree`` (the current one; None = unknown)? (pure)"""
     if plan.mode == "all":
         return "tree: not checked (mode all: every test runs at full workload)"
-    if plan.tree is None:
-        return "tree: none: the plan is not tied to a tree and is obeyed as written (hand-written plan)"
     problem = tree_problem(plan, tree)
     if problem is not None:
-        return f"tree: STALE: {problem}: every runner runs every test at full workload"
+        what = "STALE" if plan.tree is not None else "none"
+        return f"tree: {what}: {problem}: every runner runs every test at full workload"
     return f"tree: matches this tree ({tree})"
 
 
@@ -85,6 +85,16 @@ def run(args: argparse.Namespace) -> int:
         f"{path}: ok: version 1, mode {plan.mode}, {len(plan.tests)} tests, {len(plan.skipped)} skipped"
         + (f" ({plan.reason})" if plan.reason else "")
     )
+    committed = committed_plan_problem(path) if plan.mode != "all" else None
+    if committed is not None:
+        print(f"{path}: NOT OBEYED: {committed}")
+    if plan.inputs:
+        from fastci.integrations.git.repository import repo_root
+
+        stale = inputs_problem(plan, repo_root(args.workspace))
+        print(f"{path}: inputs: " + (f"STALE: {stale}: every runner runs every test at full "
+                                      "workload" if stale else
+                                      f"the {len(plan.inputs)} git-ignored input(s) match"))
     print(f"{path}: {tree_line(plan, current_tree(args.workspace))}")
     return 0
 

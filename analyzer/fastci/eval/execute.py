@@ -175,8 +175,12 @@ class PytestExecutor:
             return {}
         with tempfile.TemporaryDirectory(prefix="fastci-eval-") as tmp:
             plan = Path(tmp) / "plan.json"
+            # Tied to the tree it runs on: the plugin obeys no plan tied to no tree.
+            from fastci.integrations.git.tree import UNKNOWN_TREE, current_tree
+
             plan.write_text(json.dumps({
                 "version": 1, "mode": "selective", "reason": "fastci eval",
+                "tree": current_tree(self.root) or UNKNOWN_TREE,
                 "tests": [{"id": t, "overrides": dict(o)} for t, o in tests.items()],
                 "skipped": []}))
             traces, results = Path(tmp) / "traces", Path(tmp) / "results.jsonl"

@@ -36,7 +36,7 @@ from fastci.config import Config
 from fastci.errors import FastCIError, GitError
 from fastci.gcpause import gc_paused
 from fastci.integrations.git.repository import WORKTREE, Git
-from fastci.plan.model import Plan, PlannedTest, SkippedTest
+from fastci.plan.model import ABSENT_INPUT, Plan, PlannedTest, SkippedTest
 from fastci.plan.reduce import Choice, choose
 from fastci.select import (DeclaredTest, DecisionKind, Reason, Selection, select_tests,
                            widen_everything)
@@ -176,7 +176,8 @@ def to_plan(selection: Selection, *, base: str | None, head: str | None,
         return Plan(mode="all", reason=reason, tests=tests, base=base, head=head)
     skipped = tuple(SkippedTest(d.test, d.why, d.stand_ins) for d in selection.skipped)
     reason = f"{selection.summary}; {len(tests)} of {len(tests) + len(skipped)} tests selected"
-    return Plan(mode="selective", reason=reason, tests=tests, skipped=skipped, base=base, head=head)
+    return Plan(mode="selective", reason=reason, tests=tests, skipped=skipped, base=base, head=head,
+                inputs=tuple((p, d or ABSENT_INPUT) for p, d in selection.inputs))
 
 
 @gc_paused
@@ -619,6 +620,38 @@ def decision_rules(git: Git, root: Path, config: Config, base: str,
     if config.origin is None:
         return config, changed
     return config_mod.with_rules_from(config, old, f"{rel} at {base_id[:12]}"), changed
+
+
+def plan_file_at(root: Path, config: Config, rev: str) -> tuple[Path, str | None]:
+    """The plan file as the config file at ``rev`` (the base) names it, and a note when the
+    working tree's config names another.
+
+    A change never chooses its own plan file: ``fastci plan`` writes where the base's
+    ``plan`` key says, and ``fastci run`` obeys a plan only where the config at the
+    plan's ``base`` puts it (invariant 10; a change that moved it could otherwise point
+    the runners at a plan it committed, or have a plan written over a file of its
+    choosing). ``--out``/``--plan`` and ``$FASTCI_PLAN`` (``config.overridden``) are the
+    CI's own choice and win; so does a config file outside the repository. When the
+    base's file cannot be read (no git, an unknown or unfetched ``rev``, a file that
+    does not parse) the working tree's value stands: the plan's ``tree`` still decides.
+    """
+    here = config.path(root, "plan")
+    rel = config_mod.repo_config_path(root, config)
+    if "plan" in config.overridden or rel is None or config.origin is None:
+        return here, None
+    try:
+        git = Git(root)
+        text = git.read(git.resolve(rev), rel)
+        values = config_mod.parse_text(text, f"{rel} at {rev}") if text is not None else {}
+    except FastCIError as exc:
+        LOG.debug("cannot read %s at %s: %s", rel, rev, exc)
+        return here, None
+    value = values.get("plan", config_mod.DEFAULTS.plan)
+    there = Path(value) if Path(value).is_absolute() else root / value
+    if os.path.abspath(there) == os.path.abspath(here):
+        return here, None
+    return there, (f"{rel} names the plan file {config.plan!r}, the base ({rev[:12]}) "
+                   f"{value!r}: a change never chooses its own plan file")
 
 
 def widen(selection: Selection, reason: Reason) -> Selection:

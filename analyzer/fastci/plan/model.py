@@ -21,13 +21,15 @@ skip always says why.
 A plan made by ``fastci plan`` carries ``tree``: the git tree id of the content it
 analysed (:mod:`fastci.integrations.git.tree`). A runner that finds another tree must not obey it:
 :func:`tree_problem` says why, and :func:`for_tree` turns it into the plan to run
-(every test at full workload). A plan without ``tree`` (written by hand) makes no
-claim about any tree: it is obeyed as written, with a warning (:func:`untied_note`).
+(every test at full workload). A plan without ``tree`` is tied to no tree (a
+hand-written plan, or one a change committed): it is not obeyed either. A plan
+written by hand names the tree it is for (``python -m fastci.integrations.git.tree``).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import json.encoder
 import math
@@ -51,7 +53,9 @@ MODES = ("selective", "all", "shadow")
 DEFAULT_PATH = Path(".fastci/plan.json")
 
 _DIM_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_TOP_KEYS = ("version", "base", "head", "tree", "mode", "reason", "tests", "skipped")
+_TOP_KEYS = ("version", "base", "head", "tree", "inputs", "mode", "reason", "tests", "skipped")
+#: The digest an input has in ``inputs`` when it did not exist at planning time.
+ABSENT_INPUT = "absent"
 #: The tree id runners use when the current tree cannot be computed (never equals a plan's).
 _TEST_KEYS = ("id", "overrides", "priority", "why", "est_gpu_s")
 _SKIPPED_KEYS = ("id", "why", "stand_ins")
@@ -110,6 +114,11 @@ class Plan:
     base: str | None = None
     head: str | None = None
     tree: str | None = None
+    #: The git-ignored files the analysis relied on (recorded reads of files git does not
+    #: track: downloaded data, generated goldens) and their sha256 then (:data:`ABSENT_INPUT`:
+    #: the file did not exist). The tree does not cover them; runners re-check them
+    #: (:func:`inputs_problem`).
+    inputs: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def run_all(cls, reason: str) -> Plan:
@@ -163,6 +172,8 @@ class Plan:
             out["head"] = self.head
         if self.tree is not None:
             out["tree"] = self.tree
+        if self.inputs:
+            out["inputs"] = dict(self.inputs)
         out["mode"] = self.mode
         out["reason"] = _fit(self.reason)
         out["tests"] = [_test_dict(t) for t in self.tests]
@@ -248,36 +259,82 @@ def tree_problem(plan: Plan, tree: str | None) -> str | None:
 
     ``tree`` is the current tree id (:func:`fastci.integrations.git.tree.worktree_tree`); None or
     :data:`UNKNOWN_TREE` when it could not be computed, which never matches. A plan
-    in mode ``all`` runs everything anyway, and a plan without ``tree`` claims no
-    tree (see :func:`untied_note`): neither has a problem. The Starlark twin is in
-    ``rules/private/plan.bzl``.
+    in mode ``all`` runs everything anyway: no problem. A plan without ``tree`` is
+    tied to no tree: nothing says it was made for this content (a hand-written plan
+    left in place, or one a change committed), so it is not obeyed (invariant 6).
+    The Starlark twin is ``check_tree`` in ``rules/private/plan.bzl``.
     """
-    if plan.mode == "all" or plan.tree is None:
+    if plan.mode == "all":
         return None
+    if plan.tree is None:
+        return UNTIED_PROBLEM
     if tree is not None and tree != UNKNOWN_TREE and plan.tree == tree:
         return None
     return f"plan made for tree {plan.tree}, this tree is {tree or UNKNOWN_TREE}"
 
 
-def untied_note(plan: Plan) -> str | None:
-    """The warning for a plan that selects but names no ``tree`` (hand-written), else None."""
-    if plan.mode == "all" or plan.tree is not None:
-        return None
-    return ("the plan names no `tree`: it is not tied to a tree and is obeyed as written "
-            "(a hand-written plan; `fastci plan` writes plans tied to the tree they analysed)")
+#: Why a plan without ``tree`` is not obeyed (the same words in ``rules/private/plan.bzl``).
+UNTIED_PROBLEM = ("the plan names no `tree`, so it is tied to no tree (a hand-written plan "
+                  "must name the tree it is for: python -m fastci.integrations.git.tree)")
 
 
 def for_tree(plan: Plan, tree: str | None) -> tuple[Plan, str | None]:
     """The plan a runner on the tree ``tree`` obeys, and the warning to print loudly (or None).
 
-    A plan made for another tree (or an unknown one) becomes "every test at full
-    workload", the reason naming both trees; a plan without ``tree`` is kept, with
-    :func:`untied_note` as the warning.
+    A plan made for another tree (or an unknown one), or for no tree, becomes
+    "every test at full workload", the reason naming the problem.
     """
     problem = tree_problem(plan, tree)
     if problem is not None:
-        return Plan.run_all(f"stale plan: {problem}"), f"{problem}: running every test at full workload"
-    return plan, untied_note(plan)
+        what = "stale plan" if plan.tree is not None else "plan not obeyed"
+        return Plan.run_all(f"{what}: {problem}"), f"{problem}: running every test at full workload"
+    return plan, None
+
+
+def inputs_problem(plan: Plan, root: Path) -> str | None:
+    """Why ``plan`` no longer holds for the git-ignored files it relied on, or None.
+
+    Each of ``plan.inputs`` (paths relative to the repository ``root``) is hashed again;
+    the first whose digest differs (or that appeared or vanished) is the problem. A
+    plan in mode ``all`` relies on nothing.
+    """
+    if plan.mode == "all" or not plan.inputs:
+        return None
+    for path, digest in plan.inputs:
+        local = root / path
+        try:
+            with local.open("rb") as f:
+                now = hashlib.file_digest(f, "sha256").hexdigest()
+        except FileNotFoundError:
+            now = ABSENT_INPUT
+        except OSError as exc:
+            now = f"unreadable ({exc.strerror})"
+        if now != digest:
+            return (f"the git-ignored input {path} changed since the plan was made "
+                    f"({digest[:12]} -> {now[:12]})")
+    return None
+
+
+def for_runner(plan: Plan, tree: str | None, source: Path | None = None,
+               root: Path | None = None) -> tuple[Plan, str | None]:
+    """:func:`for_tree`, and first: a plan read from a file git tracks is not obeyed
+    (:func:`fastci.integrations.git.tree.committed_plan_problem`; ``source``: the file
+    the plan was read from, None when it was not read from a file); and then, with the
+    repository ``root``, a plan whose git-ignored inputs changed (:func:`inputs_problem`)."""
+    if source is not None and plan.mode != "all":
+        from fastci.integrations.git.tree import committed_plan_problem
+
+        problem = committed_plan_problem(source)
+        if problem is not None:
+            return (Plan.run_all(f"plan not obeyed: {problem}"),
+                    f"{problem}: running every test at full workload")
+    obeyed, warning = for_tree(plan, tree)
+    if warning is None and root is not None:
+        problem = inputs_problem(plan, root)
+        if problem is not None:
+            return (Plan.run_all(f"stale plan: {problem}"),
+                    f"{problem}: running every test at full workload")
+    return obeyed, warning
 
 
 def _reject_constant(name: str) -> float:
@@ -444,6 +501,7 @@ def _parse(data: object, source: str) -> Plan:
         problem = _too_long(f"{source}: {key}", data[key]) if key in data else None
         if problem:
             raise PlanError(problem)
+    inputs = _parse_inputs(source, data.get("inputs", {}))
     seen: dict[str, str] = {}
     tests: list[PlannedTest] = []
     skipped: list[SkippedTest] = []
@@ -485,7 +543,26 @@ def _parse(data: object, source: str) -> Plan:
         base=data.get("base"),
         head=data.get("head"),
         tree=data.get("tree"),
+        inputs=inputs,
     )
+
+
+def _parse_inputs(source: str, raw: object) -> tuple[tuple[str, str], ...]:
+    """``inputs``: an object of repository-relative path -> digest string (twin: ``_inputs_problem``)."""
+    if not isinstance(raw, dict):
+        raise PlanError(f"{source}: inputs: expected an object, got {_tname(raw)}")
+    if len(raw) > MAX_ENTRIES:
+        raise PlanError(f"{source}: inputs: {len(raw)} entries, more than a plan may hold "
+                        f"({MAX_ENTRIES})")
+    for path, digest in raw.items():
+        if not path:
+            raise PlanError(f"{source}: inputs: an empty path")
+        if not isinstance(digest, str):
+            raise PlanError(f"{source}: inputs: a digest must be a string, got {_tname(digest)}")
+        problem = _too_long(f"{source}: inputs", path) or _too_long(f"{source}: inputs", digest)
+        if problem:
+            raise PlanError(problem)
+    return tuple(sorted(raw.items()))
 
 
 def load_plan(path: Path | str) -> Plan:

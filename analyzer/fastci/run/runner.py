@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -74,8 +75,8 @@ from fastci.integrations.bazel.mains import conventional_main, labels_by_main, n
 from fastci.integrations.bazel.runner import Bazel
 from fastci.errors import BazelError
 from fastci.config import Config
-from fastci.integrations.git.repository import Git
-from fastci.plan.model import Plan, for_tree
+from fastci.integrations.git.repository import Git, repo_root
+from fastci.plan.model import Plan, dump_plan, for_runner
 from fastci.run import gpus as gpu_pool
 from fastci.run import schedule
 from fastci.integrations.git.tree import current_tree
@@ -310,8 +311,16 @@ def execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | No
             bazel: Bazel | None = None, flags: tuple[str, ...] = (),
             echo: Callable[[str], None] = print, python: str | None = None,
             pytest_args: tuple[str, ...] = (), fail_fast: bool = False,
-            progress: Progress | None = None, full_sample: float | None = None) -> RunReport:
+            progress: Progress | None = None, full_sample: float | None = None,
+            source: Path | None = None) -> RunReport:
     """Run ``plan`` under Bazel and pytest in ``root``; record results in ``store``.
+
+    One plan for every runner: the plan this run decides to obey (``plan`` itself, or
+    "everything" when it may not be obeyed) is written to one file under
+    ``.fastci/runs/`` (:func:`plan_file`) and handed to Bazel (the rules read it,
+    ``--repo_env=FASTCI_PLAN_FILE``) and to pytest (``--fastci-plan``), whatever
+    ``.fastci/plan.json`` holds. ``source``: the file ``plan`` was read from; a file
+    git tracks (a committed plan) is not obeyed (:func:`fastci.plan.model.for_runner`).
 
     ``full_sample``: after the plan, run a deterministic sample (this rate, seeded by the
     commit) of its reduced tests that passed again at full workload, and record them, so
@@ -337,7 +346,8 @@ def execute(root: Path, plan: Plan, config: Config, *, store: ResultHistory | No
     bazel = bazel or (Bazel(root, config.bazel) if is_bazel_workspace(root) else None)
     tree = current_tree(root)
     rr = _execute(root, plan, config, tree, t0, store=store, bazel=bazel, flags=flags, echo=echo,
-                  python=python, pytest_args=pytest_args, fail_fast=fail_fast, progress=progress)
+                  python=python, pytest_args=pytest_args, fail_fast=fail_fast, progress=progress,
+                  source=source)
     pruned = [s for s in plan.skipped if s.stand_ins] if rr.mode == "selective" else []
     if pruned and (rr.failed or rr.flaky):
         if fail_fast:
@@ -415,10 +425,10 @@ def _full_outcome(run: RunReport, test: TestId) -> bool | None:
 def _execute(root: Path, plan: Plan, config: Config, tree: str | None, t0: float, *,
              store: ResultHistory | None, bazel: Bazel | None, flags: tuple[str, ...],
              echo: Callable[[str], None], python: str | None, pytest_args: tuple[str, ...],
-             fail_fast: bool, progress: Progress | None) -> RunReport:
+             fail_fast: bool, progress: Progress | None, source: Path | None = None) -> RunReport:
     """:func:`execute` up to its summary line, without running the pruned tests
     (``tree``: the current tree id, :func:`current_tree`; ``t0``: when the run began)."""
-    plan, warning = for_tree(plan, tree)
+    plan, warning = for_runner(plan, tree, source, repo_root(root))
     if warning is not None:
         loud = "WARNING" if plan.mode == "all" else "warning"
         echo(f"fastci run: {loud}: {warning}")
@@ -445,6 +455,8 @@ def _execute(root: Path, plan: Plan, config: Config, tree: str | None, t0: float
             f" ({len(planned)} planned, {len(plan.skipped)} skipped by the plan)"))
     if fail_fast:
         flags = ("--notest_keep_going", *flags)
+    # The rules obey the plan this run decided, not whatever .fastci/plan.json holds.
+    decided = plan_file(root, plan, tree)
     try:
         with schedule.publish(root, plan, fail_fast=fail_fast) as published:
             if published is not None and len(published.tests) > 1:
@@ -454,7 +466,7 @@ def _execute(root: Path, plan: Plan, config: Config, tree: str | None, t0: float
                 # failure (execute); without this the rules run them (plan_model.bzl).
                 res = bazel.test(targets, flags=(f"--config={config.bazel_config}",
                                                  "--repo_env=FASTCI_PRUNES=rerun", *flags),
-                                 bep_path=bep)
+                                 bep_path=bep, plan=decided)
         no_tests = res.no_tests
     except BazelError as exc:
         if not _all_skipped(plan, bep, exc):
@@ -716,6 +728,25 @@ def _echo_pytest(run: PytestRun, not_run: tuple[str, ...], echo: Callable[[str],
 _PYTEST_OK = (0, 1)
 
 
+def plan_file(root: Path, plan: Plan, tree: str | None) -> Path:
+    """Write the plan a run obeys to ``.fastci/runs/plan-<digest>.json``; return its path.
+
+    Every runner of the run reads this one file: Bazel (``FASTCI_PLAN_FILE``) and the
+    pytest plugin (``--fastci-plan``). ``plan`` was already checked against ``tree``: it
+    is stamped with it (unknown: left as it was) and its tests are put in priority
+    order (the plugin runs planned tests in the plan's order). Named by its content, so
+    the same plan keeps one name (Bazel re-reads nothing) and two runs never write each
+    other's file.
+    """
+    ordered = dataclasses.replace(plan, tests=tuple(schedule.order(plan.tests)))
+    if tree:
+        ordered = dataclasses.replace(ordered, tree=tree)
+    path = root / RUNS_DIR / f"plan-{hashlib.sha256(ordered.to_json().encode()).hexdigest()[:16]}.json"
+    if not path.is_file():
+        dump_plan(ordered, path)  # atomic: a reader never sees half a file
+    return path
+
+
 def run_pytest(root: Path, plan: Plan, config: Config, tree: str | None, *, args: tuple[str, ...] = (),
                echo: Callable[[str], None] = print, python: str | None = None) -> PytestRun:
     """Run pytest in ``root`` under ``plan`` (the plugin) and read each test's result.
@@ -725,18 +756,12 @@ def run_pytest(root: Path, plan: Plan, config: Config, tree: str | None, *, args
     output is echoed line by line as it comes.
     """
     stamp = _stamp()
-    runs = root / RUNS_DIR
-    runs.mkdir(parents=True, exist_ok=True)
-    plan_file = runs / f"pytest-plan-{stamp}.json"
-    results_file = runs / f"pytest-results-{stamp}.jsonl"
-    # Stamped with the tree it was checked against (unknown: left as it was).
-    # In priority order: the plugin runs planned tests in the plan's order.
-    ordered = dataclasses.replace(plan, tests=tuple(schedule.order(plan.tests)))
-    plan_file.write_text((dataclasses.replace(ordered, tree=tree) if tree else ordered).to_json())
+    results_file = root / RUNS_DIR / f"pytest-results-{stamp}.jsonl"
+    decided = plan_file(root, plan, tree)
     if python is None:
         python = _python(root, config, echo)
     # `fastci run` runs the pruned tests after any failure (execute): they may stay skipped.
-    cmd = (python, "-m", "pytest", "-p", "fastci.pytest_plugin", "--fastci-plan", str(plan_file),
+    cmd = (python, "-m", "pytest", "-p", "fastci.pytest_plugin", "--fastci-plan", str(decided),
            "--fastci-prunes-rerun", "--fastci-results", str(results_file), *args)
     echo(f"fastci run: {' '.join(cmd)}")
     started = time.time()

@@ -23,7 +23,7 @@ from fastci.select.manifest_rules import environment_rules
 from fastci.select.history import HISTORY_RUNS, history_rules
 from fastci.select.rules import (DeclaredTest, EvidenceReader, RunLike, ignored_read_rules,
                                  test_rules)
-from fastci.types import TestId, as_label
+from fastci.types import RelPath, TestId, as_label
 
 LOG = logging.getLogger(__name__)
 
@@ -103,9 +103,10 @@ def select_tests(changes: ChangeSet, store: EvidenceReader, config: Config, *,
     imported = store.distributions_of_tests(sorted(with_evidence)) if current and any(
         r.env_fingerprint != current.get("fingerprint") for r in with_evidence.values()) else {}
     ordered = sorted(universe)  # (test_rules sorts what it is given: once, here)
+    inputs: dict[RelPath, str | None] = {}
     for rule_hits in (test_rules(ordered, runs, declared, src_changed, evidence_tests),
                       environment_rules(with_evidence, current, imported),
-                      change_hits, ignored_read_rules(changes, store),
+                      change_hits, ignored_read_rules(changes, store, inputs),
                       declared_input_rules(changes, store, config, with_evidence)):
         for test, reasons in rule_hits.items():
             hits.setdefault(test, []).extend(reasons)
@@ -138,7 +139,8 @@ def select_tests(changes: ChangeSet, store: EvidenceReader, config: Config, *,
             DecisionKind.NOT_DECLARED, f"{test} is in the evidence but no longer declared in "
             "the build", via="bazel query"),)))
     return Selection(tuple(_finish(decisions)), tuple(widen), tuple(notes),
-                     changes.summary() + _baseline_summary(changes, baselines))
+                     changes.summary() + _baseline_summary(changes, baselines),
+                     tuple(sorted(inputs.items())))
 
 
 def _baseline_summary(changes: ChangeSet, baselines: Baselines) -> str:

@@ -49,6 +49,7 @@ from fastci.config import Config, first_match, glob_match
 from fastci.integrations.git.repository import FileChange, shown
 from fastci.select.compiled import compiled_of, compiled_reason
 from fastci.select.decisions import DecisionKind, Reason
+from fastci.select.own_code import in_test_code
 from fastci.select.manifest_rules import manifest_rules
 from fastci.select.rules import EvidenceReader, Hits, add_hit, kinds_of, own_output
 from fastci.select.unseen import unseen_code_rules
@@ -234,6 +235,15 @@ def _executed(hits: Hits, test: TestId, path: RelPath, fd: FileDiff,
     for u in fd.units:
         if narrowed.get(u.unit) is not None:
             continue
+        if ChangeKind.DOCTEST in u.kinds and test.startswith(f"{path}::"):
+            # A doctest item of this module (pytest --doctest-modules names it
+            # ``path::module.qualname``) runs the docstring's examples, which need
+            # not execute the unit itself: a test collected from the file counts.
+            add_hit(hits, test, Reason(
+                DecisionKind.CHANGED_UNIT, f"is collected from {path}, whose {u.unit} "
+                f"{ChangeKind.DOCTEST.value}", unit=u.unit, change=ChangeKind.DOCTEST.value,
+                path=path, via="evidence: a doctest's examples are code its test runs"))
+            continue
         if ChangeKind.ADDED not in u.kinds and test in executed.get(u.unit, ()):
             change = kinds_of(u)
             add_hit(hits, test, Reason(
@@ -402,9 +412,19 @@ def _path_rules(hits: Hits, changes: ChangeSet, store: EvidenceReader, config: C
             add_hit(hits, test, reason)
     widen: list[Reason] = list(manifests.widen)
     notes: list[str] = list(manifests.notes)
+    evidence_tests = sorted(base.commits)
+    for path in sorted(p for p in base.everything if is_python(p)):
+        own = in_test_code(path)
+        if own is not None:  # no evidence can name it: core (fastci.select.own_code)
+            reached = [t for t in evidence_tests if path in base.candidates(t)]
+            _widen(hits, widen, reached, len(evidence_tests), Reason(
+                DecisionKind.RUN_ALL_PATH,
+                f"{shown(path)} changed: FastCI's own code that runs inside every test "
+                f"process ({own}): everything runs", path=path,
+                via="core rule: FastCI's in-test code (launcher, recorder, pytest plugin)"),
+                rule="FastCI's in-test code")
     paths = sorted(p for p in base.everything if not is_python(p))
     readers = store.tests_for_files(paths)
-    evidence_tests = sorted(base.commits)
     for path in paths:
         if own_output(path, config):
             continue

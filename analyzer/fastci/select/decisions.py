@@ -197,6 +197,9 @@ class Selection:
     widen: tuple[Reason, ...] = ()
     notes: tuple[str, ...] = ()
     summary: str = ""
+    #: The git-ignored files recorded tests read, with their digest at selection time
+    #: (None: absent): what the plan relies on besides its tree (the plan's ``inputs``).
+    inputs: tuple[tuple[RelPath, str | None], ...] = ()
 
     @functools.cached_property
     def by_test(self) -> dict[TestId, Decision]:

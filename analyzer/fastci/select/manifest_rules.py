@@ -31,9 +31,11 @@ from fastci.types import RelPath, TestId
 Hits = dict[TestId, list[Reason]]
 
 #: Distributions whose change reaches every test whatever it imported: the GPU stack
-#: (loaded by torch without a Python import of its own) and build tools used by JIT builds.
+#: (loaded by torch without a Python import of its own), build tools used by JIT builds,
+#: and FastCI itself (its launcher, recorder and pytest plugin run inside every test
+#: process, where no evidence names them: fastci.select.own_code).
 CORE_NAMES = frozenset({"torch", "triton", "pytorch-triton", "pytorch-triton-rocm",
-                        "pytorch-triton-xpu", "jax", "jaxlib", "ninja", "cmake"})
+                        "pytorch-triton-xpu", "jax", "jaxlib", "ninja", "cmake", "fastci"})
 CORE_PREFIXES = ("nvidia-", "cuda-", "cupy-cuda")
 
 

@@ -140,12 +140,15 @@ def add_hit(hits: Hits, test: TestId, reason: Reason) -> None:
     hits.setdefault(test, []).append(reason)
 
 
-def ignored_read_rules(changes: ChangeSet, store: EvidenceReader) -> Hits:
+def ignored_read_rules(changes: ChangeSet, store: EvidenceReader,
+                       seen: dict[RelPath, str | None] | None = None) -> Hits:
     """Recorded reads of files git does not track, compared with the disk now.
 
     Git-ignored inputs (downloaded data, tokenizer folders, generated goldens) never
     show in a diff: a test is selected when the digest it recorded differs from the
     file's current digest (same function as the recorder), or the file is gone.
+    ``seen`` receives each such file's current digest (None: gone): the plan carries
+    them, and runners re-check them (``Plan.inputs``).
     """
     hits: Hits = {}
     if changes.tree is None:
@@ -165,6 +168,8 @@ def ignored_read_rules(changes: ChangeSet, store: EvidenceReader) -> Hits:
             local = git.root / path
             now[path] = sha256_file(local) if local.is_file() else None
         current = now[path]
+        if seen is not None:
+            seen[path] = current
         if current is not None and current == digest:
             continue
         state = "is gone" if current is None else "whose content differs from when it was recorded"

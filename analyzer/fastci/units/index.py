@@ -6,7 +6,9 @@ code object's ``co_qualname`` (``Outer.meth``, ``outer.<locals>.inner``) and the
 module's top level is ``path::<module>``.
 
 Checksums ignore comments, docstrings, parentheses and formatting, but nothing
-the compiler sees: two versions of a unit have equal checksums exactly when
+the compiler sees (a docstring that holds a doctest, ``>>>``, is code a doctest
+runner runs: it counts, as the unit's ``doctest`` part; any other docstring edit
+stays free): two versions of a unit have equal checksums exactly when
 their ``ast.dump`` (positions and docstrings left out) is equal, so ``x[:2]``
 and ``x[2:]`` differ while ``'a'`` and ``"a"`` do not. Each unit also carries *parts*: named
 checksums of its pieces (``decorators``, ``signature``, ``body`` for functions;
@@ -117,7 +119,7 @@ def split_unit_id(uid: UnitId) -> tuple[RelPath, str]:
 
 #: Part of the cache key: bump whenever the token stream of a unit changes, so
 #: checksums computed by an older algorithm are never reused.
-CHECKSUM_ALGORITHM = "ast-2"
+CHECKSUM_ALGORITHM = "ast-3"  # ast-3: docstrings holding a doctest count (``doctest`` part)
 
 # ``ctx`` (Load/Store/Del) follows from the parent field; ``type_comment`` is
 # always None without ``type_comments=True``.
@@ -213,6 +215,25 @@ def _body_statements(body: list[ast.stmt]) -> list[ast.stmt]:
     return body[1:] if body and _is_docstring(body[0]) else body
 
 
+#: What marks a doctest example in a docstring (the stdlib ``doctest`` parser's prompt).
+DOCTEST_PROMPT = ">>>"
+
+
+def _doctest_part(body: list[ast.stmt]) -> tuple[tuple[str, Checksum], ...]:
+    """The ``doctest`` part of a scope whose docstring holds a doctest, else nothing.
+
+    A doctest runner (``pytest --doctest-modules``, ``python -m doctest``) runs the
+    docstring's examples and compares their output: the text is code and expected
+    results, so an edit to it must select the tests that ran it. A docstring without
+    a ``>>>`` prompt is prose: its edits leave the checksum alone, as before.
+    """
+    if body and _is_docstring(body[0]):
+        text = body[0].value.value  # type: ignore[attr-defined]
+        if DOCTEST_PROMPT in text:
+            return (("doctest", _digest([text])),)
+    return ()
+
+
 def _bound_names(target: ast.expr) -> list[str]:
     if isinstance(target, ast.Name):
         return [target.id]
@@ -277,7 +298,7 @@ def _function_parts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple
         _walk(node.returns, sig)
     _extra_fields(node, _FUNCTION_FIELDS, sig)
     return (("decorators", deco), ("signature", _digest(sig)),
-            ("body", _digest(_tokens(_body_statements(node.body)))))
+            ("body", _digest(_tokens(_body_statements(node.body))))) + _doctest_part(node.body)
 
 
 def _class_header(node: ast.ClassDef) -> Checksum:
@@ -312,7 +333,8 @@ def _def_unit(path: RelPath, a: AstDef, scope: Scope) -> Unit:
     start = min([a.lineno] + [d.lineno for d in a.decorator_list])
     if isinstance(a, ast.ClassDef):
         kind = UnitKind.CLASS
-        parts = (("header", _class_header(a)),) + _scope_parts(_body_statements(a.body))
+        parts = (("header", _class_header(a)),) + _doctest_part(a.body) \
+            + _scope_parts(_body_statements(a.body))
     else:
         kind = UnitKind.FUNCTION
         parts = _function_parts(a)
@@ -337,7 +359,7 @@ def index_source(path: RelPath, source: str | bytes) -> IndexResult:
         return ParseFailure(path, f"{path}: does not parse: {first}")
     n_lines = raw.count(b"\n") + 1
     try:
-        mparts = _scope_parts(_body_statements(tree.body))
+        mparts = _doctest_part(tree.body) + _scope_parts(_body_statements(tree.body))
         units = [Unit(unit_id(path, MODULE_QUALNAME), path, MODULE_QUALNAME, UnitKind.MODULE, 1,
                       n_lines, 1, _combine(mparts), mparts)]
         owner = [0] * n_lines

@@ -8,7 +8,11 @@ does not notice a plan file created after a run without one), and
 plan only on the tree it was made for (``rules/private/plan.bzl``); test
 commands get ``--test_env=FASTCI_VENV_DIGEST=<digest of pip freeze>`` because
 the venv is not an action input: without it a changed venv would serve stale
-cached results. Shutting the server down (``trap 'bazel shutdown' EXIT``) is
+cached results. ``Bazel.plan`` (or the ``plan`` argument of a call) names the plan
+file the rules read: ``--repo_env=FASTCI_PLAN_FILE=<absolute path>``, its digest
+in ``FASTCI_PLAN_DIGEST`` (``fastci run`` hands Bazel the plan it runs, so Bazel
+and pytest obey one file; without it the rules read ``.fastci/plan.json``).
+Shutting the server down (``trap 'bazel shutdown' EXIT``) is
 the caller's job: :meth:`Bazel.shutdown`.
 """
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import re
 import subprocess
 import sys
@@ -43,10 +48,10 @@ _TEST_COMMANDS = ("test", "coverage")
 _REPO_COMMANDS = ("build", "test", "coverage", "run", "query", "cquery", "aquery", "fetch", "sync")
 
 
-def plan_digest(workspace: Path) -> str:
-    """Digest of the workspace's plan file, or ``absent``."""
+def plan_digest(workspace: Path, plan: Path | None = None) -> str:
+    """Digest of the plan file (``plan``, else the workspace's default one), or ``absent``."""
     try:
-        return hashlib.sha256((workspace / PLAN_FILE).read_bytes()).hexdigest()[:16]
+        return hashlib.sha256((plan or workspace / PLAN_FILE).read_bytes()).hexdigest()[:16]
     except FileNotFoundError:
         return "absent"
 
@@ -108,6 +113,7 @@ class Bazel:
         startup: startup options (e.g. ``--output_base=...``).
         python: the venv interpreter whose ``pip freeze`` keys test results.
         env: the environment for the client (None = inherit).
+        plan: the plan file the rules read (None: ``.fastci/plan.json``).
     """
 
     workspace: Path
@@ -115,13 +121,19 @@ class Bazel:
     startup: Sequence[str] = ()
     python: Path | str = field(default_factory=lambda: sys.executable)
     env: Mapping[str, str] | None = None
+    plan: Path | None = None
     _venv_digest: str | None = field(default=None, init=False, repr=False)
 
-    def fastci_flags(self, command: str) -> list[str]:
-        """The flags FastCI adds after ``command`` (see module docstring)."""
+    def fastci_flags(self, command: str, plan: Path | None = None) -> list[str]:
+        """The flags FastCI adds after ``command`` (see module docstring); ``plan``
+        replaces :attr:`plan` for this command."""
         flags: list[str] = []
+        plan = plan or self.plan
         if command in _REPO_COMMANDS:
-            flags.append(f"--repo_env=FASTCI_PLAN_DIGEST={plan_digest(self.workspace)}")
+            if plan is not None:
+                plan = Path(os.path.abspath(plan))
+                flags.append(f"--repo_env=FASTCI_PLAN_FILE={plan}")
+            flags.append(f"--repo_env=FASTCI_PLAN_DIGEST={plan_digest(self.workspace, plan)}")
             flags.append(f"--repo_env=FASTCI_TREE_DIGEST={tree_digest(self.workspace)}")
         if command in _TEST_COMMANDS:
             if self._venv_digest is None:
@@ -129,13 +141,14 @@ class Bazel:
             flags.append(f"--test_env=FASTCI_VENV_DIGEST={self._venv_digest}")
         return flags
 
-    def argv(self, command: str, args: Sequence[str]) -> list[str]:
-        """The full command line for ``bazel <command> <args>``."""
-        return [self.bazel, *self.startup, command, *self.fastci_flags(command), *args]
+    def argv(self, command: str, args: Sequence[str], plan: Path | None = None) -> list[str]:
+        """The full command line for ``bazel <command> <args>`` (``plan``: as in :meth:`fastci_flags`)."""
+        return [self.bazel, *self.startup, command, *self.fastci_flags(command, plan), *args]
 
-    def run(self, command: str, args: Sequence[str] = (), *, timeout: float | None = None) -> BazelResult:
+    def run(self, command: str, args: Sequence[str] = (), *, timeout: float | None = None,
+            plan: Path | None = None) -> BazelResult:
         """Run one command and return its result (never raises on a non-zero exit)."""
-        argv = self.argv(command, args)
+        argv = self.argv(command, args, plan)
         LOG.debug("running %s", " ".join(argv))
         try:
             res = procs.run(
@@ -160,14 +173,17 @@ class Bazel:
         flags: Sequence[str] = (),
         bep_path: Path | None = None,
         timeout: float | None = None,
+        plan: Path | None = None,
     ) -> BazelResult:
-        """``bazel test`` with a build-event JSON file (exit 3/4 are results, not errors)."""
+        """``bazel test`` with a build-event JSON file (exit 3/4 are results, not errors);
+        ``plan``: the plan file the rules obey (default :attr:`plan`)."""
         bep = bep_path or self.workspace / "bazel-fastci-bep.json"
         started = time.time()
         res = self.run(
             "test",
             [f"--build_event_json_file={bep}", *flags, "--", *targets],
             timeout=timeout,
+            plan=plan,
         )
         if res.returncode not in (EXIT_OK, EXIT_TESTS_FAILED, EXIT_NO_TESTS):
             raise BazelError(f"bazel test failed (exit {res.returncode}): "

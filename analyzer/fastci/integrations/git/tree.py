@@ -149,6 +149,23 @@ def current_tree(root: Path) -> str | None:
         return None
 
 
+def committed_plan_problem(path: Path) -> str | None:
+    """Why the plan file ``path`` must not be obeyed because git tracks it, or None.
+
+    A plan file git tracks was committed (by the change under test, or before it): it
+    was made for no tree this change can have, and a change must never choose its own
+    plan (invariant 10). Outside a git repository, or when git cannot tell, None: the
+    plan's ``tree`` then decides (it never matches an unknown tree).
+    """
+    path = Path(os.path.abspath(path))
+    try:
+        _git(path.parent, ["ls-files", "--error-unmatch", "--", path.name])
+    except GitError:
+        return None
+    return (f"the plan file {path.name} ({path}) is tracked by git: a committed plan is "
+            "never obeyed (untrack it with `git rm --cached` and git-ignore it)")
+
+
 def evidence_commit(root: Path) -> str | None:
     """The commit stamp for evidence recorded now: ``HEAD``, or ``dirty:<tree>`` if modified.
 

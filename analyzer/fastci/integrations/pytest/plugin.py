@@ -17,8 +17,8 @@ Inert unless asked:
   to each test's evidence (docs/EVIDENCE.md).
 * ``--fastci-plan PATH`` registers ``fastci.integrations.pytest.plan.PlanPlugin(plan)``
   (deselects and orders tests; the plan may name them by node id or by gpu_test
-  label). A malformed plan, or one made for another tree (its ``tree``), runs
-  everything, loudly.
+  label). A malformed plan, one made for another tree (its ``tree``) or for none,
+  or a plan file git tracks runs everything, loudly.
 * ``--fastci-results PATH`` writes one JSON line per test run: its FastCI id
   (repo-relative node id), outcome, duration (all phases), declared workload,
   the overrides it ran with and its ``gpus`` marker. ``fastci run`` reads it to
@@ -168,13 +168,13 @@ def pytest_configure(config: pytest.Config) -> None:
         else:
             from fastci.integrations.pytest import plan as pytest_plan  # lazily: owned by the selection area
             from fastci.integrations.git.repository import repo_root
-            from fastci.plan.model import for_tree
+            from fastci.plan.model import for_runner
             from fastci.integrations.git.tree import current_tree
 
             root = repo_root(Path(str(config.rootpath)))
-            # A plan made for another tree is not obeyed, like a malformed one; a
-            # hand-written plan (no `tree`) is obeyed with a warning.
-            obeyed, warning = for_tree(plan, current_tree(root))
+            # A plan made for another tree, or for none, or committed (tracked by git)
+            # is not obeyed, like a malformed one.
+            obeyed, warning = for_runner(plan, current_tree(root), Path(plan_path), root)
             if warning is not None:
                 msg = f"fastci: {warning}"
                 LOG.warning(msg)

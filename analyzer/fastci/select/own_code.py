@@ -1,0 +1,74 @@
+"""FastCI's own code that runs inside a test process counts as core: its change runs every test.
+
+The launcher of every gpu_test (``fastci.run.launch``: GPU pool, schedule, workload
+flags), the recorder and what it imports (children, contexts, files, traces) and the
+pytest plugin run *inside* the test process, before, around or instead of what a
+recording can see: the recorder starts after the launcher ran and never traces
+itself. So no evidence ever names them, and a change to them selected nothing
+(issue 34 item 7). They are core instead, like a kernel: a changed file that is one of
+:data:`IN_TEST_MODULES` (matched by its path suffix ``fastci/run/launch.py``, wherever
+the repository keeps FastCI's sources) or :data:`IN_TEST_FILES` runs every test.
+
+A repository that installs FastCI instead of keeping its sources has none of these
+files: there the ``fastci`` distribution is core (a changed pin of it, or another
+version in the test environment, reaches every test:
+:data:`fastci.select.manifest_rules.CORE_NAMES`).
+
+The list is the import closure of the in-test entry points
+(:data:`IN_TEST_ENTRY_POINTS`); ``tests/test_own_code.py`` imports them in a fresh
+interpreter and fails when a module they load is missing here.
+"""
+
+from __future__ import annotations
+
+from fastci.types import RelPath
+
+#: What a test process imports of FastCI: the gpu_test launcher, the recorder (and the
+#: start-up hook of recorded children), the pytest plugin with its plan, collection
+#: and untraced-rewrite parts, and the workload checks the plugin applies overrides with.
+IN_TEST_ENTRY_POINTS: tuple[str, ...] = (
+    "fastci.run.launch", "fastci.evidence.recorder", "fastci.evidence.child_start",
+    "fastci.pytest_plugin", "fastci.integrations.pytest.plugin",
+    "fastci.integrations.pytest.plan", "fastci.integrations.pytest.untraced",
+    "fastci.evidence.collection", "fastci.plan.workload",
+)
+
+#: The import closure of :data:`IN_TEST_ENTRY_POINTS` (package ``__init__`` files included:
+#: they run at import).
+IN_TEST_MODULES: tuple[str, ...] = (
+    "fastci", "fastci.errors", "fastci.gcpause", "fastci.types", "fastci.pytest_plugin",
+    "fastci.evidence", "fastci.evidence.child_start", "fastci.evidence.children",
+    "fastci.evidence.collection", "fastci.evidence.contexts", "fastci.evidence.covplugin",
+    "fastci.evidence.distributions", "fastci.evidence.environment", "fastci.evidence.files",
+    "fastci.evidence.recorder", "fastci.evidence.trace", "fastci.evidence.trace_pb2",
+    "fastci.integrations", "fastci.integrations.bazel", "fastci.integrations.bazel.mains",
+    "fastci.integrations.git", "fastci.integrations.git.tree", "fastci.integrations.pytest",
+    "fastci.integrations.pytest.ids", "fastci.integrations.pytest.plan",
+    "fastci.integrations.pytest.plugin", "fastci.integrations.pytest.untraced",
+    "fastci.plan", "fastci.plan.model", "fastci.plan.workload",
+    "fastci.run", "fastci.run.gpus", "fastci.run.launch", "fastci.run.schedule",
+    "fastci.units", "fastci.units.lines",
+)
+
+#: In-test files outside the package: the py_test main of every gpu_test.
+IN_TEST_FILES: tuple[RelPath, ...] = ("rules/private/gpu_test_main.py",)
+
+
+def _suffixes() -> tuple[str, ...]:
+    out = []
+    for name in IN_TEST_MODULES:
+        parts = name.split(".")
+        out.append("/".join(parts) + ".py")
+        out.append("/".join(parts) + "/__init__.py")  # a package
+    return tuple(out) + IN_TEST_FILES
+
+
+_SUFFIXES = _suffixes()
+
+
+def in_test_code(path: RelPath) -> str | None:
+    """The in-test module or file ``path`` is (``fastci/run/launch.py``), or None."""
+    for suffix in _SUFFIXES:
+        if path == suffix or path.endswith("/" + suffix):
+            return suffix
+    return None
