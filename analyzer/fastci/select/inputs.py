@@ -51,19 +51,22 @@ def declared_input_rules(changes: ChangeSet, store: EvidenceReader, config: Conf
             e = expansions[glob]
             where = f"fastci.yaml inputs {glob!r}"
             if e.overflow:
-                add_hit(hits, test, Reason(
-                    DecisionKind.DECLARED_INPUT,
-                    f"its declared inputs {glob!r} are not hashed ({e.overflow}), so "
-                    "nothing shows they are unchanged",
-                    path=glob, change="not hashed",
-                    via=f"{where}: a glob over the cap selects the tests that declare it"))
+                _select(hits, test, f"its declared inputs {glob!r} are not hashed "
+                        f"({e.overflow}), so nothing shows they are unchanged", path=glob,
+                        change="not hashed",
+                        via=f"{where}: a glob over the cap selects the tests that declare it")
                 continue
             for key in e.files:
                 if (key, test) not in recorded:
-                    add_hit(hits, test, Reason(
-                        DecisionKind.DECLARED_INPUT,
-                        f"declares {shown(key)} as an input ({where}), and its evidence holds "
-                        "no digest of it (added since it was recorded)",
-                        path=key, change="added",
-                        via=f"{where}: a declared file the recording did not hash"))
+                    _select(hits, test, f"declares {shown(key)} as an input ({where}), and its "
+                            "evidence holds no digest of it (added since it was recorded)",
+                            path=key, change="added",
+                            via=f"{where}: a declared file the recording did not hash")
     return hits
+
+
+def _select(hits: Hits, test: TestId, sentence: str, *, path: str, change: str,
+            via: str) -> None:
+    """Select ``test`` for a declared input, with the reason."""
+    add_hit(hits, test, Reason(DecisionKind.DECLARED_INPUT, sentence, path=path,
+                               change=change, via=via))
