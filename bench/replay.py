@@ -36,14 +36,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from fastci.evidence import trace
 from fastci.evidence.ingest import find_traces, ingest
 from fastci.evidence.store import EvidenceStore
-from fastci.plan.build import analyze_change
+from fastci.plan.build import Analysis, analyze_change
 from fastci.select.decisions import Decision, DecisionKind
 
 REPO = Path(__file__).resolve().parents[1]
@@ -177,12 +178,53 @@ def reselected(decisions: Iterable[Decision], refreshed: set[str],
     return sorted(out)
 
 
-def replay(root: Path, steps: Sequence[Step], run_all: Callable[[Path], None], work: Path,
-           *, echo: Callable[[str], None] = print) -> list[Row]:
-    """Replay ``steps`` on the git repository ``root`` (its HEAD is the first commit).
+@dataclass(frozen=True)
+class Replayed:
+    """One replayed commit, as a benchmark measures it before its evidence is refreshed."""
 
-    ``run_all(traces)`` runs every test recorded, its traces in ``traces``. The store and
-    traces live in ``work``.
+    n: int
+    step: Step
+    analysis: Analysis
+    plan_s: float
+    #: Test id -> outcome, from running every test at this commit.
+    results: Mapping[str, str]
+    #: The tests whose evidence this commit refreshes: the ones the plan runs.
+    chosen: frozenset[str]
+    #: Paths that differ from the previous commit.
+    changed: frozenset[str]
+    #: The tests whose evidence was re-recorded at the previous commit.
+    refreshed: frozenset[str]
+
+
+R = TypeVar("R")
+
+
+def replay_commits(root: Path, steps: Sequence[Step], run_all: Callable[[Path], None],
+                   work: Path, *, choose: Callable[[Analysis, Mapping[str, str]], Iterable[str]],
+                   measure: Callable[[Replayed, EvidenceStore], R],
+                   line: Callable[[int, R], str],
+                   echo: Callable[[str], None] = print) -> list[R]:
+    """Replay ``steps`` on the git repository ``root`` (its HEAD is the first commit), as a
+    CI that records on every merge would: the loop both replay benchmarks share.
+
+    Every test runs recorded at the first commit and is ingested. Then, per step: commit
+    it, plan it against the previous commit (timed), run every test recorded, let
+    ``measure`` make the benchmark's row from what it learned (the store still holding
+    the evidence the plan was made from), then ingest the traces of the tests
+    ``choose(analysis, results)`` names only, at this commit.
+
+    Args:
+        root: The git repository the steps apply to.
+        steps: The history, one commit each.
+        run_all: ``run_all(traces)`` runs every test recorded, its traces in ``traces``.
+        work: Where the store, the plan and the traces live.
+        choose: The tests a CI running the plan would run (and so re-record).
+        measure: The benchmark's row for one commit.
+        line: The row as the line echoed for it (``n`` counts commits from 1).
+        echo: Where progress lines go.
+
+    Returns:
+        One row per step, in order.
     """
     work.mkdir(parents=True, exist_ok=True)
     store_path = work / "evidence.db"
@@ -191,9 +233,10 @@ def replay(root: Path, steps: Sequence[Step], run_all: Callable[[Path], None], w
     run_all(traces)
     with EvidenceStore.open(store_path, create=True) as store:
         report = ingest(store, find_traces([traces]), source="pytest", commit=head, root=root)
-    refreshed = set(report.tests)
+    shutil.rmtree(traces, ignore_errors=True)
+    refreshed = frozenset(report.tests)
     echo(f"  recorded every test at the first commit: {len(refreshed)} tests")
-    rows: list[Row] = []
+    rows: list[R] = []
     for n, step in enumerate(steps, 1):
         step.apply(root)
         prev, head = head, commit(root, step.name)
@@ -201,25 +244,47 @@ def replay(root: Path, steps: Sequence[Step], run_all: Callable[[Path], None], w
         _, analysis = analyze_change(root, base=prev, head=head, store=str(store_path),
                                      plan=str(work / "plan.json"), runner="pytest")
         plan_s = time.perf_counter() - t0
-        decisions = analysis.selection.decisions
-        mode = analysis.plan.mode
-        chosen = {d.test for d in decisions if d.selected or mode != "selective"}
         traces = work / f"traces-{n}"
         run_all(traces)
         results = outcomes(traces)
-        failing = sorted(t for t, o in results.items() if o in FAILING)
-        again = reselected(decisions, refreshed, changed_paths(root, prev, head)) \
-            if mode == "selective" else []
+        replayed = Replayed(n, step, analysis, plan_s, results,
+                            frozenset(choose(analysis, results)),
+                            frozenset(changed_paths(root, prev, head)), refreshed)
         with EvidenceStore.open(store_path) as store:
+            row = measure(replayed, store)
             report = ingest(store, find_traces([traces]), source="pytest", commit=head,
-                            root=root, only=chosen)
+                            root=root, only=set(replayed.chosen))
         shutil.rmtree(traces, ignore_errors=True)
-        refreshed = set(report.tests)
-        row = Row(step.name, step.kind, len(chosen), len(results), tuple(failing),
-                  tuple(t for t in failing if t not in chosen), tuple(again), plan_s, mode)
+        refreshed = frozenset(report.tests)
         rows.append(row)
-        echo(format_row(n, row))
+        echo(line(n, row))
     return rows
+
+
+def _plan_tests(analysis: Analysis, results: Mapping[str, str]) -> set[str]:
+    """The tests the plan runs: its selected ones, every decided one when it widens."""
+    mode = analysis.plan.mode
+    return {d.test for d in analysis.selection.decisions if d.selected or mode != "selective"}
+
+
+def _row(c: Replayed, store: EvidenceStore) -> Row:
+    mode = c.analysis.plan.mode
+    failing = sorted(t for t, o in c.results.items() if o in FAILING)
+    again = reselected(c.analysis.selection.decisions, set(c.refreshed), set(c.changed)) \
+        if mode == "selective" else []
+    return Row(c.step.name, c.step.kind, len(c.chosen), len(c.results), tuple(failing),
+               tuple(t for t in failing if t not in c.chosen), tuple(again), c.plan_s, mode)
+
+
+def replay(root: Path, steps: Sequence[Step], run_all: Callable[[Path], None], work: Path,
+           *, echo: Callable[[str], None] = print) -> list[Row]:
+    """Replay ``steps`` on the git repository ``root`` (its HEAD is the first commit).
+
+    ``run_all(traces)`` runs every test recorded, its traces in ``traces``. The store and
+    traces live in ``work``.
+    """
+    return replay_commits(root, steps, run_all, work, choose=_plan_tests, measure=_row,
+                          line=format_row, echo=echo)
 
 
 def format_row(n: int, row: Row) -> str:
@@ -276,13 +341,32 @@ def pytest_run_all(root: Path, paths: Sequence[str], env: Mapping[str, str],
     return run
 
 
+def pytest_env(*paths: Path) -> dict[str, str]:
+    """The environment the recorded runs get: ``paths`` and the analyzer importable, one
+    thread, no bytecode written into the scratch repository."""
+    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1",
+                PYTHONPATH=os.pathsep.join([*map(str, paths), str(REPO / "analyzer")]))
+
+
+@contextmanager
+def scratch_work(prefix: str, argv: Sequence[str]) -> Iterator[Path]:
+    """A scratch folder for one benchmark run, removed after it unless ``argv`` says
+    ``--keep`` (then its path is printed)."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield work
+    finally:
+        if "--keep" in argv:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def main(argv: list[str]) -> int:
     """``python -m bench replay [-- --keep]``: exit 1 on a miss or a re-selection."""
-    work = Path(tempfile.mkdtemp(prefix="fastci-replay-"))
-    try:
+    with scratch_work("fastci-replay-", argv) as work:
         root = scratch_example(work / "repo")
-        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1",
-                   PYTHONPATH=os.pathsep.join([str(root / EXAMPLE), str(REPO / "analyzer")]))
+        env = pytest_env(root / EXAMPLE)
         print(f"replay benchmark: {len(HISTORY)} commits on a scratch copy of {EXAMPLE} "
               "(pytest, floors; evidence refreshed from the plan's tests)", flush=True)
         rows = replay(root, HISTORY, pytest_run_all(root, [f"{EXAMPLE}/tests"], env,
@@ -291,12 +375,6 @@ def main(argv: list[str]) -> int:
         for line in summary(rows):
             print(line)
         return 1 if any(r.missed or r.reselected for r in rows) else 0
-    finally:
-        if "--keep" in argv:
-            print(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

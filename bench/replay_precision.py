@@ -30,23 +30,18 @@ replay_precision`` exits 1 on a FastCI miss. About 2–4 minutes on 2 cores.
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from bench import precision_package as pkg
-from bench.replay import (Step, _git, changed_paths, commit, edit, outcomes, pytest_run_all)
-from fastci.evidence.ingest import find_traces, ingest
+from bench.replay import (Replayed, Step, _git, commit, edit, pytest_env, pytest_run_all,
+                          replay_commits, scratch_work)
 from fastci.evidence.store import EvidenceStore
-from fastci.plan.build import Analysis, analyze_change
+from fastci.plan.build import Analysis
 from fastci.types import is_failure
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def edits(name: str, kind: str, rel: str, *pairs: tuple[str, str]) -> Step:
@@ -179,50 +174,32 @@ def function_level(store: EvidenceStore, analysis: Analysis, changed: set[str],
     return out
 
 
+def _plan_tests(analysis: Analysis, results: Mapping[str, str]) -> set[str]:
+    """The tests the plan runs: every test when it widens, else its selected ones and any
+    test it does not mention (new since the store was filled), which always runs."""
+    if analysis.plan.mode != "selective":
+        return set(results)
+    decisions = analysis.selection.decisions
+    decided = {d.test for d in decisions}
+    return {d.test for d in decisions if d.selected} | (set(results) - decided)
+
+
+def _row(c: Replayed, store: EvidenceStore) -> Row:
+    peer = function_level(store, c.analysis, set(c.changed), c.results)
+    failing = tuple(sorted(t for t, o in c.results.items() if is_failure(o)))
+    widened = "; ".join(dict.fromkeys(r.sentence for r in c.analysis.selection.widen))
+    return Row(c.step.name, c.step.kind, len(c.results), len(c.chosen & set(c.results)),
+               len(peer & set(c.results)), failing,
+               tuple(t for t in failing if t not in c.chosen),
+               tuple(t for t in failing if t not in peer), c.analysis.plan.mode, widened,
+               c.plan_s)
+
+
 def replay(root: Path, steps: Sequence[Step], run_all: Callable[[Path], None], work: Path,
            *, echo: Callable[[str], None] = print) -> list[Row]:
     """Replay ``steps`` on the repository ``root`` (see the module docstring)."""
-    work.mkdir(parents=True, exist_ok=True)
-    store_path = work / "evidence.db"
-    head = _git(root, "rev-parse", "HEAD")
-    traces = work / "traces-0"
-    run_all(traces)
-    with EvidenceStore.open(store_path, create=True) as store:
-        report = ingest(store, find_traces([traces]), source="pytest", commit=head, root=root)
-    shutil.rmtree(traces, ignore_errors=True)
-    echo(f"  recorded every test at the first commit: {len(report.tests)} tests")
-    rows: list[Row] = []
-    for n, step in enumerate(steps, 1):
-        step.apply(root)
-        prev, head = head, commit(root, step.name)
-        t0 = time.perf_counter()
-        _, analysis = analyze_change(root, base=prev, head=head, store=str(store_path),
-                                     plan=str(work / "plan.json"), runner="pytest")
-        plan_s = time.perf_counter() - t0
-        traces = work / f"traces-{n}"
-        run_all(traces)
-        results = outcomes(traces)
-        mode = analysis.plan.mode
-        decisions = analysis.selection.decisions
-        # A test the plan does not mention (new since the store was filled) always runs.
-        decided = {d.test for d in decisions}
-        chosen = set(results) if mode != "selective" else \
-            {d.test for d in decisions if d.selected} | (set(results) - decided)
-        changed = changed_paths(root, prev, head)
-        with EvidenceStore.open(store_path) as store:
-            peer = function_level(store, analysis, changed, results)
-            ingest(store, find_traces([traces]), source="pytest", commit=head, root=root,
-                   only=chosen)
-        shutil.rmtree(traces, ignore_errors=True)
-        failing = tuple(sorted(t for t, o in results.items() if is_failure(o)))
-        widened = "; ".join(dict.fromkeys(r.sentence for r in analysis.selection.widen))
-        row = Row(step.name, step.kind, len(results), len(chosen & set(results)),
-                  len(peer & set(results)), failing,
-                  tuple(t for t in failing if t not in chosen),
-                  tuple(t for t in failing if t not in peer), mode, widened, plan_s)
-        rows.append(row)
-        echo(format_row(n, row))
-    return rows
+    return replay_commits(root, steps, run_all, work, choose=_plan_tests, measure=_row,
+                          line=format_row, echo=echo)
 
 
 def format_row(n: int, row: Row) -> str:
@@ -270,11 +247,9 @@ def scratch(dest: Path) -> Path:
 
 def main(argv: list[str]) -> int:
     """``python -m bench replay_precision [-- --keep]``: exit 1 on a FastCI miss."""
-    work = Path(tempfile.mkdtemp(prefix="fastci-precision-"))
-    try:
+    with scratch_work("fastci-precision-", argv) as work:
         root = scratch(work / "repo")
-        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1",
-                   PYTHONPATH=os.pathsep.join([str(root), str(REPO / "analyzer")]))
+        env = pytest_env(root)
         print(f"precision replay: {len(HISTORY)} commits of tinytrain ({len(pkg.TESTS)} test "
               "files; pytest, evidence refreshed from the plan's tests)", flush=True)
         t0 = time.perf_counter()
@@ -284,12 +259,6 @@ def main(argv: list[str]) -> int:
             print(line)
         print(f"  took {time.perf_counter() - t0:.0f} s")
         return 1 if any(r.missed for r in rows) else 0
-    finally:
-        if "--keep" in argv:
-            print(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
