@@ -9,9 +9,6 @@ each kind of edit.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Iterator
@@ -87,41 +84,22 @@ class Recorded:
         self.root, self.store, self.base = root, store, base
 
     def selected_after(self, old: str, new: str) -> dict[str, str]:
-        from fastci.config import Config
-        from fastci.evidence.environment import current_fingerprint
-        from fastci.plan.build import analyze
+        from record_support import edited, plan_now
 
-        path = self.root / "mathx.py"
-        assert old in MATHX
-        path.write_text(MATHX.replace(old, new))
-        try:
-            a = analyze(self.root, Config(), base=self.base, declared=None,
-                        env_fingerprint=current_fingerprint(), store=self.store)
-        finally:
-            path.write_text(MATHX)
+        with edited(self.root / "mathx.py", old, new):
+            a = plan_now(self.root, self.base, self.store)
         assert a.plan.mode == "selective", a.plan.reason
         return {d.test: "; ".join(r.sentence for r in d.reasons) for d in a.selection.selected}
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
-    from fastci.evidence.ingest import find_traces, ingest
-    from selection_support import Repo
+    from record_support import record
 
     root = tmp_path_factory.mktemp("doctests") / "repo"
-    repo = Repo(root)
-    base = repo.commit({"mathx.py": MATHX, "test_m.py": TEST_M, ".gitignore": "__pycache__/\n"})
-    traces = root.parent / "traces"
-    env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "-p", "fastci.integrations.pytest.plugin", "--fastci-record",
-                          f"--fastci-trace-dir={traces}", "--doctest-modules",
-                          "mathx.py", "test_m.py"],
-                         cwd=root, env=env, capture_output=True, text=True, timeout=300)
-    assert "5 passed" in res.stdout, res.stdout + res.stderr
-    store = EvidenceStore.open(root.parent / "e.db", create=True)
-    report = ingest(store, find_traces([traces]), source="pytest", commit=base, root=root)
-    assert report.runs_added == 5 and not report.incomplete_tests, report
+    _, store, base = record(root, {"mathx.py": MATHX, "test_m.py": TEST_M,
+                                   ".gitignore": "__pycache__/\n"},
+                            "--doctest-modules", "mathx.py", "test_m.py", passed=5)
     yield Recorded(root, store, base)
     store.close()
 

@@ -183,47 +183,26 @@ B_TESTS = {"test_b.py::test_b1", "test_b.py::test_b2"}
 class Recorded:
     """The shared-evidence project, recorded with pytest and ingested at its base commit."""
 
-    def __init__(self, root: Path, traces: Path, store: EvidenceStore, base: str) -> None:
-        self.root, self.traces, self.store, self.base = root, traces, store, base
+    def __init__(self, root: Path, store: EvidenceStore, base: str) -> None:
+        self.root, self.store, self.base = root, store, base
 
     def selected_after(self, rel: str, old: str, new: str) -> set[str]:
-        from fastci.plan.build import analyze
-        from fastci.config import Config
-        from fastci.evidence.environment import current_fingerprint
+        from record_support import edited, plan_now
 
-        path = self.root / rel
-        text = path.read_text()
-        assert old in text
-        path.write_text(text.replace(old, new))
-        try:
-            a = analyze(self.root, Config(), base=self.base, declared=None,
-                        env_fingerprint=current_fingerprint(), store=self.store)
-        finally:
-            path.write_text(text)
+        with edited(self.root / rel, old, new):
+            a = plan_now(self.root, self.base, self.store)
         assert a.plan.mode == "selective", a.plan.reason
         return {d.test for d in a.selection.selected}
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
-    from fastci.evidence.ingest import find_traces, ingest
-    from selection_support import Repo
+    from record_support import record
 
     root = tmp_path_factory.mktemp("shared") / "repo"
-    repo = Repo(root)
-    base = repo.commit({k: v for k, v in SHARED_FILES.items()})
-    traces = root.parent / "traces"
-    env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "-p", "fastci.integrations.pytest.plugin", "--fastci-record",
-                          f"--fastci-trace-dir={traces}", "test_a.py", "test_b.py"],
-                         cwd=root, env=env, capture_output=True, text=True, timeout=300)
-    assert "5 passed" in res.stdout, res.stdout + res.stderr
+    repo, store, base = record(root, SHARED_FILES, "test_a.py", "test_b.py", passed=5)
     assert repo.git("status", "--porcelain") == ""
-    store = EvidenceStore.open(root.parent / "e.db", create=True)
-    report = ingest(store, find_traces([traces]), source="pytest", commit=base, root=root)
-    assert report.runs_added == 5 and not report.corrupt and not report.incomplete_tests
-    yield Recorded(root, traces, store, base)
+    yield Recorded(root, store, base)
     store.close()
 
 

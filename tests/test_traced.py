@@ -140,14 +140,6 @@ NET_TESTS = {f"test_a.py::{n}" for n in ("test_compile_instance", "test_compiled
                                           "test_module_compile", "test_explain_one_graph")}
 
 
-def _pytest(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1",
-               PYTHONDONTWRITEBYTECODE="1")
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           *args, "test_a.py"], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=300)
-
-
 class Recorded:
     """The project, recorded with pytest and ingested at its base commit."""
 
@@ -157,43 +149,25 @@ class Recorded:
     def plan_after(self, rel: str, old: str, new: str, *, run: bool = False
                    ) -> tuple[set[str], set[str]]:
         """(tests selected, tests failing when ``run``) with ``old`` replaced by ``new``."""
-        from fastci.config import Config
-        from fastci.evidence.environment import current_fingerprint
-        from fastci.plan.build import analyze
+        from record_support import edited, plan_now, run_pytest
 
-        path = self.root / rel
-        text = path.read_text()
-        assert old in text
-        path.write_text(text.replace(old, new))
-        try:
-            a = analyze(self.root, Config(), base=self.base, declared=None,
-                        env_fingerprint=current_fingerprint(), store=self.store)
-            failing: set[str] = set()
+        failing: set[str] = set()
+        with edited(self.root / rel, old, new):
+            a = plan_now(self.root, self.base, self.store)
             if run:
-                res = _pytest(self.root, "-rf")
+                res = run_pytest(self.root, "-rf", "test_a.py")
                 failing = {line.split()[1] for line in res.stdout.splitlines()
                            if line.startswith("FAILED ")}
-        finally:
-            path.write_text(text)
         assert a.plan.mode == "selective", a.plan.reason
         return {d.test for d in a.selection.selected}, failing
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
-    from fastci.evidence.ingest import find_traces, ingest
-    from selection_support import Repo
+    from record_support import record
 
     root = tmp_path_factory.mktemp("traced") / "repo"
-    repo = Repo(root)
-    base = repo.commit(FILES)
-    traces = root.parent / "traces"
-    res = _pytest(root, "-p", "fastci.integrations.pytest.plugin", "--fastci-record",
-                  f"--fastci-trace-dir={traces}")
-    assert "8 passed" in res.stdout, res.stdout + res.stderr
-    store = EvidenceStore.open(root.parent / "e.db", create=True)
-    report = ingest(store, find_traces([traces]), source="pytest", commit=base, root=root)
-    assert report.runs_added == 8 and not report.corrupt and not report.incomplete_tests
+    _, store, base = record(root, FILES, "test_a.py", passed=8)
     yield Recorded(root, store, base)
     store.close()
 

@@ -9,9 +9,6 @@ workload, with the reason. A dead-code edit in a module no test reaches selects 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Iterator
@@ -22,6 +19,7 @@ from fastci.config import Config
 from fastci.evidence.store import EvidenceStore
 from fastci.plan.build import Analysis, analyze
 from fastci.select import DecisionKind
+from record_support import edited, plan_now, record
 from selection_support import Repo, env_now, ingest, units_of
 
 PROJECT = {
@@ -84,34 +82,15 @@ class Recorded:
         self.root, self.store, self.base = root, store, base
 
     def plan_after(self, rel: str, old: str, new: str) -> Analysis:
-        path = self.root / rel
-        text = path.read_text()
-        assert old in text
-        path.write_text(text.replace(old, new))
-        try:
-            return analyze(self.root, Config(), base=self.base, declared=None,
-                           env_fingerprint=env_now(), store=self.store)
-        finally:
-            path.write_text(text)
+        with edited(self.root / rel, old, new):
+            return plan_now(self.root, self.base, self.store)
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
-    from fastci.evidence.ingest import find_traces, ingest as ingest_traces
-
     root = tmp_path_factory.mktemp("unseen") / "repo"
-    repo = Repo(root)
-    base = repo.commit(dict(PROJECT, **{".gitignore": "/.fastci/\n"}))
-    traces = root.parent / "traces"
-    env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "-p", "fastci.integrations.pytest.plugin", "--fastci-record",
-                          f"--fastci-trace-dir={traces}", "test_work.py", "test_plain.py"],
-                         cwd=root, env=env, capture_output=True, text=True, timeout=300)
-    assert "3 passed" in res.stdout, res.stdout + res.stderr
-    store = EvidenceStore.open(root.parent / "e.db", create=True)
-    report = ingest_traces(store, find_traces([traces]), source="pytest", commit=base, root=root)
-    assert report.runs_added == 3 and not report.incomplete_tests
+    _, store, base = record(root, dict(PROJECT, **{".gitignore": "/.fastci/\n"}),
+                            "test_work.py", "test_plain.py", passed=3)
     yield Recorded(root, store, base)
     store.close()
 
