@@ -9,6 +9,7 @@ import pytest
 
 from fastci.eval.changes import fault_seed, patch_title, resolve
 from fastci.eval.workspace import Worktree, WorkspaceError, parse_changed_lines
+from selection_support import Repo
 
 
 def _git(root: Path, *args: str) -> str:
@@ -19,14 +20,9 @@ def _git(root: Path, *args: str) -> str:
 @pytest.fixture()
 def repo(tmp_path: Path) -> Path:
     root = tmp_path / "r"
-    root.mkdir()
-    _git(root, "init", "-q", "-b", "main")
-    _git(root, "config", "user.email", "t@example.com")
-    _git(root, "config", "user.name", "t")
+    repo = Repo(root)
     for n in range(3):
-        (root / "a.py").write_text("".join(f"x{i} = {i}\n" for i in range(n + 3)))
-        _git(root, "add", "-A")
-        _git(root, "commit", "-q", "-m", f"c{n}")
+        repo.commit({"a.py": "".join(f"x{i} = {i}\n" for i in range(n + 3))}, msg=f"c{n}")
     return root
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from fastci import cli
 from fastci.eval.workspace import MARK, Worktree, WorkspaceError, check_workdir
+from selection_support import Repo
 
 
 def _git(root: Path, *args: str) -> str:
@@ -26,15 +27,9 @@ def _git(root: Path, *args: str) -> str:
 @pytest.fixture()
 def repo(tmp_path: Path) -> Path:
     root = tmp_path / "repo"
-    root.mkdir()
-    _git(root, "init", "-q", "-b", "main")
-    _git(root, "config", "user.email", "t@example.com")
-    _git(root, "config", "user.name", "t")
-    (root / "lib.py").write_text("def f():\n    return 1\n")
-    (root / "test_lib.py").write_text("import lib\n\n\ndef test_f():\n    assert lib.f() == 1\n")
-    (root / ".gitignore").write_text(".fastci/\n__pycache__/\n")
-    _git(root, "add", "-A")
-    _git(root, "commit", "-q", "-m", "base")
+    Repo(root).commit({"lib.py": "def f():\n    return 1\n",
+                       "test_lib.py": "import lib\n\n\ndef test_f():\n    assert lib.f() == 1\n",
+                       ".gitignore": ".fastci/\n__pycache__/\n"}, msg="base")
     fastci = root / ".fastci"
     fastci.mkdir()
     # The bytes stand for the user's data: the evaluation must never write them.
