@@ -37,20 +37,34 @@ def test_d():
 '''
 
 
-def _run(tmp_path: Path, *flags: str) -> tuple[int, list[str], Path]:
+def ordered_project(tmp_path: Path, tests: str) -> Path:
+    """A committed pytest project whose one test module is ``tests`` (tests that record
+    their runs with :data:`RAN`'s ``_ran``)."""
     root = _project(tmp_path)
     (root / "pkg/tests/foo_test.py").unlink()
-    (root / "pkg/tests/bar_test.py").write_text(ORDERED)
+    (root / "pkg/tests/bar_test.py").write_text(tests)
     (root / ".gitignore").write_text("__pycache__/\n/.fastci/\norder.txt\n")
     _commit(root)
+    return root
+
+
+def run_plan(root: Path, plan: Plan, *flags: str) -> tuple[int, list[str]]:
+    """``fastci run flags`` obeying ``plan`` (tied to ``root``'s tree): its exit status and
+    what ``_ran`` recorded, in order."""
+    dump_plan(tie(plan, root), root / ".fastci/plan.json")
+    rc = cli.main(["run", "--root", str(root), *flags])
+    ran = root / "pkg/tests/order.txt"
+    return rc, ran.read_text().split() if ran.exists() else []
+
+
+def _run(tmp_path: Path, *flags: str) -> tuple[int, list[str], Path]:
+    root = ordered_project(tmp_path, ORDERED)
     f = "pkg/tests/bar_test.py::"
     # Written out of order; the priorities say c, b, a, d (d: no priority, last).
     plan = Plan("selective", tests=(PlannedTest(f + "test_d"), PlannedTest(f + "test_a", priority=0.2),
                                     PlannedTest(f + "test_c", priority=1.0),
                                     PlannedTest(f + "test_b", priority=0.6)))
-    dump_plan(tie(plan, root), root / ".fastci/plan.json")
-    rc = cli.main(["run", "--root", str(root), *flags])
-    order = (root / "pkg/tests/order.txt").read_text().split()
+    rc, order = run_plan(root, plan, *flags)
     return rc, order, root
 
 

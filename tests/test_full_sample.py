@@ -10,13 +10,11 @@ import pytest
 
 from fastci import cli
 from fastci.evidence.store import EvidenceStore
-from fastci.integrations.git.tree import plan_tree
-from fastci.plan.model import Plan, PlannedTest, dump_plan
+from fastci.plan.model import Plan, PlannedTest
 from fastci.plan.reduce import escapes, learned_floors
 from fastci.run.sample import draw, sample
 from fastci.select import DeclaredTest
-from test_fast_feedback_pytest import RAN
-from test_pytest_ids import _commit, _project
+from test_fast_feedback_pytest import RAN, ordered_project, run_plan
 
 TESTS = RAN + '''
 import json
@@ -48,20 +46,13 @@ DECL = DeclaredTest(F + "test_w", 0, {"steps": 8}, floors={"steps": 2})
 
 def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *flags: str, bug: bool = True,
          break_v: bool = False) -> tuple[int, list[str], Path]:
-    root = _project(tmp_path)
-    (root / "pkg/tests/foo_test.py").unlink()
-    (root / "pkg/tests/bar_test.py").write_text(TESTS)
-    (root / ".gitignore").write_text("__pycache__/\n/.fastci/\norder.txt\n")
-    _commit(root)
+    root = ordered_project(tmp_path, TESTS)
     plan = Plan("selective", tests=(PlannedTest(F + "test_w", {"steps": 2}),
-                                    PlannedTest(F + "test_v", {"steps": 2})),
-                tree=plan_tree(root))
-    dump_plan(plan, root / ".fastci/plan.json")
+                                    PlannedTest(F + "test_v", {"steps": 2})))
     monkeypatch.setenv("BUG", "1" if bug else "0")
     monkeypatch.setenv("BREAK_V", "1" if break_v else "0")
-    rc = cli.main(["run", "--root", str(root), *flags])
-    ran = root / "pkg/tests/order.txt"
-    return rc, ran.read_text().split() if ran.exists() else [], root
+    rc, ran = run_plan(root, plan, *flags)
+    return rc, ran, root
 
 
 def test_a_sampled_reduced_test_that_fails_at_full_workload_raises_its_floors(

@@ -7,12 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from fastci import cli
 from fastci.evidence.store import EvidenceStore
-from plan_support import tie
 from fastci.plan.model import Plan, PlannedTest, SkippedTest, dump_plan
-from test_fast_feedback_pytest import RAN
-from test_pytest_ids import _commit, _project
+from test_fast_feedback_pytest import RAN, ordered_project, run_plan
 
 TESTS = RAN + '''
 import os
@@ -37,21 +34,15 @@ F = "pkg/tests/bar_test.py::"
 
 def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *flags: str,
          break_a: bool) -> tuple[int, list[str], Path]:
-    root = _project(tmp_path)
-    (root / "pkg/tests/foo_test.py").unlink()
-    (root / "pkg/tests/bar_test.py").write_text(TESTS)
-    (root / ".gitignore").write_text("__pycache__/\n/.fastci/\norder.txt\n")
-    _commit(root)
+    root = ordered_project(tmp_path, TESTS)
     # a runs; b and c are pruned with a as their stand-in; d is not affected.
     plan = Plan("selective", tests=(PlannedTest(F + "test_a"),),
                 skipped=(SkippedTest(F + "test_b", "pruned: same contexts as test_a", (F + "test_a",)),
                          SkippedTest(F + "test_c", "pruned: same contexts as test_a", (F + "test_a",)),
                          SkippedTest(F + "test_d", "not affected")))
-    dump_plan(tie(plan, root), root / ".fastci/plan.json")
     monkeypatch.setenv("BREAK_A", "1" if break_a else "0")
-    rc = cli.main(["run", "--root", str(root), *flags])
-    ran = root / "pkg/tests/order.txt"
-    return rc, ran.read_text().split() if ran.exists() else [], root
+    rc, ran = run_plan(root, plan, *flags)
+    return rc, ran, root
 
 
 def test_pruned_tests_stay_skipped_while_the_plan_passes(
