@@ -4,6 +4,11 @@ Absolute: the golden was recorded at the full workload. ``train_iters`` may shri
 prefix is compared) because the schedule is anchored at ``lr_decay_iters``; every other
 dimension is frozen and checked against the golden's. Regenerate with
 ``MICROLLM_REGEN_GOLDEN=1`` after an intended numerical change.
+
+Per device: the golden of the device the test runs on (``harness.reference_path``:
+``golden/golden_loss_test.json`` on CPU, ``golden/golden_loss_test.cuda.json`` on CUDA). A
+device without one fails with the command that records it there; it never falls back to
+another device's curve.
 Catches: any numerical change to the model, data, init or optimizer.
 """
 
@@ -18,8 +23,7 @@ import harness
 from microllm.trainer import train
 
 NAME = "golden_loss_test"
-GOLDEN = harness.GOLDEN_DIR / "golden_loss_test.json"
-RTOL = 1e-3  # CPU kernels and CUDA kernels differ in the last bits; a real change is larger
+RTOL = 1e-3  # thread counts and kernel choices change the last bits; a real change is larger
 
 
 def regen_refusal(env: Mapping[str, str] | None = None) -> str | None:
@@ -45,12 +49,17 @@ def check(w: harness.Workload) -> None:
     refused = regen_refusal()
     if refused:
         raise SystemExit(refused)
+    kind = harness.device_kind()
+    path = harness.reference_path(NAME, kind)
+    regen = os.environ.get("MICROLLM_REGEN_GOLDEN") == "1"
+    assert regen or path.is_file(), harness.missing_reference(NAME, path, kind)
     run = train(harness.config(w))
-    if os.environ.get("MICROLLM_REGEN_GOLDEN") == "1":
-        GOLDEN.write_text(json.dumps({"workload": w, "losses": run.losses}, indent=1) + "\n", encoding="utf-8")
-        print(f"wrote {GOLDEN}")
+    if regen:
+        path.write_text(json.dumps({"workload": w, "device": kind, "losses": run.losses}, indent=1) + "\n",
+                        encoding="utf-8")
+        print(f"wrote {path}")
         return
-    golden = json.loads(GOLDEN.read_text(encoding="utf-8"))
+    golden = json.loads(path.read_text(encoding="utf-8"))
     frozen = {k: v for k, v in golden["workload"].items() if k != "train_iters"}
     mismatched = {k: (w[k], v) for k, v in frozen.items() if w.get(k) != v}
     assert not mismatched, f"golden was recorded at another workload: {mismatched}"
