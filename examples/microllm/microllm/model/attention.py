@@ -35,20 +35,21 @@ def rotary_tables(positions: torch.Tensor, head_dim: int, base: float) -> tuple[
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate ``x [b, heads, seq, head_dim]`` by position (rotate-half convention)."""
     half = x.shape[-1] // 2
+    cos, sin = cos.to(x.device), sin.to(x.device)  # tables are built in host memory (a no-op on CPU)
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
     return (x.float() * cos + rotated.float() * sin).to(x.dtype)
 
 
-def causal_mask(sq: int, sk: int, q_offset: int, device: torch.device | None = None) -> torch.Tensor:
+def causal_mask(sq: int, sk: int, q_offset: int) -> torch.Tensor:
     """Boolean ``[sq, sk]``, True where query may attend (bottom-right aligned)."""
-    q_pos = torch.arange(sq, device=device).unsqueeze(-1) + q_offset
-    return torch.arange(sk, device=device).unsqueeze(0) <= q_pos
+    q_pos = torch.arange(sq).unsqueeze(-1) + q_offset
+    return torch.arange(sk).unsqueeze(0) <= q_pos
 
 
 def math_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offset: int,
                    dropout_p: float = 0.0, generator: torch.Generator | None = None) -> torch.Tensor:
     scores = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(q.shape[-1])
-    scores = scores.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q_offset, q.device), float("-inf"))
+    scores = scores.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q_offset).to(q.device), float("-inf"))
     probs = scores.softmax(dim=-1)
     if dropout_p > 0.0:
         keep = torch.rand(probs.shape, generator=generator, device=probs.device) >= dropout_p
@@ -60,7 +61,7 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offset: 
     if q.shape[-2] == k.shape[-2] and q_offset == 0:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     # is_causal aligns the mask top-left; cached decoding needs bottom-right.
-    mask = causal_mask(q.shape[-2], k.shape[-2], q_offset, q.device)
+    mask = causal_mask(q.shape[-2], k.shape[-2], q_offset).to(q.device)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
@@ -75,7 +76,7 @@ def chunked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offse
     for start in range(0, sk, chunk):
         kb, vb = k[..., start:start + chunk, :].float(), v[..., start:start + chunk, :].float()
         scores = qf @ kb.transpose(-1, -2)
-        allowed = causal_mask(sq, sk, q_offset, q.device)[:, start:start + chunk]
+        allowed = causal_mask(sq, sk, q_offset).to(q.device)[:, start:start + chunk]
         scores = scores.masked_fill(~allowed, float("-inf"))
         new_max = torch.maximum(running_max, scores.max(dim=-1).values)
         safe_max = torch.where(torch.isinf(new_max), torch.zeros_like(new_max), new_max)
@@ -124,8 +125,7 @@ class Attention(nn.Module):
         s = qkv.shape[1]
         qkv = qkv.view(b, s, self.local_heads, 3, self.cfg.head_dim).permute(3, 0, 2, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]
-        cos, sin = rotary_tables(torch.arange(q_offset, q_offset + s, device=x.device), self.cfg.head_dim,
-                                 self.cfg.rotary_base)
+        cos, sin = rotary_tables(torch.arange(q_offset, q_offset + s), self.cfg.head_dim, self.cfg.rotary_base)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if cache is not None:
             k, v = cache.append(k, v)
