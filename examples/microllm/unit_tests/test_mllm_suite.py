@@ -33,7 +33,8 @@ def test_suite_size_and_scope_span() -> None:
 @pytest.mark.parametrize("name", sorted(SUITE))
 def test_entry_is_consistent(name: str) -> None:
     spec = SUITE[name]
-    assert set(spec) == {"gpus", "workload", "floors", "frozen", "scope", "constraints", "check", "reference", "tags"}
+    keys = {"gpus", "workload", "floors", "frozen", "scope", "constraints", "check", "reference", "tags"}
+    assert keys <= set(spec) <= keys | {"cpu_workload"}
     source = (TESTS_DIR / f"{name}.py").read_text(encoding="utf-8")
     module = ast.parse(source)
     names = {t.id: n.value.value for n in module.body if isinstance(n, ast.Assign)
@@ -47,6 +48,12 @@ def test_entry_is_consistent(name: str) -> None:
         assert type(floor) is type(w[dim]) and 0 < floor <= w[dim], dim
     harness.check_constraints(w, spec["constraints"])
     harness.check_constraints({**w, **floors}, spec["constraints"])
+    # The CPU scale (a host without GPUs; validate.bzl check_cpu_workload): reducible dims only,
+    # between floor and full, and a workload the test accepts.
+    cpu = spec.get("cpu_workload", {})
+    for dim, value in cpu.items():
+        assert dim in floors and type(value) is type(w[dim]) and floors[dim] <= value <= w[dim], dim
+    harness.check_constraints({**w, **cpu}, spec["constraints"])
     assert set(spec["scope"]) <= SCOPES
     assert spec["check"] in ("exact", "tolerance", "threshold", "completes", "performance")
     assert spec["reference"] in ("relational", "absolute")
