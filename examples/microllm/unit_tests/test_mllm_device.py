@@ -83,3 +83,11 @@ def test_a_device_without_its_golden_fails_with_the_command_that_records_it(
     with pytest.raises(AssertionError, match=r"no cuda reference yet .*golden_loss_test\.cuda\.json.*"
                                              r"MICROLLM_REGEN_GOLDEN=1"):
         golden.check(w)
+
+
+def test_simulated_ranks_run_backward_on_their_own_threads() -> None:
+    # Ranks sharing one GPU would otherwise queue their backward passes on autograd's single
+    # worker thread of that device, where a collective inside backward deadlocks.
+    cfg = Config.from_flat(tp=2, device="cpu").validate()
+    assert launch(lambda ctx: torch._C._is_multithreading_enabled(), cfg.parallel) == [False, False]
+    assert torch._C._is_multithreading_enabled()  # the caller's own setting is untouched

@@ -265,7 +265,12 @@ def launch(fn: Callable[..., Any], parallel: ParallelConfig, *args: Any) -> list
         try:
             if device.type == "cuda":
                 torch.cuda.set_device(device)  # per thread: kernels of this rank go to its GPU
-            results[rank] = fn(_context(rank, parallel, make, device), *args)
+            # Backward on this rank's own thread (thread-local switch). By default autograd runs
+            # CUDA backward on one worker thread per device: ranks sharing a GPU would queue their
+            # backward passes there, and a collective inside one (a TP all-reduce in a custom
+            # autograd.Function) would wait forever for a rank queued behind it.
+            with torch.autograd.set_multithreading_enabled(False):
+                results[rank] = fn(_context(rank, parallel, make, device), *args)
         except BaseException as exc:  # noqa: BLE001 - re-raised below, after every rank stops
             errors[rank] = exc
             world.abort()
