@@ -17,11 +17,14 @@ Stages, each with a time budget printed next to what it took (the whole check is
                   golden) recorded at full workload into a scratch repository's evidence store.
 5. ``blind_spot`` an edit to the custom ``autograd.Function.backward`` of microllm's TP copy
                   (bench change 06) must select every TP test of the subset.
-6. ``calibrate``  ``fastci calibrate --no-bazel`` of the subset.
-7. ``plans``      ``fastci eval`` of real bench changes on the subset: GPU-seconds of the
-                  reduced runs against the same tests at full workload (per test, in sum),
-                  escapes, CI latency.
-8. ``overhead``   a CUDA training test, plain and recorded, alternating: in-test seconds.
+6. ``overhead``   a CUDA training test, plain and recorded, alternating: in-test seconds.
+7. ``calibrate``  ``fastci calibrate --no-bazel`` of the subset.
+8. ``plans``      ``fastci eval`` of real bench changes (06, 02, 03) on the subset:
+                  GPU-seconds of the reduced runs against the same tests at full workload
+                  (per test, in sum), escapes, CI latency.
+
+No stage starts after ``--deadline-s`` (540 s), and the results are written after every
+stage, so a run cut short by the device's 10-minute limit keeps what it measured.
 
 Writes ``<out>/results.json`` and ``<out>/results.md`` (card, driver, torch, date). Exit 0:
 every stage passed and nothing escaped; 1: a stage failed; 3: no GPU (the real check only).
@@ -53,8 +56,8 @@ SUITE_FILE = SUITE_DIR / "suite.bzl"
 SUBSET = ("tp_parity_test", "pp_parity_test", "dp_parity_test", "checkpoint_resume_test",
           "kv_cache_decode_test", "golden_loss_test")
 #: Real changes whose plans are measured (bench/changes); 06 is the autograd blind spot.
-CHANGES = ("06_tp_backward_missing_allreduce", "07_zero1_grads_not_averaged",
-           "02_rotary_cache_off_by_one")
+CHANGES = ("06_tp_backward_missing_allreduce", "02_rotary_cache_off_by_one",
+           "03_checkpoint_rng_not_restored")
 BLIND_SPOT = "06_tp_backward_missing_allreduce"
 #: The CUDA training test whose recording overhead is measured.
 OVERHEAD_TEST = "tp_parity_test"
@@ -62,6 +65,8 @@ OVERHEAD_TEST = "tp_parity_test"
 BUDGET_S = {"probe": 15, "references": 30, "floors": 90, "record": 45, "blind_spot": 20,
             "calibrate": 120, "plans": 120, "overhead": 40}
 TARGETS = {"reduced_over_full": 0.33, "recording_over_plain": 1.15, "escapes": 0}
+#: No stage starts later than this (seconds from the start): a command there may run 600 s.
+DEADLINE_S = 540.0
 NO_GPU_EXIT = 3
 
 
@@ -440,10 +445,11 @@ def overhead_outcome(plain: Sequence[float], recorded: Sequence[float]) -> dict[
             "method": "medians of in-test seconds (pytest call phases), runs alternating plain/recorded"}
 
 
+# The cheap, independent measurements first: a run stopped at the deadline loses the last.
 STAGES: tuple[tuple[str, Callable[[Ctx], dict[str, Any]]], ...] = (
     ("references", stage_references), ("floors", stage_floors), ("record", stage_record),
-    ("blind_spot", stage_blind_spot), ("calibrate", stage_calibrate), ("plans", stage_plans),
-    ("overhead", stage_overhead))
+    ("blind_spot", stage_blind_spot), ("overhead", stage_overhead), ("calibrate", stage_calibrate),
+    ("plans", stage_plans))
 #: Stages that need the scratch repository ``record`` makes.
 NEEDS_RECORD = {"blind_spot", "calibrate", "plans"}
 
@@ -528,6 +534,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--pairs", type=int, default=None, help="plain/recorded pairs (default 3; smoke 1)")
     p.add_argument("--stages", nargs="+", default=None, choices=[s for s, _ in STAGES],
                    help="run only these stages (record runs too when a later stage needs it)")
+    p.add_argument("--deadline-s", type=float, default=DEADLINE_S,
+                   help=f"start no stage after this many seconds (default {DEADLINE_S:.0f}: the device "
+                        "allows 600 s a command); results are written after every stage")
     args = p.parse_args(argv)
     if args.device == "cpu" and not args.smoke:
         p.error("--device cpu is only the smoke (--smoke): the check itself measures a GPU")
@@ -572,6 +581,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not ok and name in NEEDS_RECORD and "record" in stages and stages["record"]["outcome"] != "passed":
             stages[name] = {"seconds": 0.0, "budget_s": BUDGET_S[name], "outcome": "not run: record failed"}
             continue
+        if time.perf_counter() - began > args.deadline_s:
+            ok = False
+            stages[name] = {"seconds": 0.0, "budget_s": BUDGET_S[name],
+                            "outcome": f"not run: past the {args.deadline_s:.0f} s deadline (rerun with --stages)"}
+            print(f"gpu-check: {name:<10} not run: past the deadline", flush=True)
+            continue
         t0 = time.perf_counter()
         try:
             ctx.results[name] = fn(ctx)
@@ -582,6 +597,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         over = " (OVER BUDGET)" if secs > BUDGET_S[name] else ""
         stages[name] = {"seconds": secs, "budget_s": BUDGET_S[name], "outcome": outcome}
         print(f"gpu-check: {name:<10} {secs:7.1f}s (budget {BUDGET_S[name]}s){over}: {outcome}", flush=True)
+        write_report(ctx, stages, ok)  # a command killed at its limit still leaves what was measured
     doc = write_report(ctx, stages, ok)
     escaped = bool((ctx.results.get("plans") or {}).get("escapes"))
     doc_ok = ok and not escaped
