@@ -141,3 +141,11 @@ def test_report_names_card_driver_torch_date_and_says_when_it_is_a_smoke(tmp_pat
     assert "| card | driver | torch (CUDA) | date |" in md and "2026-12-07 18:00 UTC" in md
     assert "1.3 (MISSED; target <= 1.15)" in md
     assert json.loads((tmp_path / "results.json").read_text())["smoke"] is True
+
+
+def test_in_test_seconds_come_from_the_plugins_result_lines(tmp_path: Path) -> None:
+    lines = tmp_path / "r.jsonl"
+    lines.write_text(json.dumps({"id": "a.py::t", "outcome": "passed", "duration_s": 1.25}) + "\n")
+    assert [gc.seconds(r) for r in gc.read_result_lines(lines)] == [1.25]
+    with pytest.raises(gc.StageFailed, match="without duration_s"):
+        gc.seconds({"id": "a.py::t", "duration": 1.0})  # never a silent 0

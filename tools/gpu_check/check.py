@@ -23,7 +23,7 @@ Stages, each with a time budget printed next to what it took (the whole check is
                   GPU-seconds of the reduced runs against the same tests at full workload
                   (per test, in sum), escapes, CI latency.
 
-No stage starts after ``--deadline-s`` (540 s), and the results are written after every
+No stage starts after ``--deadline-s`` (500 s), and the results are written after every
 stage, so a run cut short by the device's 10-minute limit keeps what it measured.
 
 Writes ``<out>/results.json`` and ``<out>/results.md`` (card, driver, torch, date). Exit 0:
@@ -45,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -66,7 +67,7 @@ BUDGET_S = {"probe": 15, "references": 30, "floors": 90, "record": 45, "blind_sp
             "calibrate": 120, "plans": 120, "overhead": 40}
 TARGETS = {"reduced_over_full": 0.33, "recording_over_plain": 1.15, "escapes": 0}
 #: No stage starts later than this (seconds from the start): a command there may run 600 s.
-DEADLINE_S = 540.0
+DEADLINE_S = 500.0
 NO_GPU_EXIT = 3
 
 
@@ -96,12 +97,21 @@ class Ctx:
     python: str = sys.executable
     results: dict[str, Any] = field(default_factory=dict)
     scratch: Path | None = None
+    ends_at: float = float("inf")  # time.perf_counter() past which nothing may still run
+
+    def left(self, wanted: float) -> float:
+        """A command's timeout: ``wanted``, cut to what is left of the whole run (>= 10 s)."""
+        return max(10.0, min(wanted, self.ends_at - time.perf_counter()))
 
     def env(self, cwd: Path | None = None, **extra: str) -> dict[str, str]:
-        """The environment of every command: this tree's fastci and microllm first on the path."""
+        """The environment of every command: this tree's fastci first on the path.
+
+        microllm is not put there: the suite's harness imports the microllm beside it, so a
+        change's scratch worktree (``fastci eval``) tests its own code, not this tree's.
+        """
         base = cwd or self.root
         env = dict(os.environ)
-        paths = [str(base / "analyzer"), str(base / "examples/microllm")]
+        paths = [str(base / "analyzer")]
         if env.get("PYTHONPATH"):
             paths.append(env["PYTHONPATH"])  # the carried wheels (run.sh) stay importable
         env["PYTHONPATH"] = os.pathsep.join(paths)
@@ -167,6 +177,13 @@ def tp_tests(suite: Mapping[str, Mapping[str, Any]], names: Sequence[str]) -> li
     return [n for n in names if int(suite[n]["workload"].get("tp", 1)) > 1]
 
 
+def seconds(row: Mapping[str, Any]) -> float:
+    """A result line's in-test seconds (setup, call and teardown; no interpreter start)."""
+    if "duration_s" not in row:
+        raise StageFailed(f"a --fastci-results line without duration_s: {sorted(row)}")
+    return float(row["duration_s"])
+
+
 def read_result_lines(path: Path) -> list[dict[str, Any]]:
     """The plugin's ``--fastci-results`` lines (id, outcome, duration, workload, overrides)."""
     if not path.is_file():
@@ -222,7 +239,7 @@ def stage_references(ctx: Ctx) -> dict[str, Any]:
         env = ctx.env(MICROLLM_REGEN_GOLDEN="1")
         for var in ("CI", "TEST_TARGET", "BAZEL_TEST"):
             env.pop(var, None)  # recording is refused under CI/Bazel: this run is by hand
-        got = run([ctx.python, str(SUITE_DIR / f"{name}.py")], cwd=ctx.root, env=env, timeout=300)
+        got = run([ctx.python, str(SUITE_DIR / f"{name}.py")], cwd=ctx.root, env=env, timeout=ctx.left(300))
         if got.rc != 0 or not path.is_file():
             raise StageFailed(f"recording {path.name} failed: {last_line(got.out)}")
         keep = ctx.out / "references"
@@ -243,10 +260,10 @@ def stage_floors(ctx: Ctx) -> dict[str, Any]:
     got = run([ctx.python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                "-p", "fastci.integrations.pytest.plugin", "--fastci-results", str(lines),
                *node_ids(ctx.root, names), "--at-floors"],
-              cwd=ctx.root, env=ctx.env(), timeout=600)
+              cwd=ctx.root, env=ctx.env(), timeout=ctx.left(600))
     rows = read_result_lines(lines)
     by_test = {r["id"].split("/")[-1].split(".py")[0]: {"outcome": r.get("outcome"),
-                                                      "seconds": round(float(r.get("duration", 0.0)), 3)}
+                                                      "seconds": round(seconds(r), 3)}
                for r in rows}
     failed = sorted(t for t, r in by_test.items() if r["outcome"] != "passed")
     missing = sorted(set(names) - set(by_test))
@@ -288,6 +305,13 @@ def make_scratch(ctx: Ctx) -> Path:
         return skip
 
     shutil.copytree(ctx.root, dest, ignore=ignore, symlinks=True)
+    # pytest's default collection is what `fastci eval` takes as the universe: the example's
+    # suite here, not FastCI's own tests (pyproject's testpaths).
+    pyproject = dest / "pyproject.toml"
+    text = pyproject.read_text(encoding="utf-8")
+    if 'testpaths = ["tests"]' not in text:
+        raise StageFailed("pyproject.toml: no testpaths = [\"tests\"] to point at the example suite")
+    pyproject.write_text(text.replace('testpaths = ["tests"]', f'testpaths = ["{SUITE_DIR}"]'), encoding="utf-8")
     ctx.scratch = dest
     _git(ctx, "init", "-q")
     _git(ctx, "add", "-A")
@@ -305,20 +329,20 @@ def stage_record(ctx: Ctx) -> dict[str, Any]:
     got = run([ctx.python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                "-p", "fastci.integrations.pytest.plugin", "--fastci-record",
                "--fastci-trace-dir", str(traces), "--fastci-results", str(lines),
-               *node_ids(scratch, ctx.tests)], cwd=scratch, env=ctx.env(scratch), timeout=600)
+               *node_ids(scratch, ctx.tests)], cwd=scratch, env=ctx.env(scratch), timeout=ctx.left(600))
     rows = read_result_lines(lines)
     failed = [r["id"] for r in rows if r.get("outcome") != "passed"]
     if got.rc != 0 or failed or len(rows) != len(ctx.tests):
         raise StageFailed(f"recording the subset: {len(rows)} ran, failed {failed} ({last_line(got.out)})")
     ing = run([ctx.python, "-m", "fastci", "ingest", str(traces), "--source", "pytest"],
-              cwd=scratch, env=ctx.env(scratch), timeout=300)
+              cwd=scratch, env=ctx.env(scratch), timeout=ctx.left(300))
     if ing.rc != 0:
         raise StageFailed(f"fastci ingest failed: {last_line(ing.out)}")
-    in_test = sum(float(r.get("duration", 0.0)) for r in rows)
+    in_test = sum(seconds(r) for r in rows)
     # How much of the recorded run is the tests' own work, not interpreter start and imports:
     # the declared full workload should dominate on the GPU (sizing evidence for suite.bzl).
     return {"tests": list(ctx.tests), "workload": "declared (full)", "device": ctx.device,
-            "seconds": {r["id"]: round(float(r.get("duration", 0.0)), 3) for r in rows},
+            "seconds": {r["id"]: round(seconds(r), 3) for r in rows},
             "process_s": round(got.seconds, 3), "in_test_s": round(in_test, 3),
             "in_test_share": round(in_test / got.seconds, 3) if got.seconds else None,
             "ingest": last_line(ing.out)}
@@ -332,7 +356,7 @@ def stage_blind_spot(ctx: Ctx) -> dict[str, Any]:
     plan = ctx.out / "blind_spot_plan.json"
     try:
         got = run([ctx.python, "-m", "fastci", "plan", "--no-bazel", "--worktree", "--out", str(plan)],
-                  cwd=ctx.scratch, env=ctx.env(ctx.scratch), timeout=300)
+                  cwd=ctx.scratch, env=ctx.env(ctx.scratch), timeout=ctx.left(300))
     finally:
         _git(ctx, "checkout", "--", ".")
     if got.rc != 0 or not plan.is_file():
@@ -361,13 +385,31 @@ def blind_spot_outcome(plan: Mapping[str, Any], tp: Sequence[str], subset: Seque
 
 
 def stage_calibrate(ctx: Ctx) -> dict[str, Any]:
+    """``fastci calibrate --no-bazel``, one process per test, several at a time.
+
+    A test's rungs are one pytest process each (start, imports, CUDA init: seconds apiece),
+    about a dozen a test: one after the other they would not fit the check's minutes. The
+    processes share the calibration store (SQLite, WAL). Rung costs measured side by side
+    are inflated alike; the plans' GPU-seconds are measured by ``fastci eval``'s own runs.
+    """
     assert ctx.scratch is not None
-    got = run([ctx.python, "-m", "fastci", "calibrate", "--no-bazel", *node_ids(ctx.scratch, ctx.tests)],
-              cwd=ctx.scratch, env=ctx.env(ctx.scratch), timeout=900)
-    if got.rc != 0:
-        raise StageFailed(f"fastci calibrate failed: {last_line(got.out)}")
-    return {"summary": last_line(got.out), "device": ctx.device,
-            "scale": "cpu smoke" if ctx.smoke else "full (declared)"}
+    scratch = ctx.scratch
+    nodes = node_ids(scratch, ctx.tests)
+    jobs = max(1, min(len(nodes), (os.cpu_count() or 2) // 2, 6))
+
+    def one(node: str) -> Ran:
+        return run([ctx.python, "-m", "fastci", "calibrate", "--no-bazel", node],
+                   cwd=scratch, env=ctx.env(scratch), timeout=ctx.left(900))
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        got = dict(zip(nodes, pool.map(one, nodes)))
+    failed = {n: last_line(r.out) for n, r in got.items() if r.rc != 0}
+    if failed:
+        raise StageFailed(f"fastci calibrate failed for {len(failed)} test(s): "
+                          + "; ".join(f"{n}: {why}" for n, why in failed.items()))
+    return {"summary": {n: last_line(r.out) for n, r in got.items()}, "jobs": jobs,
+            "seconds": {n: round(r.seconds, 1) for n, r in got.items()}, "device": ctx.device,
+            "workload": "declared (full) and its rungs"}
 
 
 def stage_plans(ctx: Ctx) -> dict[str, Any]:
@@ -375,11 +417,13 @@ def stage_plans(ctx: Ctx) -> dict[str, Any]:
     assert ctx.scratch is not None
     out = ctx.out / "eval"
     shutil.rmtree(out, ignore_errors=True)
+    # eval's scratch worktree belongs to the scratch repository of this run, never an earlier one.
+    shutil.rmtree(ctx.out / "eval-work", ignore_errors=True)
     patches = [str(ctx.scratch / "bench" / "changes" / f"{c}.patch") for c in ctx.changes]
     got = run([ctx.python, "-m", "fastci", "eval", *patches, "--no-bazel", "--gpu-slots", "1",
                "--tests", *node_ids(ctx.scratch, ctx.tests), "--out", str(out),
                "--workdir", str(ctx.out / "eval-work")],
-              cwd=ctx.scratch, env=ctx.env(ctx.scratch), timeout=900)
+              cwd=ctx.scratch, env=ctx.env(ctx.scratch), timeout=ctx.left(900))
     jsonl = out / "results.jsonl"
     if not jsonl.is_file():
         raise StageFailed(f"fastci eval wrote no results: {last_line(got.out)}")
@@ -429,11 +473,11 @@ def stage_overhead(ctx: Ctx) -> dict[str, Any]:
                 extra = ["--fastci-record", "--fastci-trace-dir", str(Path(tmp) / "t")] if mode == "recorded" else []
                 got = run([ctx.python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            "-p", "fastci.integrations.pytest.plugin", "--fastci-results", str(lines),
-                           *extra, node], cwd=ctx.root, env=ctx.env(), timeout=300)
+                           *extra, node], cwd=ctx.root, env=ctx.env(), timeout=ctx.left(300))
                 rows = read_result_lines(lines)
                 if got.rc != 0 or not rows or rows[0].get("outcome") != "passed":
                     raise StageFailed(f"{OVERHEAD_TEST} ({mode}, pair {i + 1}) did not pass: {last_line(got.out)}")
-                (plain if mode == "plain" else recorded).append(float(rows[0]["duration"]))
+                (plain if mode == "plain" else recorded).append(seconds(rows[0]))
     return overhead_outcome(plain, recorded)
 
 
@@ -554,6 +598,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               changes=tuple(args.changes or (CHANGES[:1] if args.smoke else CHANGES)),
               pairs=args.pairs or (1 if args.smoke else 3))
     began = time.perf_counter()
+    ctx.ends_at = began + args.deadline_s + 60  # the last stage's commands end by then
     try:
         probe = stage_probe(ctx)
     except NoGpu as exc:

@@ -26,8 +26,14 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from microllm import device as devices
-from microllm.config import FLAT_INDEX, Config
+# The suite tests the microllm beside it (examples/microllm/microllm), never a copy installed
+# elsewhere: a scratch worktree of a change (`fastci eval`'s pytest route) imports its own.
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _PACKAGE_ROOT not in sys.path:
+    sys.path.insert(0, _PACKAGE_ROOT)
+
+from microllm import device as devices  # noqa: E402
+from microllm.config import FLAT_INDEX, Config  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SUITE_FILE = HERE / "suite.bzl"

@@ -97,3 +97,23 @@ def test_golden_matches_declared_workload() -> None:
     golden = json.loads((TESTS_DIR / "golden" / "golden_loss_test.json").read_text(encoding="utf-8"))
     assert golden["workload"] == SUITE["golden_loss_test"]["workload"]
     assert len(golden["losses"]) == golden["workload"]["train_iters"]
+
+
+def test_the_suite_imports_the_microllm_beside_it(tmp_path: Path) -> None:
+    """A copy of the example (a change's scratch worktree) tests its own microllm, not the
+    one installed in the environment (an editable install points at another checkout)."""
+    import shutil
+    import subprocess
+    import sys
+
+    copy = tmp_path / "microllm"
+    shutil.copytree(TESTS_DIR.parent / "microllm", copy / "microllm",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(TESTS_DIR, copy / "tests", ignore=shutil.ignore_patterns("__pycache__", "test_*.py"))
+    with (copy / "microllm" / "__init__.py").open("a", encoding="utf-8") as f:
+        f.write("\nCHANGED_COPY = True\n")
+    (copy / "tests" / "test_which.py").write_text(
+        "import microllm\n\ndef test_which():\n    assert getattr(microllm, 'CHANGED_COPY', False), microllm.__file__\n")
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(copy / "tests" / "test_which.py")],
+                         cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300)
+    assert res.returncode == 0, res.stdout[-2000:]
