@@ -28,9 +28,9 @@ import torch
 
 # The suite tests the microllm beside it (examples/microllm/microllm), never a copy installed
 # elsewhere: a scratch worktree of a change (`fastci eval`'s pytest route) imports its own.
-_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _PACKAGE_ROOT not in sys.path:
-    sys.path.insert(0, _PACKAGE_ROOT)
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if PACKAGE_ROOT not in sys.path:
+    sys.path.insert(0, PACKAGE_ROOT)
 
 from microllm import device as devices  # noqa: E402
 from microllm.config import FLAT_INDEX, Config  # noqa: E402

@@ -113,7 +113,12 @@ def test_the_suite_imports_the_microllm_beside_it(tmp_path: Path) -> None:
     with (copy / "microllm" / "__init__.py").open("a", encoding="utf-8") as f:
         f.write("\nCHANGED_COPY = True\n")
     (copy / "tests" / "test_which.py").write_text(
-        "import microllm\n\ndef test_which():\n    assert getattr(microllm, 'CHANGED_COPY', False), microllm.__file__\n")
+        "import subprocess, sys, os\nimport harness, microllm\n\ndef test_which():\n"
+        "    assert getattr(microllm, 'CHANGED_COPY', False), microllm.__file__\n"
+        "    env = dict(os.environ, PYTHONPATH=harness.PACKAGE_ROOT)\n"
+        "    out = subprocess.run([sys.executable, '-c', 'import microllm; print(microllm.CHANGED_COPY)'],\n"
+        "                         env=env, capture_output=True, text=True, check=True).stdout\n"
+        "    assert out.strip() == 'True'\n")
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(copy / "tests" / "test_which.py")],
                          cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300)
     assert res.returncode == 0, res.stdout[-2000:]
