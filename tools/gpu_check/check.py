@@ -10,8 +10,9 @@ Stages, each with a time budget printed next to what it took (the whole check is
 8 minutes on one H100):
 
 1. ``probe``      card, driver, torch, CUDA; stops at once, one line, exit 3, without a GPU.
-2. ``references`` records the per-device references this device lacks (the golden curve, at
-                  its full workload) and copies them to ``<out>/references/`` to be committed.
+2. ``references`` records the per-device references this device lacks (the golden curve and
+                  the throughput floor, at full workload) and copies them to
+                  ``<out>/references/`` to be committed.
 3. ``floors``     every example test once at its floors on the device (pytest route); all pass.
 4. ``record``     the subset (>= 6 reducible tests: TP, PP, DP, checkpointing, KV cache,
                   golden) recorded at full workload into a scratch repository's evidence store.
@@ -60,6 +61,8 @@ SUBSET = ("tp_parity_test", "pp_parity_test", "dp_parity_test", "checkpoint_resu
 CHANGES = ("06_tp_backward_missing_allreduce", "02_rotary_cache_off_by_one",
            "03_checkpoint_rng_not_restored")
 BLIND_SPOT = "06_tp_backward_missing_allreduce"
+#: Tests whose references are per device (harness.reference_path): recorded at full workload.
+REFERENCED = ("golden_loss_test", "throughput_test")
 #: The CUDA training test whose recording overhead is measured.
 OVERHEAD_TEST = "tp_parity_test"
 #: Seconds per stage, sized for one H100 (8 minutes in all).
@@ -232,7 +235,7 @@ def stage_references(ctx: Ctx) -> dict[str, Any]:
     if ctx.device == "cpu":
         return {"recorded": [], "note": "CPU references are committed; none recorded"}
     recorded = []
-    for name in ("golden_loss_test",):
+    for name in REFERENCED:
         path = ctx.root / SUITE_DIR / "golden" / f"{name}.{ctx.device}.json"
         if path.is_file():
             continue

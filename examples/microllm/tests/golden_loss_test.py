@@ -27,22 +27,8 @@ RTOL = 1e-3  # thread counts and kernel choices change the last bits; a real cha
 
 
 def regen_refusal(env: Mapping[str, str] | None = None) -> str | None:
-    """Why ``MICROLLM_REGEN_GOLDEN=1`` is refused here, or None where regenerating is allowed.
-
-    Regenerating makes this test a pass that checks nothing, so it is refused under Bazel
-    (``TEST_TARGET``/``BAZEL_TEST``) and in CI: only a developer running the file by hand
-    may rewrite the golden.
-    """
-    env = os.environ if env is None else env
-    if env.get("MICROLLM_REGEN_GOLDEN") != "1":
-        return None
-    where = [k for k in ("TEST_TARGET", "BAZEL_TEST") if env.get(k)]
-    if env.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
-        where.append("CI")
-    if not where:
-        return None
-    return (f"{NAME}: MICROLLM_REGEN_GOLDEN=1 refused under {'/'.join(where)}: regenerating "
-            "checks nothing; run `python golden_loss_test.py` by hand outside Bazel and CI")
+    """Why ``MICROLLM_REGEN_GOLDEN=1`` is refused here (``harness.regen_refusal``), or None."""
+    return harness.regen_refusal(NAME, env)
 
 
 def check(w: harness.Workload) -> None:

@@ -143,6 +143,25 @@ def reference_path(name: str, kind: str | None = None) -> Path:
     return GOLDEN_DIR / (f"{name}.json" if kind == "cpu" else f"{name}.{kind}.json")
 
 
+def regen_refusal(name: str, env: Mapping[str, str] | None = None) -> str | None:
+    """Why ``MICROLLM_REGEN_GOLDEN=1`` is refused here, or None where recording is allowed.
+
+    Recording a reference makes the test a pass that checks nothing, so it is refused under
+    Bazel (``TEST_TARGET``/``BAZEL_TEST``) and in CI: only a person (or ``make gpu-check``)
+    running the file by hand may write one.
+    """
+    env = os.environ if env is None else env
+    if env.get("MICROLLM_REGEN_GOLDEN") != "1":
+        return None
+    where = [k for k in ("TEST_TARGET", "BAZEL_TEST") if env.get(k)]
+    if env.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+        where.append("CI")
+    if not where:
+        return None
+    return (f"{name}: MICROLLM_REGEN_GOLDEN=1 refused under {'/'.join(where)}: regenerating "
+            f"checks nothing; run `python {name}.py` by hand outside Bazel and CI")
+
+
 def missing_reference(name: str, path: Path, kind: str) -> str:
     """The one-line failure of a test whose device has no recorded reference yet."""
     return (f"{name}: no {kind} reference yet ({path.relative_to(HERE)}): record it on a {kind} host "

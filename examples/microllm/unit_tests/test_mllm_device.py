@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -91,3 +93,18 @@ def test_simulated_ranks_run_backward_on_their_own_threads() -> None:
     cfg = Config.from_flat(tp=2, device="cpu").validate()
     assert launch(lambda ctx: torch._C._is_multithreading_enabled(), cfg.parallel) == [False, False]
     assert torch._C._is_multithreading_enabled()  # the caller's own setting is untouched
+
+
+def test_a_throughput_floor_is_per_device(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    throughput = importlib.import_module("throughput_test")
+    w = harness.resolve("throughput_test")
+    assert throughput.floor_for(w, "cpu") == w["min_tokens_per_s"]
+    monkeypatch.setattr(harness, "GOLDEN_DIR", tmp_path)
+    monkeypatch.setattr(harness, "HERE", tmp_path.parent)
+    with pytest.raises(AssertionError, match="no cuda reference yet .*throughput_test.cuda.json"):
+        throughput.floor_for(w, "cuda")
+    ref = {"workload": w, "device": "cuda", "measured_tokens_per_s": 90000, "min_tokens_per_s": 36000}
+    (tmp_path / "throughput_test.cuda.json").write_text(json.dumps(ref))
+    assert throughput.floor_for(w, "cuda") == 36000  # never the CPU floor on a GPU
+    with pytest.raises(AssertionError, match="recorded at another workload"):
+        throughput.floor_for({**w, "seq_length": w["seq_length"] * 2}, "cuda")
