@@ -149,3 +149,16 @@ def test_in_test_seconds_come_from_the_plugins_result_lines(tmp_path: Path) -> N
     assert [gc.seconds(r) for r in gc.read_result_lines(lines)] == [1.25]
     with pytest.raises(gc.StageFailed, match="without duration_s"):
         gc.seconds({"id": "a.py::t", "duration": 1.0})  # never a silent 0
+
+
+def test_a_failed_rung_is_not_a_failed_calibration(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    ctx = gc.Ctx(root=REPO, out=tmp_path, device="cpu", smoke=True, tests=("tp_parity_test", "dp_parity_test"),
+                 changes=(), pairs=1, scratch=REPO)
+    outputs = {"tp_parity_test": gc.Ran(0, "calibrated 5 rungs", 1.0),
+               "dp_parity_test": gc.Ran(1, "fastci calibrate: 1 rung(s) did not pass, e.g. ...", 1.0)}
+    monkeypatch.setattr(gc, "run", lambda cmd, **kw: outputs[cmd[-1].split("/")[-1].split(".py")[0]])
+    got = gc.stage_calibrate(ctx)
+    assert list(got["rungs_failed"]) == ["examples/microllm/tests/dp_parity_test.py::test_dp_parity"]
+    outputs["dp_parity_test"] = gc.Ran(1, "fastci: pytest cannot collect the tests to calibrate", 1.0)
+    with pytest.raises(gc.StageFailed, match="calibrate failed for 1 test"):
+        gc.stage_calibrate(ctx)
