@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.fastci-setup
 
-.PHONY: setup demo test bench eval clean remote-cache-setup remote-cache-start remote-cache-stop remote-cache-status
+.PHONY: setup demo test bench eval gpu-wheels gpu-check gpu-check-smoke clean remote-cache-setup remote-cache-start remote-cache-stop remote-cache-status
 
 setup: $(STAMP)
 
@@ -66,6 +66,28 @@ EVAL_OUT ?= build/eval
 eval: setup
 	test -f .fastci/calibration.db || $(PY) -m fastci calibrate
 	OMP_NUM_THREADS=1 $(PY) -m fastci eval $(EVAL_CHANGES) $(EVAL_ARGS) --out $(EVAL_OUT)
+
+# The GPU check (tools/gpu_check/check.py; docs/REDUCTION.md, "On a GPU"): FastCI measured on
+# one GPU host that has python3 with CUDA torch but no network, no Bazel and no virtualenv.
+# Here (with network): `make gpu-wheels` downloads the cp312 manylinux wheels the host lacks,
+# pinned by third_party/requirements.txt, into the git-ignored .whl/ (they travel with the
+# tree). There: `make gpu-check` installs them into a scratch folder and runs the check
+# (build/gpu-check/results.json and results.md); on a host without a GPU it stops at once (exit 3).
+GPU_WHEELS := libcst bazel-runfiles protobuf coverage
+GPU_PLATFORMS := manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64
+gpu-wheels: setup
+	rm -rf .whl && mkdir -p .whl
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		$(foreach p,$(GPU_PLATFORMS),--platform $(p)) -d .whl \
+		$$(for n in $(GPU_WHEELS); do grep -iE "^$$n==" third_party/requirements.txt; done)
+	ls .whl
+
+gpu-check:
+	bash tools/gpu_check/run.sh $(GPU_CHECK_ARGS)
+
+# Every stage of the check on CPU with two tests and one change: a smoke, not GPU numbers.
+gpu-check-smoke: setup
+	OMP_NUM_THREADS=1 $(PY) tools/gpu_check/check.py --device cpu --smoke $(GPU_CHECK_ARGS)
 
 clean:
 	-bazel shutdown

@@ -17,7 +17,9 @@ overrides, and a refused string override whose text lands in the status.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -38,6 +40,7 @@ NASTY = "a b  'single' \"double\" $(echo hi) $HOME ${X} $$ `id` back\\slash;|&\n
 WORKLOAD = {"steps": 10, "layers": 4, "lr": 0.5, "note": NASTY, "flag": True}
 FLOORS = {"steps": 2, "layers": 1, "lr": 0.1}
 CONSTRAINTS = ["layers % 2 == 0", "note != ''"]
+CPU_SCALE = {"steps": 4, "layers": 2}
 # One target per plan outcome, so a single --config=fastci run covers them all.
 CASES = ("s_ok", "s_frozen", "s_above", "s_constraint", "s_plain")
 
@@ -60,6 +63,10 @@ def _starlark(value: Any) -> str:
 def _build_file() -> str:
     workload = "{" + ", ".join(f"{json.dumps(k)}: {_starlark(v)}" for k, v in WORKLOAD.items()) + "}"
     lines = ['load("@fastci//rules:defs.bzl", "gpu_test")', ""]
+    lines.append(
+        f'gpu_test(name = "c_scale", srcs = ["c_scale.py"], gpus = 1, workload = {workload}, '
+        f'floors = {json.dumps(FLOORS)}, constraints = {json.dumps(CONSTRAINTS)}, '
+        f'cpu_workload = {json.dumps(CPU_SCALE)})')
     for name in (*CASES, "g_test"):
         lines.append(
             f'gpu_test(name = "{name}", srcs = ["{name}.py"], gpus = {1 if name == "g_test" else 0}, '
@@ -118,7 +125,7 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ws]:
     fixture_workspace(root)
     (root / "wl").mkdir()
     (root / "wl" / "BUILD.bazel").write_text(_build_file())
-    for name in (*CASES, "g_test"):
+    for name in (*CASES, "g_test", "c_scale"):
         (root / "wl" / f"{name}.py").write_text(_MAIN)
     (root / ".fastci" / "plan.json").write_text(json.dumps(tie_json(PLAN, root)))  # obeyed on its tree
     bazel = Bazel(root, startup=[f"--output_base={base / 'output_base'}"], python=sys.executable)
@@ -170,3 +177,23 @@ def test_gpu_test_without_gpus_fails_unless_opted_in(ws: Ws) -> None:
         "fastci: test needs 1 GPU(s) and this host has none (FASTCI_FAKE_GPUS); to run it on CPU anyway, "
         "opt in with FASTCI_ALLOW_CPU=1" in ws.log("g_test")
     )
+
+
+def test_cpu_scale_runs_only_on_a_host_without_gpus(ws: Ws) -> None:
+    res, _ = ws.test(("//wl:c_scale",))  # FASTCI_FAKE_GPUS= : no GPU; .bazelrc allows CPU
+    assert res.returncode == 0, res.stderr[-3000:]
+    scaled = dict(WORKLOAD, **CPU_SCALE)
+    assert ws.seen("c_scale")["argv"] == _flags(scaled)
+    record = json.loads(testlogs.read_output(ws.root / "bazel-testlogs", "//wl:c_scale", "fastci_workload.json") or "{}")
+    assert (record["scale"], record["cpu_scale"], record["overrides"]) == ("cpu", CPU_SCALE, CPU_SCALE)
+    # One fake GPU: a GPU host runs the declared workload, never the CPU scale.
+    locks = tempfile.mkdtemp(prefix="fastci-scale-locks-")  # the sandbox writes /tmp, not the workspace
+    try:
+        res, _ = ws.test(("//wl:c_scale",), "--test_env=FASTCI_FAKE_GPUS=0",
+                         f"--test_env=FASTCI_GPU_LOCK_DIR={locks}")
+    finally:
+        shutil.rmtree(locks, ignore_errors=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert ws.seen("c_scale")["argv"] == _flags(WORKLOAD)
+    record = json.loads(testlogs.read_output(ws.root / "bazel-testlogs", "//wl:c_scale", "fastci_workload.json") or "{}")
+    assert (record["scale"], record["cpu_scale"], record["overrides"]) == ("declared", {}, {})

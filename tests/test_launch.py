@@ -70,6 +70,8 @@ def test_launcher_runs_main_with_args_devices_and_writes_workload_record(tmp_pat
         "gpus": 1,
         "devices": ["0"],
         "plan_status": "ok: selective plan, 1 tests, 0 skipped",
+        "scale": "declared",
+        "cpu_scale": {},
     }
     assert "fastci: //pkg:t mode=fastci gpus=1 devices=[0]" in res.stderr
 
@@ -208,3 +210,67 @@ def test_recording_without_recorder_module_is_a_clear_error(tmp_path: Path, monk
     monkeypatch.chdir(tmp_path)
     with pytest.raises(launch.LaunchError, match="FASTCI_RECORD=1 but fastci.evidence.recorder cannot be imported"):
         launch.launch([], _record_env(tmp_path))
+
+
+_DECLARED = {"train_iters": 40, "num_layers": 8, "dtype": "bf16"}
+_CPU_SCALE = {"train_iters": 10, "num_layers": 2}
+
+
+def _scale_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    given = {"FASTCI_WORKLOAD": json.dumps(_DECLARED), "FASTCI_MODE": "full",
+             "FASTCI_DECLARED_WORKLOAD": json.dumps(_DECLARED),
+             "FASTCI_CPU_WORKLOAD": json.dumps(_CPU_SCALE)}
+    return _env(tmp_path, **{**given, **extra})
+
+
+def _record(tmp_path: Path) -> dict[str, Any]:
+    return dict(json.loads((tmp_path / "outputs" / launch.WORKLOAD_FILE).read_text()))
+
+
+def test_on_a_gpu_host_the_declared_workload_runs_never_the_cpu_scale(tmp_path: Path) -> None:
+    res = _launch(tmp_path, _scale_env(tmp_path))  # FASTCI_FAKE_GPUS=0,1: a GPU host
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["argv"] == ["--dtype=bf16", "--num_layers=8", "--train_iters=40"]
+    record = _record(tmp_path)
+    assert (record["scale"], record["cpu_scale"], record["overrides"]) == ("declared", {}, {})
+    assert "CPU scale" not in res.stderr
+
+
+def test_a_cpu_only_test_on_a_gpu_host_keeps_its_declared_workload(tmp_path: Path) -> None:
+    res = _launch(tmp_path, _scale_env(tmp_path, FASTCI_GPUS="0", FASTCI_FAKE_GPUS="0"))
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["argv"] == ["--dtype=bf16", "--num_layers=8", "--train_iters=40"]
+    assert _record(tmp_path)["scale"] == "declared"
+
+
+def test_without_any_gpu_the_cpu_scale_runs_and_is_recorded_as_overrides(tmp_path: Path) -> None:
+    res = _launch(tmp_path, _scale_env(tmp_path, FASTCI_FAKE_GPUS="", FASTCI_ALLOW_CPU="1"))
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["argv"] == ["--dtype=bf16", "--num_layers=2", "--train_iters=10"]
+    record = _record(tmp_path)
+    assert record["scale"] == "cpu"
+    assert record["cpu_scale"] == _CPU_SCALE
+    assert record["overrides"] == _CPU_SCALE  # evidence and calibration see a reduced run
+    assert record["declared"] == _DECLARED
+    assert "no GPU on this host: running its declared CPU scale" in res.stderr
+
+
+def test_the_cpu_scale_never_raises_what_a_plan_reduced(tmp_path: Path) -> None:
+    env = _scale_env(tmp_path, FASTCI_FAKE_GPUS="", FASTCI_ALLOW_CPU="1",
+                     FASTCI_WORKLOAD=json.dumps({**_DECLARED, "train_iters": 4}))
+    res = _launch(tmp_path, env)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["argv"] == ["--dtype=bf16", "--num_layers=2", "--train_iters=4"]
+    assert _record(tmp_path)["cpu_scale"] == {"num_layers": 2}
+
+
+@pytest.mark.parametrize("raw, message", [
+    ("[1]", "expected a JSON object"),
+    ('{"layers": 2}', "'layers' is not a declared dimension"),
+    ('{"train_iters": 2.5}', "expected a number typed like the declared 40"),
+])
+def test_a_malformed_cpu_scale_is_one_line_and_runs_nothing(tmp_path: Path, raw: str, message: str) -> None:
+    res = _launch(tmp_path, _scale_env(tmp_path, FASTCI_CPU_WORKLOAD=raw))
+    assert res.returncode != 0
+    assert res.stdout == ""  # the test's main never ran
+    assert message in res.stderr and "Traceback" not in res.stderr

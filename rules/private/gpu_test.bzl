@@ -23,8 +23,11 @@ def _verbatim(value):
     """
     return value.replace("$", "$$")
 
-def _mode_env(env, label, workload, declared, mode, gpus, main, extra):
+def _mode_env(env, label, workload, declared, mode, gpus, main, extra, cpu_workload):
     out = dict(env)
+    if cpu_workload:
+        # Applied by the launcher only on a host without any GPU (fastci.run.scale).
+        out["FASTCI_CPU_WORKLOAD"] = _verbatim(json.encode(cpu_workload))
     out.update({
         "FASTCI_WORKLOAD": _verbatim(json.encode(workload)),
         # The full workload as declared, so each run records declared and applied apart.
@@ -54,6 +57,7 @@ def gpu_test(
         frozen = None,
         check = None,
         reference = None,
+        cpu_workload = {},
         args = [],
         env = {},
         tags = [],
@@ -119,13 +123,18 @@ def gpu_test(
         any workload) or "absolute" (numbers recorded at one workload: goldens,
         thresholds; a plan reduces it only to workloads with a recorded
         reference). Default "absolute" (the safe side).
+      cpu_workload: dimension -> value a host without any GPU runs instead of the
+        full value (the CPU scale): only dimensions with floors, floor <= value <=
+        full. The launcher applies it when the host has no GPU at all, never on a
+        GPU host; the run records `"scale": "cpu"` and the lowered dimensions as
+        overrides (`FASTCI_CPU_WORKLOAD`; analyzer/fastci/run/scale.py).
       args: extra command-line arguments (must not set workload dimensions).
       env: extra environment (must not set FASTCI_* variables owned by gpu_test).
       tags: extra tags.
       **kwargs: passed to py_test (size, timeout, flaky, shard_count...); a given
         `exec_properties` (a dict) is merged with the derived properties.
     """
-    problems = check_gpu_test_args(name, srcs, main, gpus, workload, floors, scope, constraints, args, env, tags, frozen, check, reference)
+    problems = check_gpu_test_args(name, srcs, main, gpus, workload, floors, scope, constraints, args, env, tags, frozen, check, reference, cpu_workload)
     if problems:
         p = problems[0]
         fail("gpu_test %s: attribute %s: %s" % (_own_label(name if type(name) == "string" else "?"), p.attr, p.msg))
@@ -164,8 +173,8 @@ def gpu_test(
         data = list(data),
         args = list(args),
         env = select({
-            _ENABLED: _mode_env(env, label, decision.workload, workload, "fastci", gpus, main, fastci_extra),
-            "//conditions:default": _mode_env(env, label, workload, workload, "full", gpus, main, {}),
+            _ENABLED: _mode_env(env, label, decision.workload, workload, "fastci", gpus, main, fastci_extra, cpu_workload),
+            "//conditions:default": _mode_env(env, label, workload, workload, "full", gpus, main, {}, cpu_workload),
         }),
         tags = test_tags,
         **py_kwargs

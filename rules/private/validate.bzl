@@ -34,6 +34,7 @@ RESERVED_ENV = [
     "FASTCI_TEST_MAIN",
     "FASTCI_PLAN_STATUS",
     "FASTCI_SHADOW_SKIP",
+    "FASTCI_CPU_WORKLOAD",
 ]
 
 
@@ -180,7 +181,27 @@ def check_declaration(workload, floors, scope, constraints, frozen = None, check
             check_constraints(workload, constraints) or
             check_reduction(workload, floors, frozen, check, reference))
 
-def check_gpu_test_args(name, srcs, main, gpus, workload, floors, scope, constraints, args, env, tags, frozen = None, check = None, reference = None):
+def check_cpu_workload(workload, floors, cpu_workload):
+    """Checks `cpu_workload` (dim -> value run on a host without GPUs; fastci.run.scale).
+
+    Only dimensions with a floor, each between its floor and its full value and
+    typed like it: the CPU scale is a reduction the test already allows, so it
+    never touches what the test validates (its frozen dimensions).
+    """
+    if type(cpu_workload) != "dict":
+        return [_problem("cpu_workload", "expected a dict of dimension -> value, got %s" % type(cpu_workload))]
+    for dim in sorted(cpu_workload.keys()):
+        value = cpu_workload[dim]
+        if dim not in floors:
+            return [_problem("cpu_workload", "%r has no floor: only reducible dimensions have a CPU scale" % (dim,))]
+        full = workload[dim]
+        if type(value) != type(full):
+            return [_problem("cpu_workload", "%s: expected %s like the workload value, got %r" % (dim, type(full), value))]
+        if value < floors[dim] or value > full:
+            return [_problem("cpu_workload", "%s: %r is outside [floor %r, full %r]" % (dim, value, floors[dim], full))]
+    return []
+
+def check_gpu_test_args(name, srcs, main, gpus, workload, floors, scope, constraints, args, env, tags, frozen = None, check = None, reference = None, cpu_workload = {}):
     """Checks every `gpu_test` argument; returns a list of problems (empty = valid)."""
     if type(name) != "string" or not name:
         return [_problem("name", "expected a non-empty string, got %r" % (name,))]
@@ -201,6 +222,9 @@ def check_gpu_test_args(name, srcs, main, gpus, workload, floors, scope, constra
     if gpus < 0:
         return [_problem("gpus", "expected an int >= 0, got %d" % gpus)]
     problems = check_declaration(workload, floors, scope, constraints, frozen, check, reference)
+    if problems:
+        return problems
+    problems = check_cpu_workload(workload, floors, cpu_workload)
     if problems:
         return problems
     problems = _check_string_list("args", args, allow_empty_items = True)

@@ -37,6 +37,7 @@ def _test_valid():
     assert_eq(failures, "gpus=0", _check(gpus = 0), [])
     assert_eq(failures, "main in srcs", _check(srcs = ["a.py", "b.py"], main = "b.py"), [])
     assert_eq(failures, "name.py in srcs", _check(srcs = ["t.py", "b.py"]), [])
+    assert_eq(failures, "a CPU scale inside [floor, full]", _check(cpu_workload = {"train_iters": 10, "lr": 0.2}), [])
     return failures
 
 def _test_errors_name_the_attribute():
@@ -66,6 +67,12 @@ def _test_errors_name_the_attribute():
         (dict(env = {"A": 1}), "env: expected string -> string"),
         (dict(tags = ["gpus:4"]), 'tags: tag "gpus:4" is set by gpu_test itself'),
         (dict(tags = ["gpu"]), 'tags: tag "gpu" is set by gpu_test itself'),
+        (dict(env = {"FASTCI_CPU_WORKLOAD": "{}"}), "env: FASTCI_CPU_WORKLOAD is set by gpu_test itself"),
+        (dict(cpu_workload = []), "cpu_workload: expected a dict"),
+        (dict(cpu_workload = {"dtype": "fp32"}), 'cpu_workload: "dtype" has no floor'),
+        (dict(cpu_workload = {"train_iters": 1}), "cpu_workload: train_iters: 1 is outside [floor 2, full 100]"),
+        (dict(cpu_workload = {"train_iters": 200}), "cpu_workload: train_iters: 200 is outside"),
+        (dict(cpu_workload = {"train_iters": 10.0}), "cpu_workload: train_iters: expected int"),
     ]
     for changes, expected in cases:
         assert_contains(failures, "check(%r)" % (changes,), _first(_check(**changes)), expected)

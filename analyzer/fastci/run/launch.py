@@ -2,10 +2,11 @@
 
 It reads what the macro put into the environment (``FASTCI_WORKLOAD``,
 ``FASTCI_MODE``, ``FASTCI_TEST_ID``, ``FASTCI_GPUS``, ``FASTCI_TEST_MAIN``,
-``FASTCI_PLAN_STATUS``), takes GPUs from the lock-file pool
+``FASTCI_PLAN_STATUS``, ``FASTCI_CPU_WORKLOAD``), takes GPUs from the lock-file pool
 (:mod:`fastci.run.gpus`) — in a ``fastci run`` that published a schedule, only
 when it is this test's turn in priority order (:mod:`fastci.run.schedule`) —, writes ``$TEST_UNDECLARED_OUTPUTS_DIR/fastci_workload.json``,
-optionally wraps the run in the evidence recorder (``FASTCI_RECORD=1``), and
+lowers the workload to the test's declared CPU scale when the host has no GPU at all
+(:mod:`fastci.run.scale`), optionally wraps the run in the evidence recorder (``FASTCI_RECORD=1``), and
 runs the test's own main in this process with the workload flags in
 ``sys.argv``. See docs/CONTRACTS.md, "A running gpu_test".
 
@@ -23,12 +24,13 @@ import os
 import runpy
 import sys
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, MutableMapping, Sequence
 
 from fastci.run import gpus as gpu_pool
 from fastci.run import schedule
+from fastci.run.scale import CPU_WORKLOAD_ENV, DECLARED, ScaleError, cpu_scaled, parse_cpu_workload
 from fastci.errors import FastCIError
 from fastci.types import normalize_test_id
 
@@ -52,6 +54,9 @@ class LaunchConfig:
     plan_status: str
     record: bool
     declared: Mapping[str, Any] | None = None  # the full workload as declared (None: not told)
+    cpu_workload: Mapping[str, Any] = field(default_factory=dict)  # the CPU scale (empty: none)
+    scale: str = DECLARED  # "cpu" once the CPU scale lowered the workload (fastci.run.scale)
+    cpu_applied: Mapping[str, Any] = field(default_factory=dict)  # what the CPU scale lowered
 
     @property
     def overrides(self) -> dict[str, Any] | None:
@@ -89,6 +94,10 @@ class LaunchConfig:
         main = environ.get("FASTCI_TEST_MAIN", "")
         if not main:
             raise LaunchError("FASTCI_TEST_MAIN is not set: run gpu_tests through bazel")
+        try:
+            cpu_workload = parse_cpu_workload(environ.get(CPU_WORKLOAD_ENV, ""), declared)
+        except ScaleError as exc:
+            raise LaunchError(str(exc)) from exc
         return cls(
             test_id=normalize_test_id(environ.get("FASTCI_TEST_ID") or environ.get("TEST_TARGET", "?")),
             mode=environ.get("FASTCI_MODE", "full"),
@@ -98,6 +107,7 @@ class LaunchConfig:
             plan_status=environ.get("FASTCI_PLAN_STATUS", ""),
             record=environ.get("FASTCI_RECORD", "") == "1",
             declared=declared,
+            cpu_workload=cpu_workload,
         )
 
 
@@ -149,6 +159,9 @@ def workload_record(cfg: LaunchConfig, devices: Sequence[str]) -> dict[str, Any]
         "gpus": cfg.gpus,
         "devices": list(devices),
         "plan_status": cfg.plan_status,
+        # Which scale ran: "declared", or "cpu" with the dimensions the CPU scale lowered.
+        "scale": cfg.scale,
+        "cpu_scale": dict(cfg.cpu_applied),
     }
 
 
@@ -195,7 +208,6 @@ def _recorder(cfg: LaunchConfig, out_dir: Path, repo_root: Path) -> Any:
 def launch(argv: Sequence[str], environ: MutableMapping[str, str]) -> int:
     """Run one gpu_test: pick GPUs, write the workload record, run (and record) its main."""
     cfg = LaunchConfig.from_env(environ)
-    argv = [*argv, *workload_flags(cfg.workload)]
     cwd = Path.cwd()
     main = resolve_main(cfg.main, environ, cwd)
     outputs = environ.get("TEST_UNDECLARED_OUTPUTS_DIR")
@@ -206,13 +218,30 @@ def launch(argv: Sequence[str], environ: MutableMapping[str, str]) -> int:
                                turn=ticket.turn if ticket is not None else None) as devices:
             if ticket is not None:
                 ticket.close()
-            rc = _run(cfg, main, argv, environ, devices, outputs, cwd)
+            cfg = _at_scale(cfg, devices, environ)
+            rc = _run(cfg, main, [*argv, *workload_flags(cfg.workload)], environ, devices, outputs, cwd)
             if rc != 0 and ticket is not None:
                 ticket.failed()  # before the devices go back: nothing starts after a failure
             return rc
     finally:
         if ticket is not None:
             ticket.close()
+
+
+def _at_scale(cfg: LaunchConfig, devices: Sequence[str], environ: Mapping[str, str]) -> LaunchConfig:
+    """``cfg`` at the CPU scale when the host has no GPU at all, else unchanged.
+
+    Devices given to the test prove a GPU host; without any (a CPU-only host, or a test that
+    asks for none) the host is probed, and only when the test declares a CPU scale: a
+    ``gpus = 0`` test on a GPU host keeps its declared workload.
+    """
+    if not cfg.cpu_workload:
+        return cfg
+    host_has_gpu = bool(devices) or bool(gpu_pool.discover_devices(environ).devices)
+    scaled = cpu_scaled(cfg.workload, cfg.cpu_workload, host_has_gpu)
+    if scaled.scale == DECLARED:
+        return cfg
+    return replace(cfg, workload=scaled.workload, scale=scaled.scale, cpu_applied=scaled.applied)
 
 
 def _say(line: str) -> None:
@@ -230,6 +259,10 @@ def _run(cfg: LaunchConfig, main: Path, argv: Sequence[str], environ: MutableMap
             f"({gpu_pool.ALLOW_CPU_ENV}=1): a pass here says nothing about the GPU path",
             file=sys.stderr,
         )
+    if cfg.cpu_applied:
+        print(f"fastci: {cfg.test_id}: no GPU on this host: running its declared CPU scale "
+              f"{json.dumps(dict(cfg.cpu_applied), sort_keys=True)} (recorded as overrides, scale=cpu)",
+              file=sys.stderr)
     print(
         f"fastci: {cfg.test_id} mode={cfg.mode} gpus={cfg.gpus} devices=[{','.join(devices)}] "
         f"workload={json.dumps(record['workload'], sort_keys=True)}"

@@ -54,7 +54,7 @@ class Loaded:
 
 def _barrier(ctx: ParallelContext) -> None:
     for group in (ctx.tp_group, ctx.pp_group, ctx.dp_group):
-        group.all_reduce(torch.zeros(1))
+        group.all_reduce(torch.zeros(1, device=ctx.device))
 
 
 def save(directory: str, iteration: int, stage: GPTStage, optimizer: Any, rng: Any, scaler: Any,
@@ -72,8 +72,9 @@ def save(directory: str, iteration: int, stage: GPTStage, optimizer: Any, rng: A
             "iteration": iteration,
             "layout": {"tp": ctx.tp, "pp": ctx.pp, "dp": ctx.dp},
             "model_config": dataclasses.asdict(cfg.model),
-            "model": {n: p.detach().clone() for n, p in stage.named_global_parameters()},
-            "optim": {"exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq, "step": optimizer.step_count},
+            # Host memory on disk: a checkpoint loads on any device (and reshards through CPU).
+            "model": {n: p.detach().cpu().clone() for n, p in stage.named_global_parameters()},
+            "optim": {"exp_avg": _host(exp_avg), "exp_avg_sq": _host(exp_avg_sq), "step": optimizer.step_count},
             "rng": rng.get_state(),
             "scaler": dataclasses.asdict(scaler),
             "sampler": sampler_state,
@@ -86,6 +87,10 @@ def save(directory: str, iteration: int, stage: GPTStage, optimizer: Any, rng: A
         publish(directory, iteration, ctx)
     _barrier(ctx)
     return out_dir
+
+
+def _host(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {name: t.detach().cpu() for name, t in tensors.items()}
 
 
 def shard_name(tp_rank: int, pp_rank: int) -> str:
@@ -144,7 +149,8 @@ def _read_all(iter_dir: str) -> dict[tuple[int, int], dict[str, Any]]:
     for name in sorted(os.listdir(iter_dir)):
         match = _FILE.match(name)
         if match:
-            files[(int(match.group(1)), int(match.group(2)))] = torch.load(os.path.join(iter_dir, name), weights_only=False)
+            files[(int(match.group(1)), int(match.group(2)))] = torch.load(os.path.join(iter_dir, name), weights_only=False,
+                                                                            map_location="cpu")
     if not files:
         raise CheckpointError(f"no shards in {iter_dir}")
     return files

@@ -14,7 +14,8 @@ from typing import Any, Mapping
 
 from microllm import ConfigError
 
-DTYPES = ("fp32", "bf16", "fp16")
+DTYPES = ("fp32", "bf16", "fp16", "auto")  # auto: bf16 on CUDA, fp32 on CPU (microllm/device.py)
+DEVICES = ("auto", "cpu", "cuda")
 ATTENTION_IMPLS = ("math", "sdpa", "chunked")
 ACTIVATIONS = ("gelu", "swiglu")
 SCHEDULES = ("1f1b", "gpipe")
@@ -67,7 +68,8 @@ class ParallelConfig:
     dp: int = 1
     sequence_parallel: bool = False
     pipeline_schedule: str = "1f1b"
-    backend: str = "sim"  # "sim" (threads in one process) or "gloo" (processes)
+    backend: str = "sim"  # "sim" (threads in one process) or "gloo" (processes; NCCL when each has a GPU)
+    device: str = "auto"  # "auto" (CUDA when visible), "cpu" or "cuda" (microllm/device.py)
 
     @property
     def world_size(self) -> int:
@@ -76,7 +78,8 @@ class ParallelConfig:
 
 @dataclass(frozen=True)
 class PrecisionConfig:
-    """Compute dtype; parameters, gradients and optimizer state stay in fp32."""
+    """Compute dtype; parameters, gradients and optimizer state stay in fp32 (``auto`` follows
+    the device: bf16 on CUDA, fp32 on CPU)."""
 
     dtype: str = "fp32"
     loss_scale: float = 0.0  # 0 = dynamic scaling for fp16, none otherwise
@@ -186,6 +189,7 @@ class Config:
         _need(p.pipeline_schedule in SCHEDULES, f"pipeline_schedule in {SCHEDULES}")
         _need(p.backend in ("sim", "gloo"), "backend in ('sim', 'gloo')")
         _need(self.precision.dtype in DTYPES, f"dtype in {DTYPES}")
+        _need(p.device in DEVICES, f"device in {DEVICES}")
         _need(self.optimizer.lr_decay_style in LR_STYLES, f"lr_decay_style in {LR_STYLES}")
         _need(not self.optimizer.lr_decay_iters or self.optimizer.lr_decay_iters >= self.optimizer.warmup_iters,
               "lr_decay_iters >= warmup_iters")

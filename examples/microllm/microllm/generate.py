@@ -35,7 +35,7 @@ def greedy(stage: GPTStage, ctx: ParallelContext, prompt: torch.Tensor, max_new_
     rng = RankRng.create(0, ctx)
     vocab = stage.cfg.model.vocab_size
     caches = [KVCache() for _ in stage.layers] if use_cache else None
-    tokens = prompt.clone()
+    tokens = prompt.to(ctx.device)  # never changed in place: decoding concatenates
     step_logits: list[torch.Tensor] = []
     logits = stage(tokens, rng, caches=caches)
     for _ in range(max_new_tokens):
@@ -47,7 +47,8 @@ def greedy(stage: GPTStage, ctx: ParallelContext, prompt: torch.Tensor, max_new_
         tokens = torch.cat([tokens, nxt], dim=1)
         if caches is None:
             logits = stage(tokens, rng)
-    return Generation(tokens, step_logits)
+    # Host memory out: a caller compares generations made on different devices and layouts.
+    return Generation(tokens.cpu(), [x.cpu() for x in step_logits])
 
 
 def _rank_generate(ctx: ParallelContext, cfg: Config, state: dict[str, torch.Tensor], prompt: torch.Tensor,

@@ -87,7 +87,7 @@ class AdamW:
         return grads
 
     def local_norm_sq(self) -> torch.Tensor:
-        total = torch.zeros((), dtype=torch.float64)
+        total = torch.zeros((), dtype=torch.float64, device=self.ctx.device)
         for _, p in self.named:
             if counts_for_norm(p, self.ctx):
                 total += p.grad.double().pow(2).sum()
@@ -151,7 +151,7 @@ class LossScaler:
 
     def unscale_and_check(self, grads: list[torch.Tensor], ctx: ParallelContext) -> bool:
         """Divide gradients by the scale; return True if any rank saw inf/nan."""
-        found = torch.zeros(())
+        found = torch.zeros((), device=ctx.device)
         for g in grads:
             if self.scale != 1.0:
                 g.div_(self.scale)

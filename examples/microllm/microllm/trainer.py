@@ -63,7 +63,7 @@ def evaluate(stage: GPTStage, ctx: ParallelContext, cfg: Config, rng: RankRng, d
     stage.train()
     if not ctx.is_last_stage:
         return 0.0
-    mean = torch.tensor(sum(losses) / len(losses), dtype=torch.float64)
+    mean = torch.tensor(sum(losses) / len(losses), dtype=torch.float64, device=ctx.device)
     return float(ctx.dp_group.all_reduce(mean) / ctx.dp)
 
 
@@ -128,7 +128,7 @@ def rank_main(ctx: ParallelContext, cfg: Config, return_state: bool = False) -> 
         optimizer.zero_grad()
         iteration += 1
         if ctx.is_last_stage:
-            mean = torch.tensor(sum(losses) / len(losses), dtype=torch.float64)
+            mean = torch.tensor(sum(losses) / len(losses), dtype=torch.float64, device=ctx.device)
             result.losses.append(float(ctx.dp_group.all_reduce(mean) / ctx.dp))
         result.lrs.append(lr)
         result.grad_norms.append(norm)

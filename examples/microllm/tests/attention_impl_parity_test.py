@@ -30,8 +30,9 @@ def check_kernels(w: harness.Workload) -> None:
     gen = torch.Generator().manual_seed(0)
     heads, seq = w["num_heads"], w["seq_length"]
     shape = (w["micro_batch_size"], heads, seq, w["hidden_size"] // heads)
-    q, k, v = (torch.randn(shape, generator=gen) for _ in range(3))
-    upstream = torch.randn(shape, generator=gen)
+    dev = harness.device()  # drawn in host memory (same values on every device), checked on the device
+    q, k, v = (torch.randn(shape, generator=gen).to(dev) for _ in range(3))
+    upstream = torch.randn(shape, generator=gen).to(dev)
     for q_len in (seq, 5):  # full causal, then decode-shaped (last 5 queries, all keys)
         off = seq - q_len
         inputs = [t.clone().requires_grad_() for t in (q[..., off:, :], k, v)]

@@ -32,11 +32,12 @@ OFFSET = 120.0  # exp(120) overflows fp32: only a max-subtracted softmax survive
 def _kernel(ctx: ParallelContext, logits: torch.Tensor, target: torch.Tensor, upstream: torch.Tensor,
             vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
     """This rank's per-token loss and its vocabulary slice of the logits' gradient."""
-    local = logits.chunk(ctx.tp, dim=-1)[ctx.tp_rank].clone().requires_grad_(True)
-    loss = vocab_parallel_cross_entropy(local, target, ctx.tp_group, vocab)
-    loss.backward(upstream)
+    dev = ctx.device  # the inputs are made in host memory; the kernel runs on the rank's device
+    local = logits.chunk(ctx.tp, dim=-1)[ctx.tp_rank].to(dev, copy=True).requires_grad_(True)
+    loss = vocab_parallel_cross_entropy(local, target.to(dev), ctx.tp_group, vocab)
+    loss.backward(upstream.to(dev))
     assert local.grad is not None and local.grad.dtype == torch.bfloat16, "gradient not in the logits' dtype"
-    return loss.detach(), local.grad
+    return loss.detach().cpu(), local.grad.cpu()
 
 
 def check(w: harness.Workload) -> None:

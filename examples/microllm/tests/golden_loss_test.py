@@ -4,6 +4,11 @@ Absolute: the golden was recorded at the full workload. ``train_iters`` may shri
 prefix is compared) because the schedule is anchored at ``lr_decay_iters``; every other
 dimension is frozen and checked against the golden's. Regenerate with
 ``MICROLLM_REGEN_GOLDEN=1`` after an intended numerical change.
+
+Per device: the golden of the device the test runs on (``harness.reference_path``:
+``golden/golden_loss_test.json`` on CPU, ``golden/golden_loss_test.cuda.json`` on CUDA). A
+device without one fails with the command that records it there; it never falls back to
+another device's curve.
 Catches: any numerical change to the model, data, init or optimizer.
 """
 
@@ -18,39 +23,29 @@ import harness
 from microllm.trainer import train
 
 NAME = "golden_loss_test"
-GOLDEN = harness.GOLDEN_DIR / "golden_loss_test.json"
-RTOL = 1e-3  # CPU kernels and CUDA kernels differ in the last bits; a real change is larger
+RTOL = 1e-3  # thread counts and kernel choices change the last bits; a real change is larger
 
 
 def regen_refusal(env: Mapping[str, str] | None = None) -> str | None:
-    """Why ``MICROLLM_REGEN_GOLDEN=1`` is refused here, or None where regenerating is allowed.
-
-    Regenerating makes this test a pass that checks nothing, so it is refused under Bazel
-    (``TEST_TARGET``/``BAZEL_TEST``) and in CI: only a developer running the file by hand
-    may rewrite the golden.
-    """
-    env = os.environ if env is None else env
-    if env.get("MICROLLM_REGEN_GOLDEN") != "1":
-        return None
-    where = [k for k in ("TEST_TARGET", "BAZEL_TEST") if env.get(k)]
-    if env.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
-        where.append("CI")
-    if not where:
-        return None
-    return (f"{NAME}: MICROLLM_REGEN_GOLDEN=1 refused under {'/'.join(where)}: regenerating "
-            "checks nothing; run `python golden_loss_test.py` by hand outside Bazel and CI")
+    """Why ``MICROLLM_REGEN_GOLDEN=1`` is refused here (``harness.regen_refusal``), or None."""
+    return harness.regen_refusal(NAME, env)
 
 
 def check(w: harness.Workload) -> None:
     refused = regen_refusal()
     if refused:
         raise SystemExit(refused)
+    kind = harness.device_kind()
+    path = harness.reference_path(NAME, kind)
+    regen = os.environ.get("MICROLLM_REGEN_GOLDEN") == "1"
+    assert regen or path.is_file(), harness.missing_reference(NAME, path, kind)
     run = train(harness.config(w))
-    if os.environ.get("MICROLLM_REGEN_GOLDEN") == "1":
-        GOLDEN.write_text(json.dumps({"workload": w, "losses": run.losses}, indent=1) + "\n", encoding="utf-8")
-        print(f"wrote {GOLDEN}")
+    if regen:
+        path.write_text(json.dumps({"workload": w, "device": kind, "losses": run.losses}, indent=1) + "\n",
+                        encoding="utf-8")
+        print(f"wrote {path}")
         return
-    golden = json.loads(GOLDEN.read_text(encoding="utf-8"))
+    golden = json.loads(path.read_text(encoding="utf-8"))
     frozen = {k: v for k, v in golden["workload"].items() if k != "train_iters"}
     mismatched = {k: (w[k], v) for k, v in frozen.items() if w.get(k) != v}
     assert not mismatched, f"golden was recorded at another workload: {mismatched}"

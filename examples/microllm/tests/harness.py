@@ -26,7 +26,14 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from microllm.config import FLAT_INDEX, Config
+# The suite tests the microllm beside it (examples/microllm/microllm), never a copy installed
+# elsewhere: a scratch worktree of a change (`fastci eval`'s pytest route) imports its own.
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if PACKAGE_ROOT not in sys.path:
+    sys.path.insert(0, PACKAGE_ROOT)
+
+from microllm import device as devices  # noqa: E402
+from microllm.config import FLAT_INDEX, Config  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SUITE_FILE = HERE / "suite.bzl"
@@ -113,6 +120,53 @@ def config(workload: Mapping[str, Any], **fixed: Any) -> Config:
     flat = {k: v for k, v in workload.items() if k in FLAT_INDEX}
     flat.update(fixed)
     return Config.from_flat(**flat).validate()
+
+
+def device_kind() -> str:
+    """The device kind this host runs the suite on (``cuda`` when a GPU is visible, else ``cpu``)."""
+    return devices.resolve("auto")
+
+
+def device() -> torch.device:
+    """Where a test's own tensors go (rank 0's device): kernels checked outside ``train``."""
+    return devices.rank_device(device_kind(), 0)
+
+
+def reference_path(name: str, kind: str | None = None) -> Path:
+    """The recorded reference of test ``name`` on a device kind.
+
+    CPU keeps the historical name (``golden/<name>.json``); any other device has its own file
+    (``golden/<name>.<kind>.json``), recorded on that device: CPU and CUDA kernels differ in
+    the last bits, and a reference is never shared between them nor loosened to fit both.
+    """
+    kind = device_kind() if kind is None else kind
+    return GOLDEN_DIR / (f"{name}.json" if kind == "cpu" else f"{name}.{kind}.json")
+
+
+def regen_refusal(name: str, env: Mapping[str, str] | None = None) -> str | None:
+    """Why ``MICROLLM_REGEN_GOLDEN=1`` is refused here, or None where recording is allowed.
+
+    Recording a reference makes the test a pass that checks nothing, so it is refused under
+    Bazel (``TEST_TARGET``/``BAZEL_TEST``) and in CI: only a person (or ``make gpu-check``)
+    running the file by hand may write one.
+    """
+    env = os.environ if env is None else env
+    if env.get("MICROLLM_REGEN_GOLDEN") != "1":
+        return None
+    where = [k for k in ("TEST_TARGET", "BAZEL_TEST") if env.get(k)]
+    if env.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+        where.append("CI")
+    if not where:
+        return None
+    return (f"{name}: MICROLLM_REGEN_GOLDEN=1 refused under {'/'.join(where)}: regenerating "
+            f"checks nothing; run `python {name}.py` by hand outside Bazel and CI")
+
+
+def missing_reference(name: str, path: Path, kind: str) -> str:
+    """The one-line failure of a test whose device has no recorded reference yet."""
+    return (f"{name}: no {kind} reference yet ({path.relative_to(HERE)}): record it on a {kind} host "
+            f"with `MICROLLM_REGEN_GOLDEN=1 python examples/microllm/tests/{name}.py` "
+            "(`make gpu-check` records missing CUDA references and brings them back), then commit it")
 
 
 def assert_close(name: str, got: Sequence[float], want: Sequence[float], rtol: float, atol: float = 0.0) -> None:

@@ -20,7 +20,11 @@ NAME = "train_cli_smoke_test"
 
 
 def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "microllm.train", *args], capture_output=True, text=True, timeout=300)
+    # The child runs the microllm beside this suite too, installed or not (harness.PACKAGE_ROOT).
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (harness.PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")) if p))
+    proc = subprocess.run([sys.executable, "-m", "microllm.train", *args], capture_output=True, text=True,
+                          timeout=300, env=env)
     assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-800:]}"
     return proc
 

@@ -33,7 +33,8 @@ def test_suite_size_and_scope_span() -> None:
 @pytest.mark.parametrize("name", sorted(SUITE))
 def test_entry_is_consistent(name: str) -> None:
     spec = SUITE[name]
-    assert set(spec) == {"gpus", "workload", "floors", "frozen", "scope", "constraints", "check", "reference", "tags"}
+    keys = {"gpus", "workload", "floors", "frozen", "scope", "constraints", "check", "reference", "tags"}
+    assert keys <= set(spec) <= keys | {"cpu_workload"}
     source = (TESTS_DIR / f"{name}.py").read_text(encoding="utf-8")
     module = ast.parse(source)
     names = {t.id: n.value.value for n in module.body if isinstance(n, ast.Assign)
@@ -47,6 +48,12 @@ def test_entry_is_consistent(name: str) -> None:
         assert type(floor) is type(w[dim]) and 0 < floor <= w[dim], dim
     harness.check_constraints(w, spec["constraints"])
     harness.check_constraints({**w, **floors}, spec["constraints"])
+    # The CPU scale (a host without GPUs; validate.bzl check_cpu_workload): reducible dims only,
+    # between floor and full, and a workload the test accepts.
+    cpu = spec.get("cpu_workload", {})
+    for dim, value in cpu.items():
+        assert dim in floors and type(value) is type(w[dim]) and floors[dim] <= value <= w[dim], dim
+    harness.check_constraints({**w, **cpu}, spec["constraints"])
     assert set(spec["scope"]) <= SCOPES
     assert spec["check"] in ("exact", "tolerance", "threshold", "completes", "performance")
     assert spec["reference"] in ("relational", "absolute")
@@ -90,3 +97,28 @@ def test_golden_matches_declared_workload() -> None:
     golden = json.loads((TESTS_DIR / "golden" / "golden_loss_test.json").read_text(encoding="utf-8"))
     assert golden["workload"] == SUITE["golden_loss_test"]["workload"]
     assert len(golden["losses"]) == golden["workload"]["train_iters"]
+
+
+def test_the_suite_imports_the_microllm_beside_it(tmp_path: Path) -> None:
+    """A copy of the example (a change's scratch worktree) tests its own microllm, not the
+    one installed in the environment (an editable install points at another checkout)."""
+    import shutil
+    import subprocess
+    import sys
+
+    copy = tmp_path / "microllm"
+    shutil.copytree(TESTS_DIR.parent / "microllm", copy / "microllm",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(TESTS_DIR, copy / "tests", ignore=shutil.ignore_patterns("__pycache__", "test_*.py"))
+    with (copy / "microllm" / "__init__.py").open("a", encoding="utf-8") as f:
+        f.write("\nCHANGED_COPY = True\n")
+    (copy / "tests" / "test_which.py").write_text(
+        "import subprocess, sys, os\nimport harness, microllm\n\ndef test_which():\n"
+        "    assert getattr(microllm, 'CHANGED_COPY', False), microllm.__file__\n"
+        "    env = dict(os.environ, PYTHONPATH=harness.PACKAGE_ROOT)\n"
+        "    out = subprocess.run([sys.executable, '-c', 'import microllm; print(microllm.CHANGED_COPY)'],\n"
+        "                         env=env, capture_output=True, text=True, check=True).stdout\n"
+        "    assert out.strip() == 'True'\n")
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(copy / "tests" / "test_which.py")],
+                         cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300)
+    assert res.returncode == 0, res.stdout[-2000:]

@@ -26,7 +26,7 @@ from microllm.parallel.tensor_parallel import ColumnParallelLinear, RowParallelL
 
 def rotary_tables(positions: torch.Tensor, head_dim: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin tables ``[seq, head_dim]`` for the given absolute positions."""
-    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim))
     angles = positions.float().unsqueeze(-1) * inv_freq.unsqueeze(0)
     emb = torch.cat([angles, angles], dim=-1)
     return emb.cos(), emb.sin()
@@ -35,6 +35,7 @@ def rotary_tables(positions: torch.Tensor, head_dim: int, base: float) -> tuple[
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate ``x [b, heads, seq, head_dim]`` by position (rotate-half convention)."""
     half = x.shape[-1] // 2
+    cos, sin = cos.to(x.device), sin.to(x.device)  # tables are built in host memory (a no-op on CPU)
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
     return (x.float() * cos + rotated.float() * sin).to(x.dtype)
 
@@ -48,10 +49,10 @@ def causal_mask(sq: int, sk: int, q_offset: int) -> torch.Tensor:
 def math_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offset: int,
                    dropout_p: float = 0.0, generator: torch.Generator | None = None) -> torch.Tensor:
     scores = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(q.shape[-1])
-    scores = scores.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q_offset), float("-inf"))
+    scores = scores.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q_offset).to(q.device), float("-inf"))
     probs = scores.softmax(dim=-1)
     if dropout_p > 0.0:
-        keep = torch.rand(probs.shape, generator=generator) >= dropout_p
+        keep = torch.rand(probs.shape, generator=generator, device=probs.device) >= dropout_p
         probs = probs * keep / (1.0 - dropout_p)
     return (probs.to(v.dtype) @ v).to(q.dtype)
 
@@ -60,7 +61,7 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offset: 
     if q.shape[-2] == k.shape[-2] and q_offset == 0:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     # is_causal aligns the mask top-left; cached decoding needs bottom-right.
-    mask = causal_mask(q.shape[-2], k.shape[-2], q_offset)
+    mask = causal_mask(q.shape[-2], k.shape[-2], q_offset).to(q.device)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
@@ -69,13 +70,13 @@ def chunked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offse
     scale = 1.0 / math.sqrt(q.shape[-1])
     qf = q.float() * scale
     sq, sk = q.shape[-2], k.shape[-2]
-    running_max = torch.full(q.shape[:-1], float("-inf"))
-    running_sum = torch.zeros(q.shape[:-1])
-    acc = torch.zeros(q.shape[:-1] + (v.shape[-1],))
+    running_max = torch.full(q.shape[:-1], float("-inf"), device=q.device)
+    running_sum = torch.zeros(q.shape[:-1], device=q.device)
+    acc = torch.zeros(q.shape[:-1] + (v.shape[-1],), device=q.device)
     for start in range(0, sk, chunk):
         kb, vb = k[..., start:start + chunk, :].float(), v[..., start:start + chunk, :].float()
         scores = qf @ kb.transpose(-1, -2)
-        allowed = causal_mask(sq, sk, q_offset)[:, start:start + chunk]
+        allowed = causal_mask(sq, sk, q_offset).to(q.device)[:, start:start + chunk]
         scores = scores.masked_fill(~allowed, float("-inf"))
         new_max = torch.maximum(running_max, scores.max(dim=-1).values)
         safe_max = torch.where(torch.isinf(new_max), torch.zeros_like(new_max), new_max)

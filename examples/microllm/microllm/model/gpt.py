@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from microllm.config import Config
+from microllm.device import compute_dtype_name
 from microllm.model.attention import KVCache
 from microllm.model.transformer import RankRng, RMSNorm, TransformerLayer
 from microllm.parallel.comm import ParallelContext, SimulatedGroup, _World
@@ -32,7 +33,7 @@ class GPTStage(nn.Module):
         super().__init__()
         m = cfg.model
         self.cfg, self.ctx = cfg, ctx
-        self.compute_dtype = DTYPES[cfg.precision.dtype]
+        self.compute_dtype = DTYPES[compute_dtype_name(cfg.precision.dtype, ctx.device.type)]
         per_stage = m.num_layers // ctx.pp
         self.layer_offset = ctx.pp_rank * per_stage
         sp = ctx.sequence_parallel
@@ -44,6 +45,8 @@ class GPTStage(nn.Module):
             self.final_norm = RMSNorm(m.hidden_size, m.norm_eps, sp)
             self.output = ColumnParallelLinear(m.hidden_size, cfg.padded_vocab_size, ctx.tp_group,
                                                sequence_parallel=sp, vocab_padded=True)
+        # Built on CPU, then moved: the Parameter objects (and their TP split attributes) stay.
+        self.to(ctx.device)
 
     def forward(self, inp: torch.Tensor, rng: RankRng, labels: torch.Tensor | None = None,
                 q_offset: int = 0, caches: list[KVCache] | None = None) -> torch.Tensor:
@@ -78,10 +81,12 @@ def split_meta(p: torch.Tensor) -> tuple[int | None, bool]:
 
 
 def gather_full(stage: GPTStage, tensors: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
-    """Gather this stage's shards over the TP group (a collective) into a full state.
+    """Gather this stage's shards over the TP group (a collective) into a full state, on CPU.
 
     ``tensors`` maps global names to per-rank tensors shaped like the parameters (e.g. Adam
-    moments); by default the parameters themselves are gathered.
+    moments); by default the parameters themselves are gathered. The result lives in host
+    memory whatever the rank's device, so states of runs on different devices (or processes)
+    compare, save and load alike.
     """
     out: dict[str, torch.Tensor] = {}
     group = stage.ctx.tp_group
@@ -89,7 +94,7 @@ def gather_full(stage: GPTStage, tensors: dict[str, torch.Tensor] | None = None)
         local = p.detach() if tensors is None else tensors[name]
         split, padded = split_meta(p)
         parts = [local] if split is None else list(group.all_gather(local, split).chunk(group.size, dim=split))
-        out[name] = unshard(parts, split, padded, stage.cfg.model.vocab_size)
+        out[name] = unshard(parts, split, padded, stage.cfg.model.vocab_size).cpu()
     return out
 
 

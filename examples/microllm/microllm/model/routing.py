@@ -39,7 +39,7 @@ def routing_margin(probs: torch.Tensor, k: int) -> torch.Tensor:
     top = probs.detach().topk(min(k + 1, experts), dim=-1).values
     gaps = top[:, :-1] - top[:, 1:]
     if gaps.shape[-1] == 0:
-        return torch.full(probs.shape[:1], float("inf"))
+        return torch.full(probs.shape[:1], float("inf"), device=probs.device)
     return gaps.min(dim=-1).values.float()
 
 
@@ -58,16 +58,18 @@ class RoutingTrace:
         """Record ``chosen``, or return the replayed decision and note where ``chosen`` differs."""
         self.decisions += chosen.shape[0]
         if self.replay is None:
-            self.recorded.append((chosen.detach().clone(), routing_margin(probs, k)))
+            # Kept in host memory: a trace is saved to disk and may be replayed on another device.
+            self.recorded.append((chosen.detach().cpu(), routing_margin(probs, k).cpu()))
             return chosen
         if self.calls >= len(self.replay):
             raise MicroLLMError(f"routing replay: layer {self.layer_number} has only {len(self.replay)} recorded calls")
         forced, margin = self.replay[self.calls]
+        forced = forced.to(chosen.device)
         self.calls += 1
         if forced.shape != chosen.shape:
             raise MicroLLMError(f"routing replay: layer {self.layer_number} call {self.calls}: "
                                 f"recorded {tuple(forced.shape)} decisions, computed {tuple(chosen.shape)}")
-        differs = (forced != chosen).any(dim=-1)
+        differs = (forced != chosen).any(dim=-1).to(margin.device)
         self.mismatch_margins.extend(float(m) for m in margin[differs])
         return forced
 
@@ -91,5 +93,5 @@ def load_replay(directory: str, dp_rank: int) -> dict[int, list[tuple[torch.Tens
         raise MicroLLMError(f"routing replay: no trace for data-parallel rank {dp_rank} in {directory}")
     layers: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
     for path in paths:
-        layers.update(torch.load(path, weights_only=False))
+        layers.update(torch.load(path, weights_only=False, map_location="cpu"))
     return layers

@@ -34,7 +34,10 @@ class RankRng:
     @classmethod
     def create(cls, seed: int, ctx: ParallelContext) -> "RankRng":
         base = seed + 100 * ctx.pp_rank
-        return cls(torch.Generator().manual_seed(base), torch.Generator().manual_seed(base + 2718 + ctx.tp_rank))
+        # On the rank's device: masks are drawn where they are used (a CUDA run's masks differ
+        # from a CPU run's, and every comparison in the suite is between runs on one device).
+        return cls(torch.Generator(device=ctx.device).manual_seed(base),
+                   torch.Generator(device=ctx.device).manual_seed(base + 2718 + ctx.tp_rank))
 
     def get_state(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.replicated.get_state(), self.tp_region.get_state()
@@ -47,7 +50,7 @@ class RankRng:
 def dropout(x: torch.Tensor, p: float, generator: torch.Generator, training: bool) -> torch.Tensor:
     if not training or p == 0.0:
         return x
-    keep = torch.rand(x.shape, generator=generator) >= p
+    keep = torch.rand(x.shape, generator=generator, device=x.device) >= p
     return x * keep.to(x.dtype) / (1.0 - p)
 
 
@@ -105,12 +108,12 @@ class _AttachAuxLoss(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, aux: torch.Tensor, scale: float) -> torch.Tensor:
-        ctx.scale = scale
+        ctx.scale, ctx.aux_device, ctx.aux_dtype = scale, aux.device, aux.dtype
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
-        return grad, torch.tensor(ctx.scale), None
+        return grad, torch.tensor(ctx.scale, device=ctx.aux_device, dtype=ctx.aux_dtype), None
 
 
 class MoE(nn.Module):

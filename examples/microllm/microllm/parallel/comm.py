@@ -5,7 +5,11 @@ Two collective back ends share one interface:
 * :class:`SimulatedGroup` — ranks are threads of one process; a collective is a rendezvous on a
   barrier where every rank reduces the same list of tensors in rank order, so results are
   deterministic and identical on every rank.
-* :class:`DistGroup` — real ``torch.distributed`` (gloo) processes.
+* :class:`DistGroup` — real ``torch.distributed`` processes: NCCL when every process has a GPU
+  of its own, gloo otherwise (CUDA tensors then travel through host memory).
+
+Every rank computes on the device :mod:`microllm.device` gives it (``ParallelContext.device``):
+CPU, or one of the visible GPUs, which simulated ranks share round-robin.
 
 Model code is written once, SPMD style, against :class:`Group`.
 """
@@ -17,13 +21,13 @@ import queue
 import socket
 import tempfile
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
 
-from microllm import MicroLLMError
+from microllm import MicroLLMError, device as devices
 from microllm.config import ParallelConfig
 
 TIMEOUT_S = 60.0  # a rank that waits longer than this is deadlocked: fail, do not hang
@@ -89,9 +93,11 @@ class _World:
 class SimulatedGroup(Group):
     """A group of thread-ranks; collectives reduce in rank order (deterministic)."""
 
-    def __init__(self, world: _World, kind: str, ranks: tuple[int, ...], rank: int) -> None:
+    def __init__(self, world: _World, kind: str, ranks: tuple[int, ...], rank: int,
+                 device: torch.device | None = None) -> None:
         self.world, self.kind, self.global_ranks, self.rank = world, kind, ranks, rank
         self.size = len(ranks)
+        self.device = device if device is not None else torch.device("cpu")
         self._hub = world.hub(kind, ranks)
 
     def _exchange(self, t: torch.Tensor, combine: Callable[[list[torch.Tensor]], torch.Tensor]) -> torch.Tensor:
@@ -99,7 +105,8 @@ class SimulatedGroup(Group):
             return combine([t.detach()])
         self._hub.slots[self.rank] = t.detach()
         self._hub.barrier.wait()
-        out = combine(list(self._hub.slots))
+        # Ranks may sit on different GPUs: each reduces every slot on its own device, in rank order.
+        out = combine([v.to(t.device) for v in self._hub.slots])
         self._hub.barrier.wait()  # nobody may overwrite a slot before every rank has read it
         return out
 
@@ -128,45 +135,50 @@ class SimulatedGroup(Group):
                     raise MicroLLMError(f"recv from pipeline rank {src} aborted") from None
         if tuple(t.shape) != tuple(shape) or t.dtype != dtype:
             raise MicroLLMError(f"p2p mismatch: got {tuple(t.shape)}/{t.dtype}, want {tuple(shape)}/{dtype}")
-        return t
+        return t.to(self.device)
 
     def flush(self) -> None:
         return None
 
 
 class DistGroup(Group):
-    """A group backed by ``torch.distributed`` (gloo)."""
+    """A group backed by ``torch.distributed``; ``wire`` is the device its transport reads
+    (the rank's GPU for NCCL, host memory for gloo)."""
 
-    def __init__(self, kind: str, ranks: tuple[int, ...], rank: int, handle: Any) -> None:
+    def __init__(self, kind: str, ranks: tuple[int, ...], rank: int, handle: Any,
+                 device: torch.device | None = None, wire: torch.device | None = None) -> None:
         self.kind, self.global_ranks, self.rank, self.handle = kind, ranks, rank, handle
         self.size = len(ranks)
+        self.device = device if device is not None else torch.device("cpu")
+        self.wire = wire if wire is not None else torch.device("cpu")
         self._pending: list[tuple[Any, torch.Tensor]] = []
 
     def all_reduce(self, t: torch.Tensor, op: str = "sum") -> torch.Tensor:
-        out = t.detach().clone()
+        out = t.detach().to(self.wire, copy=True)
         if self.size > 1:
             dist.all_reduce(out, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX, group=self.handle)
-        return out
+        return out.to(t.device)
 
     def all_gather(self, t: torch.Tensor, dim: int) -> torch.Tensor:
         if self.size == 1:
             return t.detach().clone()
-        parts = [torch.empty_like(t) for _ in range(self.size)]
-        dist.all_gather(parts, t.detach().contiguous(), group=self.handle)
-        return torch.cat(parts, dim=dim)
+        mine = t.detach().to(self.wire).contiguous()
+        parts = [torch.empty_like(mine) for _ in range(self.size)]
+        dist.all_gather(parts, mine, group=self.handle)
+        return torch.cat(parts, dim=dim).to(t.device)
 
     def reduce_scatter(self, t: torch.Tensor, dim: int) -> torch.Tensor:
         # gloo has no reduce_scatter; all_reduce + local chunk has the same result.
         return self.all_reduce(t).chunk(self.size, dim=dim)[self.rank].clone()
 
     def send(self, t: torch.Tensor, dst: int) -> None:
-        buf = t.detach().contiguous().clone()
+        buf = t.detach().to(self.wire, copy=True).contiguous()
         self._pending.append((dist.isend(buf, dst=self.global_ranks[dst]), buf))
 
     def recv(self, src: int, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
-        buf = torch.empty(tuple(shape), dtype=dtype)
+        buf = torch.empty(tuple(shape), dtype=dtype, device=self.wire)
         dist.recv(buf, src=self.global_ranks[src])
-        return buf
+        return buf.to(self.device)
 
     def flush(self) -> None:
         for work, _ in self._pending:
@@ -189,6 +201,7 @@ class ParallelContext:
     tp_group: Group
     pp_group: Group
     dp_group: Group
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))  # where this rank computes
 
     @property
     def is_first_stage(self) -> bool:
@@ -220,7 +233,8 @@ def group_ranks(p: ParallelConfig) -> dict[str, list[tuple[int, ...]]]:
     }
 
 
-def _context(rank: int, p: ParallelConfig, make: Callable[[str, tuple[int, ...]], Group]) -> ParallelContext:
+def _context(rank: int, p: ParallelConfig, make: Callable[[str, tuple[int, ...]], Group],
+             device: torch.device) -> ParallelContext:
     t, d, s = coords(rank, p)
     groups: dict[str, Group] = {}
     for kind, all_ranks in group_ranks(p).items():
@@ -229,11 +243,13 @@ def _context(rank: int, p: ParallelConfig, make: Callable[[str, tuple[int, ...]]
             if rank in ranks:
                 groups[kind] = g
     return ParallelContext(p.tp, p.pp, p.dp, t, s, d, rank, p.sequence_parallel,
-                           groups["tp"], groups["pp"], groups["dp"])
+                           groups["tp"], groups["pp"], groups["dp"], device)
 
 
 def launch(fn: Callable[..., Any], parallel: ParallelConfig, *args: Any) -> list[Any]:
     """Run ``fn(ctx, *args)`` on every rank; return the per-rank results by global rank."""
+    kind = devices.resolve(parallel.device)
+    devices.prepare(kind)
     if parallel.backend == "gloo":
         return _launch_gloo(fn, parallel, args)
     world, n = _World(), parallel.world_size
@@ -241,11 +257,20 @@ def launch(fn: Callable[..., Any], parallel: ParallelConfig, *args: Any) -> list
     errors: list[BaseException | None] = [None] * n
 
     def body(rank: int) -> None:
+        device = devices.rank_device(kind, rank)
+
         def make(kind: str, ranks: tuple[int, ...]) -> Group:
-            return SimulatedGroup(world, kind, ranks, ranks.index(rank) if rank in ranks else -1)
+            return SimulatedGroup(world, kind, ranks, ranks.index(rank) if rank in ranks else -1, device)
 
         try:
-            results[rank] = fn(_context(rank, parallel, make), *args)
+            if device.type == "cuda":
+                torch.cuda.set_device(device)  # per thread: kernels of this rank go to its GPU
+            # Backward on this rank's own thread (thread-local switch). By default autograd runs
+            # CUDA backward on one worker thread per device: ranks sharing a GPU would queue their
+            # backward passes there, and a collective inside one (a TP all-reduce in a custom
+            # autograd.Function) would wait forever for a rank queued behind it.
+            with torch.autograd.set_multithreading_enabled(False):
+                results[rank] = fn(_context(rank, parallel, make, device), *args)
         except BaseException as exc:  # noqa: BLE001 - re-raised below, after every rank stops
             errors[rank] = exc
             world.abort()
@@ -275,14 +300,21 @@ def _free_port() -> int:
 def _gloo_entry(rank: int, fn: Callable[..., Any], parallel: ParallelConfig, args: tuple[Any, ...],
                 port: int, out_dir: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    kind = devices.resolve(parallel.device)
+    devices.prepare(kind)
+    device = devices.rank_device(kind, rank)
+    transport = devices.process_transport(kind, parallel.world_size)
+    wire = device if transport == "nccl" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(transport, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=parallel.world_size)
     try:
         def make(kind: str, ranks: tuple[int, ...]) -> Group:
             handle = dist.new_group(list(ranks)) if len(ranks) > 1 else None
-            return DistGroup(kind, ranks, ranks.index(rank) if rank in ranks else -1, handle)
+            return DistGroup(kind, ranks, ranks.index(rank) if rank in ranks else -1, handle, device, wire)
 
-        result = fn(_context(rank, parallel, make), *args)
+        result = fn(_context(rank, parallel, make, device), *args)
         torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
         dist.barrier()
     finally:
@@ -295,5 +327,5 @@ def _launch_gloo(fn: Callable[..., Any], parallel: ParallelConfig, args: tuple[A
     with tempfile.TemporaryDirectory(prefix="microllm-gloo-") as out_dir:
         mp.start_processes(_gloo_entry, args=(fn, parallel, args, _free_port(), out_dir),
                            nprocs=parallel.world_size, join=True, start_method="spawn")
-        return [torch.load(os.path.join(out_dir, f"rank{r}.pt"), weights_only=False)
+        return [torch.load(os.path.join(out_dir, f"rank{r}.pt"), weights_only=False, map_location="cpu")
                 for r in range(parallel.world_size)]

@@ -57,8 +57,9 @@ class _Stage:
             self.ctx.pp_group.send(grad, self.ctx.pp_rank - 1)
 
     def forward(self, mb: Microbatch, inp: torch.Tensor | None) -> torch.Tensor:
-        labels = mb.labels if self.ctx.is_last_stage else None
-        out = self.stage(mb.tokens if inp is None else inp, self.rng, labels=labels)
+        dev = self.ctx.device  # the data is made in host memory; a no-op on CPU
+        labels = mb.labels.to(dev) if self.ctx.is_last_stage else None
+        out = self.stage(mb.tokens.to(dev) if inp is None else inp, self.rng, labels=labels)
         if not self.ctx.is_last_stage:
             return out
         loss = out.float().mean()

@@ -159,7 +159,7 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
         local = logits.shape[-1]
         start = group.rank * local
         x = logits.float()
-        padded = torch.arange(start, start + local) >= vocab_size
+        padded = torch.arange(start, start + local, device=logits.device) >= vocab_size
         x = x.masked_fill(padded, float("-inf"))
         x = x - group.all_reduce(x.max(dim=-1).values, op="max").unsqueeze(-1)
         in_range = (target >= start) & (target < start + local)
@@ -195,7 +195,8 @@ def shard(full: torch.Tensor, split_dim: int | None, vocab_padded: bool, rank: i
           padded_vocab: int) -> torch.Tensor:
     """Slice this rank's shard out of an unpadded full tensor (padding rows are zero)."""
     if vocab_padded:
-        pad = torch.zeros((padded_vocab - full.shape[0],) + tuple(full.shape[1:]), dtype=full.dtype)
+        pad = torch.zeros((padded_vocab - full.shape[0],) + tuple(full.shape[1:]), dtype=full.dtype,
+                          device=full.device)
         full = torch.cat([full, pad], dim=0)
     if split_dim is None:
         return full.clone()

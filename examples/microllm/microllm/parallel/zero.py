@@ -33,13 +33,14 @@ class ZeroAdamW(AdamW):
         self.decay_mask = self._flat_mask([decays(p) for _, p in named_params])[own]
         self.norm_mask = self._flat_mask([counts_for_norm(p, ctx) for _, p in named_params])[own].double()
         self.param_shard = self._flatten([p.detach() for _, p in named_params])[own].clone()
-        self.exp_avg_shard = torch.zeros(self.shard_size)
-        self.exp_avg_sq_shard = torch.zeros(self.shard_size)
-        self.grad_shard = torch.zeros(self.shard_size)
+        self.exp_avg_shard = torch.zeros(self.shard_size, device=ctx.device)
+        self.exp_avg_sq_shard = torch.zeros(self.shard_size, device=ctx.device)
+        self.grad_shard = torch.zeros(self.shard_size, device=ctx.device)
 
     def _flatten(self, tensors: list[torch.Tensor]) -> torch.Tensor:
-        flat = torch.cat([t.reshape(-1).float() for t in tensors])
-        return torch.cat([flat, torch.zeros(self.padded - flat.numel())])
+        # Everything flat lives on the rank's device (loaded moments may come from host memory).
+        flat = torch.cat([t.reshape(-1).float().to(self.ctx.device) for t in tensors])
+        return torch.cat([flat, torch.zeros(self.padded - flat.numel(), device=flat.device)])
 
     def _flat_mask(self, flags: list[bool]) -> torch.Tensor:
         return self._flatten([torch.full((n,), float(f)) for n, f in zip(self.sizes, flags)]).bool()
@@ -61,7 +62,9 @@ class ZeroAdamW(AdamW):
 
     def step(self, lr: float) -> None:
         self.step_count += 1
-        decay = torch.where(self.decay_mask, torch.tensor(1.0 - lr * self.opt.weight_decay), torch.tensor(1.0))
+        dev = self.ctx.device
+        decay = torch.where(self.decay_mask, torch.tensor(1.0 - lr * self.opt.weight_decay, device=dev),
+                            torch.tensor(1.0, device=dev))
         adamw_math(self.param_shard, self.grad_shard, self.exp_avg_shard, self.exp_avg_sq_shard,
                    self.step_count, lr, decay, self.opt)
         full = self._unflatten(self.ctx.dp_group.all_gather(self.param_shard, 0))
