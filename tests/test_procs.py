@@ -20,6 +20,7 @@ import pytest
 
 from fastci.integrations import procs
 from fastci.plan.model import Plan, PlannedTest, dump_plan
+from plan_support import tie
 from test_pytest_ids import _commit, _project
 
 HANGS = '''
@@ -50,8 +51,8 @@ def test_a_cancelled_run_stops_pytest_and_the_tests_children(tmp_path: Path, sig
     (root / "pkg/tests/bar_test.py").write_text(HANGS)
     (root / ".gitignore").write_text("__pycache__/\n/.fastci/\npids.txt\n")
     _commit(root)
-    dump_plan(Plan("selective", tests=(PlannedTest("pkg/tests/bar_test.py::test_hangs"),)),
-              root / ".fastci/plan.json")
+    dump_plan(tie(Plan("selective", tests=(PlannedTest("pkg/tests/bar_test.py::test_hangs"),)),
+                  root), root / ".fastci/plan.json")
     fastci = subprocess.Popen([sys.executable, "-m", "fastci", "run", "--root", str(root)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -108,7 +109,8 @@ def test_control_characters_in_test_ids_are_printed_escaped(
     (root / ".gitignore").write_text("__pycache__/\n/.fastci/\n")
     _commit(root)
     forged = "pkg/tests/bar_test.py::test_x\x1b[2J\n  PASSED     everything"
-    dump_plan(Plan("selective", tests=(PlannedTest(forged),)), root / ".fastci/plan.json")
+    dump_plan(tie(Plan("selective", tests=(PlannedTest(forged),)), root),
+              root / ".fastci/plan.json")
     cli.main(["run", "--root", str(root)])
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\n  PASSED     everything" not in out, out

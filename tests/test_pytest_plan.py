@@ -300,7 +300,7 @@ def test_a_pruned_test_runs_where_nothing_runs_it_after_a_failure(tmp_path: Path
                 skipped=(SkippedTest("test_suite.py::test_a", "pruned: same contexts as test_b",
                                      ("test_suite.py::test_b",)),
                          SkippedTest("test_suite.py::test_c", "not affected")))
-    (tmp_path / "plan.json").write_text(plan.to_json())
+    (tmp_path / "plan.json").write_text(tie(plan, tmp_path, tmp_path / "plan.json").to_json())
     res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", "-v",
                           "--fastci-plan", "plan.json", "test_suite.py",
                           *(["--fastci-prunes-rerun"] if rerun else [])], cwd=tmp_path,

@@ -36,8 +36,10 @@ IN_TEST_ENTRY_POINTS: tuple[str, ...] = (
 #: The import closure of :data:`IN_TEST_ENTRY_POINTS` (package ``__init__`` files included:
 #: they run at import).
 IN_TEST_MODULES: tuple[str, ...] = (
-    "fastci", "fastci.errors", "fastci.gcpause", "fastci.types", "fastci.pytest_plugin",
-    "fastci.evidence", "fastci.evidence.child_start", "fastci.evidence.children",
+    "fastci", "fastci.config", "fastci.errors", "fastci.gcpause", "fastci.types",
+    "fastci.pytest_plugin",
+    "fastci.evidence", "fastci.evidence.autograd", "fastci.evidence.child_start",
+    "fastci.evidence.children", "fastci.evidence.inputs", "fastci.evidence.traced",
     "fastci.evidence.collection", "fastci.evidence.contexts", "fastci.evidence.covplugin",
     "fastci.evidence.distributions", "fastci.evidence.environment", "fastci.evidence.files",
     "fastci.evidence.recorder", "fastci.evidence.trace", "fastci.evidence.trace_pb2",
@@ -46,7 +48,8 @@ IN_TEST_MODULES: tuple[str, ...] = (
     "fastci.integrations.pytest.ids", "fastci.integrations.pytest.plan",
     "fastci.integrations.pytest.plugin", "fastci.integrations.pytest.untraced",
     "fastci.plan", "fastci.plan.model", "fastci.plan.workload",
-    "fastci.run", "fastci.run.gpus", "fastci.run.launch", "fastci.run.schedule",
+    "fastci.run", "fastci.run.gpus", "fastci.run.launch", "fastci.run.scale",
+    "fastci.run.schedule",
     "fastci.units", "fastci.units.lines",
 )
 
