@@ -219,3 +219,17 @@ def test_rung_timeout_is_a_positive_number_of_seconds(tmp_path: Path) -> None:
     for bad in ("0", "-3", "soon"):
         with pytest.raises(config.ConfigError, match="rung_timeout_s"):
             config.load(tmp_path, env={"FASTCI_RUNG_TIMEOUT_S": bad})
+
+
+def test_a_python_path_in_run_all_runs_everything(tmp_path: Path) -> None:
+    """run_all held Python paths (setup.py, conftest.py, build scripts) that were never
+    checked: only non-Python paths were, so editing setup.py ran nothing."""
+    for path in ("setup.py", "tools/gen.py"):
+        suite = Suite(tmp_path / path.replace("/", "_"),
+                      "run_all: [BUILD.bazel, fastci.yaml, setup.py, 'tools/**']\n")
+        suite.repo.write({path: "def main():\n    return 2\n"})
+        a = suite.plan(suite.load())
+        assert [r.sentence for r in a.selection.widen] == [
+            f"{path} changed and matches run_all {path if path == 'setup.py' else 'tools/**'!r}: "
+            "everything runs"], a.selection.widen
+        suite.store.close()

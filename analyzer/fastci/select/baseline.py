@@ -423,6 +423,14 @@ def _path_rules(hits: Hits, changes: ChangeSet, store: EvidenceReader, config: C
                 f"process ({own}): everything runs", path=path,
                 via="core rule: FastCI's in-test code (launcher, recorder, pytest plugin)"),
                 rule="FastCI's in-test code")
+            continue
+        rule = first_match(path, config.run_all)
+        if rule is not None:  # Python a person marked: setup.py, conftest.py, build scripts
+            reached = [t for t in evidence_tests if path in base.candidates(t)]
+            _widen(hits, widen, reached, len(evidence_tests), Reason(
+                DecisionKind.RUN_ALL_PATH,
+                f"{shown(path)} changed and matches run_all {rule!r}: everything runs",
+                path=path, via=f"fastci.yaml run_all: {rule}"), rule=f"run_all {rule!r}")
     paths = sorted(p for p in base.everything if not is_python(p))
     readers = store.tests_for_files(paths)
     for path in paths:
