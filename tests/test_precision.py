@@ -281,3 +281,29 @@ def test_what_a_discovery_call_can_find(code: str, finds: list[str], misses: lis
     (found,) = file_discoveries(tree)
     assert all(found.can_find(p) for p in finds), found
     assert not any(found.can_find(p) for p in misses), found
+
+
+# A folder glob whose entries are then run (found in review): the pattern names a folder
+# below the listed one, not the file the change adds.
+PLUGINS = {
+    "pkg/__init__.py": "",
+    "pkg/loader.py": ("import glob, os, runpy\nHERE = os.path.dirname(__file__)\n\n\n"
+                      "def load():\n    out = []\n"
+                      "    for d in sorted(glob.glob(os.path.join(HERE, 'plugin_*'))):\n"
+                      "        out.append(runpy.run_path(os.path.join(d, 'main.py'))['VALUE'])\n"
+                      "    return out\n"),
+    "pkg/plugin_a/__init__.py": "",
+    "pkg/plugin_a/main.py": "VALUE = 1\n",
+    "test_load.py": "from pkg.loader import load\n\n\ndef test_load():\n"
+                    "    assert all(v == 1 for v in load())\n",
+    "test_other.py": "def test_other():\n    assert True\n",
+}
+
+
+def test_a_folder_pattern_reaches_the_files_below_the_folders_it_finds(tmp_path: Path) -> None:
+    s = Suite(tmp_path / "repo", PLUGINS)
+    s.record()
+    s.repo.commit({"pkg/plugin_b/__init__.py": "", "pkg/plugin_b/main.py": "VALUE = 2\n"})
+    assert "test_load" in s.chosen()
+    assert "test_other" not in s.chosen()
+    s.store.close()

@@ -27,7 +27,6 @@ from __future__ import annotations
 import ast
 import builtins
 import fnmatch
-import posixpath
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
 
@@ -393,8 +392,12 @@ class FileDiscovery:
         """Whether this call may find the file ``path`` (a module by its dotted name,
         matched on any suffix since the import root is unknown)."""
         if not self.modules:
-            name = posixpath.basename(path)
-            return all(any(fnmatch.fnmatchcase(name, p) for p in group)
+            # The pattern may name any level below the listed folder (``plugin_*`` finds
+            # ``plugin_b/``, whose ``main.py`` is then run) or a whole path: every folder
+            # name, the file's name and every path suffix are candidates.
+            parts = path.split("/")
+            names = {*parts, *("/".join(parts[i:]) for i in range(len(parts)))}
+            return all(any(fnmatch.fnmatchcase(x, p) for p in group for x in names)
                        for group in self.patterns)
         parts = module_name(path).split(".")
         suffixes = [".".join(parts[i:]) for i in range(len(parts))]
