@@ -155,7 +155,8 @@ def test_is_manifest() -> None:
     ("pyproject.toml", '[project]\ndependencies = ["tqdm>=4"]\n',
      '[project]\ndependencies = ["tqdm>=4.71"]\n', "4.70.1", False),
     ("pyproject.toml", '[project]\ndependencies = ["tqdm>=4"]\n',
-     '[project]\ndependencies = ["tqdm[notebook]>=4.66,<5"]\n', "4.70.1", True),
+     # New extras install more (their dependencies switch features on): not text only.
+     '[project]\ndependencies = ["tqdm[notebook]>=4.66,<5"]\n', "4.70.1", False),
     ("pyproject.toml", '[project]\ndependencies = ["tqdm>=4"]\n',
      '[project]\ndependencies = ["tqdm>=4.66; python_version>\'3.8\'"]\n', "4.70.1", False),
     ("pyproject.toml", '[project]\ndependencies = ["tqdm>=4"]\n',
@@ -178,3 +179,28 @@ def test_a_new_requirement_admits_the_recorded_version_or_not(
     change = read_change(name, old.encode(), new.encode())
     assert change is not None and change.distributions == ("tqdm",)
     assert change.admits("tqdm", version) is admits
+
+
+# Found in review: a pin rule that compares versions only admitted changes that are not
+# about the version at all.
+def test_a_lock_entry_whose_source_moved_at_the_same_version_is_not_admitted() -> None:
+    old = ('[[package]]\nname = "mylib"\nversion = "0.3.0"\n[package.source]\ntype = "git"\n'
+           'url = "https://example.invalid/mylib.git"\nresolved_reference = "1111111"\n')
+    new = old.replace("1111111", "2222222")
+    change = read_change("poetry.lock", old.encode(), new.encode())
+    assert change is not None and change.distributions == ("mylib",)
+    assert not change.admits("mylib", "0.3.0")
+    bumped = read_change("poetry.lock", old.encode(),
+                         old.replace('version = "0.3.0"', 'version = "0.3.1"').encode())
+    assert bumped is not None and bumped.admits("mylib", "0.3.1")  # a bump in text only
+
+
+def test_extras_or_a_local_label_are_not_admitted_by_the_version() -> None:
+    extras = read_change("requirements.txt", b"accelerate==0.25.0\n",
+                         b"accelerate[deepspeed]==0.25.0\n")
+    assert extras is not None and not extras.admits("accelerate", "0.25.0")
+    local = read_change("requirements.txt", b"torchvision==0.16.0+cpu\n",
+                        b"torchvision==0.16.0\n")
+    assert local is not None and not local.admits("torchvision", "0.16.0+cpu")
+    plain = read_change("requirements.txt", b"tqdm>=4\n", b"tqdm>=4.60\n")
+    assert plain is not None and plain.admits("tqdm", "4.66.1")

@@ -75,6 +75,10 @@ class ManifestChange:
     inert: tuple[str, ...] = ()
     #: Of ``distributions``: each one's entries in the new manifest (none: removed).
     requirements: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: Of ``distributions``: those whose entries changed in more than their versions
+    #: (extras, a lock's source or commit, the files of the same version...): no
+    #: recorded version can tell that such a change is text only.
+    beyond_version: tuple[str, ...] = ()
 
     def admits(self, name: str, version: str | None) -> bool:
         """Whether the new manifest still admits ``version`` of changed distribution
@@ -82,6 +86,8 @@ class ManifestChange:
         nothing a test ran). False whenever it cannot be sure: no recorded version, a
         removed requirement, a marker, a URL, a non-PEP 440 specifier (Poetry's ``^``)."""
         entries = dict(self.requirements).get(name)
+        if name in self.beyond_version:
+            return False
         return bool(version and entries) and all(_entry_admits(e, version or "")
                                                  for e in entries or ())
 
@@ -145,8 +151,52 @@ def _compare(path: RelPath, old: tuple[_Deps, _Parts], new: tuple[_Deps, _Parts]
             continue
         meaningful = (a[0] if a else False) or (b[0] if b else False)
         (settings if meaningful else inert).append(part)
+    beyond = tuple(n for n in changed if n in old_deps and n in new_deps
+                   and _beyond_version(old_deps[n], new_deps[n]))
     return ManifestChange(path, tuple(changed), tuple(added), tuple(settings), tuple(inert),
-                          tuple((n, tuple(sorted(new_deps.get(n, [])))) for n in changed))
+                          tuple((n, tuple(sorted(new_deps.get(n, [])))) for n in changed),
+                          beyond)
+
+
+#: What a version bump of a locked package changes besides its version.
+_LOCK_VERSIONED = frozenset({"version", "files", "hashes", "hash", "wheels", "sdist"})
+
+
+def _shape(entry: str) -> tuple[str, str]:
+    """An entry without its version (:func:`_beyond_version`): a requirement's group,
+    extras, marker and URL; a lock entry's fields but those a version bump changes."""
+    group, sep, spec = entry.partition(_SEP)
+    if not sep:
+        try:
+            locked = json.loads(entry)
+        except ValueError:
+            return ("lock", entry)
+        if not isinstance(locked, dict):
+            return ("lock", entry)
+        return ("lock", _dump({k: v for k, v in locked.items() if k not in _LOCK_VERSIONED}))
+    extras = re.match(r"\[[^\]]*\]", spec)
+    rest = re.sub(r"^\[[^\]]*\]", "", spec)
+    tail = rest[min((i for i in (rest.find(";"), rest.find("@")) if i >= 0), default=len(rest)):]
+    return (group, f"{extras.group(0) if extras else ''}{tail}")
+
+
+def _beyond_version(old: list[str], new: list[str]) -> bool:
+    """Whether a distribution's entries changed in more than their versions: their shapes
+    differ, or a lock entry changed while its version stayed (a rebuilt wheel, a git
+    dependency moved to another commit)."""
+    if sorted(map(_shape, old)) != sorted(map(_shape, new)):
+        return True
+    def versions(entries: list[str]) -> list[str]:
+        out = []
+        for e in entries:
+            if _SEP not in e:
+                try:
+                    out.append(str(json.loads(e).get("version")))
+                except (ValueError, AttributeError):
+                    return ["?"]
+        return sorted(out)
+    locked_old, locked_new = versions(old), versions(new)
+    return bool(locked_old) and locked_old == locked_new
 
 
 def _dump(value: Any) -> str:
@@ -184,7 +234,12 @@ def _entry_admits(entry: str, version: str) -> bool:
         spec = re.sub(r"^\[[^\]]*\]", "", spec)  # extras do not change the version
         if ";" in spec or "@" in spec:
             return False  # a marker or a URL: not a version range we can read
-        return SpecifierSet(spec).contains(Version(version), prereleases=True)
+        installed = Version(version)
+        if installed.local is not None and f"+{installed.local}" not in spec:
+            # PEP 440 ignores a local label (``+cpu``, ``+cu121``) in ``==``, but the build
+            # it names is what the test ran: a pin without it may install another.
+            return False
+        return SpecifierSet(spec).contains(installed, prereleases=True)
     except (ValueError, TypeError, InvalidSpecifier, InvalidVersion):
         return False
 
