@@ -307,3 +307,23 @@ def test_a_folder_pattern_reaches_the_files_below_the_folders_it_finds(tmp_path:
     assert "test_load" in s.chosen()
     assert "test_other" not in s.chosen()
     s.store.close()
+
+
+# Found in review: a re-export from another module drops the attribute the old import
+# set on the package (``pkg.utils``), which a test read.
+SUBMODULE_ATTR = {
+    "pkg/__init__.py": '"""A package."""\nfrom pkg.utils import clip\n',
+    "pkg/utils.py": "def clip(x):\n    return min(x, 1)\n\n\ndef scale(x):\n    return 2 * x\n",
+    "pkg/helpers.py": "def clip(x):\n    return min(x, 1)\n",
+    "test_clip.py": "from pkg import clip\n\n\ndef test_clip():\n    assert clip(3) == 1\n",
+    "test_attr.py": "import pkg\n\n\ndef test_attr():\n    assert pkg.utils.scale(2) == 4\n",
+}
+
+
+def test_a_reexport_that_stops_importing_a_submodule_reaches_its_attribute_users(
+        tmp_path: Path) -> None:
+    s = Suite(tmp_path / "repo", SUBMODULE_ATTR)
+    s.record()
+    s.repo.commit({"pkg/__init__.py": '"""A package."""\nfrom pkg.helpers import clip\n'})
+    assert {"test_clip", "test_attr"} <= set(s.chosen())
+    s.store.close()

@@ -150,6 +150,7 @@ def _changed_names(change: UnitChange, old: ast.Module, new: ast.Module, tree: H
             if prefix == "import":
                 for name, origin in _import_origins(stmt).items():
                     imported[i].setdefault(name, set()).add(origin)
+                names |= _package_attributes(stmt)
             else:
                 names |= bound
         if prefix == "import" and not _imports_inert(change.path, key, before, after, old, new,
@@ -166,6 +167,19 @@ def _changed_names(change: UnitChange, old: ast.Module, new: ast.Module, tree: H
     # reads ``m.__all__``): a star import widens the walk and a load of ``__all__`` is
     # followed like any name, so a re-export's longer list is a binding like others.
     return names
+
+
+def _package_attributes(stmt: ast.stmt) -> set[str]:
+    """What an import sets besides the names it binds: importing ``pkg.utils`` (also
+    through ``from pkg.utils import x``) makes ``utils`` an attribute of ``pkg``, which a
+    test may read (``pkg.utils.scale``); adding or dropping the import changes it."""
+    if isinstance(stmt, ast.Import):
+        modules = [a.name for a in stmt.names]
+    elif isinstance(stmt, ast.ImportFrom) and stmt.module:
+        modules = [stmt.module]
+    else:
+        return set()
+    return {part for m in modules for part in m.split(".")[1:]}
 
 
 def _plain_all(tree: ast.Module) -> bool:
