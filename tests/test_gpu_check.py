@@ -162,3 +162,20 @@ def test_a_failed_rung_is_not_a_failed_calibration(monkeypatch: pytest.MonkeyPat
     outputs["dp_parity_test"] = gc.Ran(1, "fastci: pytest cannot collect the tests to calibrate", 1.0)
     with pytest.raises(gc.StageFailed, match="calibrate failed for 1 test"):
         gc.stage_calibrate(ctx)
+
+
+REACH_OUT = """tests/test_record_reach.py::test_autograd_multithreading_is_off_while_recording_and_restored_after PASSED [ 33%]
+tests/test_record_reach.py::test_editing_a_custom_backward_selects_the_test_that_ran_it[cpu] PASSED [ 66%]
+tests/test_record_reach.py::test_editing_a_custom_backward_selects_the_test_that_ran_it[cuda] {cuda} [100%]
+"""
+
+
+def test_the_recorders_device_case_must_run_on_the_gpu() -> None:
+    check = _load()
+    ran = check.reach_outcome(0, REACH_OUT.format(cuda="PASSED"), need_cuda=True)
+    assert ran["cases"]["test_editing_a_custom_backward_selects_the_test_that_ran_it[cuda]"] == "PASSED"
+    with pytest.raises(check.StageFailed, match="did not run on the device"):
+        check.reach_outcome(0, REACH_OUT.format(cuda="SKIPPED"), need_cuda=True)
+    assert check.reach_outcome(0, REACH_OUT.format(cuda="SKIPPED"), need_cuda=False)  # the smoke
+    with pytest.raises(check.StageFailed, match="failed"):
+        check.reach_outcome(1, REACH_OUT.format(cuda="FAILED"), need_cuda=False)

@@ -14,6 +14,9 @@ Stages, each with a time budget printed next to what it took (the whole check is
                   the throughput floor, at full workload) and copies them to
                   ``<out>/references/`` to be committed.
 3. ``floors``     every example test once at its floors on the device (pytest route); all pass.
+   ``reach``      the recorder's device cases (``tests/test_record_reach.py``): autograd's
+                  multithreading off while recording, and an edited custom ``backward`` run
+                  on the device selecting its test; the ``[cuda]`` case must run, not skip.
 4. ``record``     the subset (>= 6 reducible tests: TP, PP, DP, checkpointing, KV cache,
                   golden) recorded at full workload into a scratch repository's evidence store.
 5. ``blind_spot`` an edit to the custom ``autograd.Function.backward`` of microllm's TP copy
@@ -66,8 +69,10 @@ REFERENCED = ("golden_loss_test", "throughput_test")
 #: The CUDA training test whose recording overhead is measured.
 OVERHEAD_TEST = "tp_parity_test"
 #: Seconds per stage, sized for one H100 (8 minutes in all).
-BUDGET_S = {"probe": 15, "references": 30, "floors": 90, "record": 45, "blind_spot": 20,
-            "calibrate": 120, "plans": 120, "overhead": 40}
+BUDGET_S = {"probe": 15, "references": 30, "floors": 90, "reach": 30, "record": 45,
+            "blind_spot": 20, "calibrate": 120, "plans": 120, "overhead": 40}
+#: The recorder's cases that need the device (issue 32: autograd's device threads).
+REACH_TESTS = ("tests/test_record_reach.py", "-k", "custom_backward or autograd_multithreading")
 TARGETS = {"reduced_over_full": 0.33, "recording_over_plain": 1.15, "escapes": 0}
 #: No stage starts later than this (seconds from the start): a command there may run 600 s.
 DEADLINE_S = 500.0
@@ -277,6 +282,30 @@ def stage_floors(ctx: Ctx) -> dict[str, Any]:
         raise StageFailed(f"at floors: {len(failed)} failed {failed[:5]}, {len(missing)} not run "
                           f"({last_line(got.out)})")
     return result
+
+
+def stage_reach(ctx: Ctx) -> dict[str, Any]:
+    """The recorder sees what autograd runs on the device: the switch and the custom-backward
+    cases of ``tests/test_record_reach.py``, run here (``[cuda]`` must run on a GPU)."""
+    got = run([ctx.python, "-m", "pytest", "-v", "-p", "no:cacheprovider", *REACH_TESTS],
+              cwd=ctx.root, env=ctx.env(), timeout=ctx.left(180))
+    return reach_outcome(got.rc, got.out, need_cuda=not ctx.smoke)
+
+
+def reach_outcome(rc: int, out: str, *, need_cuda: bool) -> dict[str, Any]:
+    """Each case's verdict from pytest's ``-v`` lines; raises when one failed, or when the
+    device case did not run where it must."""
+    verdicts = {}
+    for line in out.splitlines():
+        head, _, rest = line.partition(" ")
+        if "::" in head and rest.split(" ")[0] in ("PASSED", "FAILED", "SKIPPED", "ERROR"):
+            verdicts[head.split("::", 1)[1]] = rest.split(" ")[0]
+    cuda = {k: v for k, v in verdicts.items() if k.endswith("[cuda]")}
+    if rc not in (0,) or not verdicts or any(v in ("FAILED", "ERROR") for v in verdicts.values()):
+        raise StageFailed(f"the recorder's device cases failed: {last_line(out)}")
+    if need_cuda and (not cuda or any(v != "PASSED" for v in cuda.values())):
+        raise StageFailed(f"the [cuda] case did not run on the device: {cuda or 'absent'}")
+    return {"cases": verdicts}
 
 
 def _git(ctx: Ctx, *args: str, cwd: Path | None = None, timeout: float = 120) -> Ran:
@@ -498,7 +527,8 @@ def overhead_outcome(plain: Sequence[float], recorded: Sequence[float]) -> dict[
 
 # The cheap, independent measurements first: a run stopped at the deadline loses the last.
 STAGES: tuple[tuple[str, Callable[[Ctx], dict[str, Any]]], ...] = (
-    ("references", stage_references), ("floors", stage_floors), ("record", stage_record),
+    ("references", stage_references), ("floors", stage_floors), ("reach", stage_reach),
+    ("record", stage_record),
     ("blind_spot", stage_blind_spot), ("overhead", stage_overhead), ("calibrate", stage_calibrate),
     ("plans", stage_plans))
 #: Stages that need the scratch repository ``record`` makes.
