@@ -27,7 +27,6 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml  # type: ignore[import-untyped]
 
 from fastci.errors import ConfigError
 
@@ -280,6 +279,10 @@ def parse_text(text: str | bytes, where: str) -> dict[str, Any]:
             text = text.decode()
         except UnicodeDecodeError as exc:
             raise ConfigError(f"{where}: not UTF-8 text (byte {exc.start})") from exc
+    # Imported here: every recorded test process imports this module (declared inputs),
+    # and PyYAML costs ~10 ms to import; most never read a config file.
+    import yaml  # type: ignore[import-untyped]
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -20,7 +20,7 @@ calibration rung, an evaluation's run-all) is started here:
 from __future__ import annotations
 
 import contextlib
-import ctypes
+import functools
 import logging
 import os
 import signal
@@ -28,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from fastci.errors import FastCIError
 
@@ -55,19 +55,35 @@ class Cancelled(FastCIError):
                          "were stopped")
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child, before exec
+@functools.lru_cache(maxsize=1)
+def _die_with_parent() -> Callable[[], None] | None:
+    """The child's hook that asks Linux for a parent-death signal (None elsewhere).
+
+    ``prctl`` is looked up once, here in the parent: between fork and exec the child
+    should only make the call (and ``ctypes`` stays unimported for commands that start
+    no child)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        pass
+        return None
+
+    def hook() -> None:  # pragma: no cover - runs in the child, before exec
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+    return hook
 
 
 def start(cmd: Sequence[str], **popen: Any) -> subprocess.Popen[Any]:
     """Start ``cmd`` (``subprocess.Popen`` keyword arguments) as a child that ends with
     FastCI; :func:`finish` or :func:`stop` must follow."""
     extra: dict[str, Any] = {"start_new_session": True}
-    if sys.platform.startswith("linux"):
-        extra["preexec_fn"] = _die_with_parent
+    hook = _die_with_parent()
+    if hook is not None:
+        extra["preexec_fn"] = hook
     proc: subprocess.Popen[Any] = subprocess.Popen(list(cmd), **extra, **popen)
     with _LOCK:
         _LIVE.add(proc)
