@@ -32,7 +32,7 @@ import os
 import sys
 import weakref
 from types import CodeType, FrameType
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from fastci.evidence import covplugin
 from fastci.evidence.files import PathMapper
@@ -46,6 +46,9 @@ _CALLER_DEPTH = 12
 _MAX_SELF_CONFIGS = 3
 
 _labels: dict[str, str] = {}
+#: Called whenever :func:`annotate` changes the labels: the ``sys.monitoring`` engine
+#: starts a new sampling period there (:mod:`fastci.evidence.monitor`).
+LABEL_WATCHERS: list[Callable[[], None]] = []
 
 
 @contextlib.contextmanager
@@ -56,11 +59,18 @@ def annotate(**labels: object) -> Iterator[None]:
     """
     saved = dict(_labels)
     _labels.update({k: str(v) for k, v in labels.items()})
+    _labels_changed()
     try:
         yield
     finally:
         _labels.clear()
         _labels.update(saved)
+        _labels_changed()
+
+
+def _labels_changed() -> None:
+    for watcher in list(LABEL_WATCHERS):
+        watcher()
 
 
 _DTYPE_SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64",
@@ -330,6 +340,32 @@ class ContextProfiler:
                 self._sample(code, st, frame)
         return filename
 
+    def on_start(self, frame: FrameType, *, every_call: bool) -> bool:
+        """One start of repo code, as the ``sys.monitoring`` engine reports it
+        (:mod:`fastci.evidence.monitor`): count and sample it.
+
+        With ``every_call`` the engine reports every call and the C tracer's rule
+        applies (:meth:`dynamic_source_filename`); without, the engine reports only
+        the calls it is asked for, and each is sampled.
+
+        Returns:
+            Whether later calls of the code are still wanted (False: the engine
+            switches them off until its next sampling period).
+        """
+        code = frame.f_code
+        try:
+            st = self._states[code]
+        except KeyError:
+            st = self._info(code)
+        if st is None:
+            return False
+        n = st.calls = st.calls + 1
+        if not every_call or n <= self.full_calls or not n & (n - 1):
+            self._sample(code, st, frame)
+        if every_call:
+            return self._states.get(code) is not None
+        return n < self.full_calls and self._states.get(code) is not None
+
     def _caller(self, frame: FrameType) -> str:
         """The nearest enclosing repo unit on the stack (skips torch/stdlib frames)."""
         f = frame.f_back
@@ -385,7 +421,9 @@ class ContextProfiler:
 
     def _collect(self) -> dict[tuple[str, str], tuple[set[str], int]]:
         out: dict[tuple[str, str], tuple[set[str], int]] = {}
-        for st in [*(s for s in self._states.values() if s is not None), *self._done]:
+        # A snapshot first: a profile hook may add this very generator's code meanwhile.
+        states = list(self._states.values())
+        for st in [*(s for s in states if s is not None), *self._done]:
             key = (st.rel, st.qualname)
             sigs, calls = out.get(key, (set(), 0))
             out[key] = (sigs | st.sigs, calls + st.calls)

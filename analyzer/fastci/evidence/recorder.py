@@ -59,7 +59,7 @@ from typing import Any, Callable, Mapping
 
 from fastci import types
 from fastci.units import lines as units_mod
-from fastci.evidence import distributions, environment, trace
+from fastci.evidence import distributions, environment, monitor, trace
 from fastci.evidence.autograd import IMPORT_EVENT, AutogradSwitch
 from fastci.evidence.children import (START_EVENTS, ChildEnvironment, PythonStart,
                                       is_child_site_file, python_start)
@@ -129,8 +129,24 @@ def _acquire_engine(sources: list[str], contexts: bool, branch: bool = False) ->
     return cov
 
 
+def _engine_for(mapper: PathMapper, profiler: ContextProfiler | None, lines_mode: bool) -> Any:
+    """The recording engine: ``sys.monitoring`` or coverage.py, as
+    :func:`fastci.evidence.monitor.backend` chooses (the one place that decides)."""
+    if monitor.backend() == "monitoring":
+        try:
+            return monitor.acquire(mapper, profiler, lines=lines_mode or profiler is None,
+                                   arcs=lines_mode, exact=lines_mode)
+        except monitor.MonitorUnavailable as exc:
+            LOG.warning("fastci: %s; recording with coverage.py, which does not see "
+                        "threads it did not start on", exc)
+    return _acquire_engine(list(mapper.roots), profiler is not None and not lines_mode,
+                           branch=lines_mode)
+
+
 def _release_engine(cov: Any) -> None:
     """Erase what ``cov`` collected (it is stopped) and make it available again."""
+    if monitor.release(cov):
+        return
     try:
         cov.get_data().erase()
     except Exception:  # never reuse an engine in an unknown state
@@ -228,8 +244,7 @@ class Recorder:
                 {"workload": self.workload, "gpus": self.gpus})
             self._child_env.install()
         lines_mode = line_mode()
-        cov = _acquire_engine(list(self.mapper.roots), self._contexts is not None
-                              and not lines_mode, branch=lines_mode)
+        cov = _engine_for(self.mapper, self._contexts, lines_mode)
         self._cov = cov
         self._opens.start()
         self._python_starts, self._untraced = [], []
@@ -237,7 +252,7 @@ class Recorder:
         set_event_sink(_on_event, _EVENTS)
         if self._contexts is not None:
             self._contexts.start()
-            if lines_mode:
+            if lines_mode and not getattr(cov, "feeds_calls", False):
                 self._profile_hook = _profile_hook(self._contexts)
                 threading.setprofile(self._profile_hook)
                 sys.setprofile(self._profile_hook)

@@ -42,6 +42,7 @@ IN_TEST_MODULES: tuple[str, ...] = (
     "fastci.evidence.children", "fastci.evidence.inputs", "fastci.evidence.traced",
     "fastci.evidence.collection", "fastci.evidence.contexts", "fastci.evidence.covplugin",
     "fastci.evidence.distributions", "fastci.evidence.environment", "fastci.evidence.files",
+    "fastci.evidence.monitor",
     "fastci.evidence.recorder", "fastci.evidence.trace", "fastci.evidence.trace_pb2",
     "fastci.integrations", "fastci.integrations.bazel", "fastci.integrations.bazel.mains",
     "fastci.integrations.git", "fastci.integrations.git.tree", "fastci.integrations.pytest",
