@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.fastci-setup
 
-.PHONY: setup demo test bench eval gpu-wheels gpu-check gpu-check-smoke clean remote-cache-setup remote-cache-start remote-cache-stop remote-cache-status
+.PHONY: setup demo test test-py312 bench eval gpu-wheels gpu-check gpu-check-smoke clean remote-cache-setup remote-cache-start remote-cache-stop remote-cache-status
 
 setup: $(STAMP)
 
@@ -27,6 +27,12 @@ test: setup remote-cache-setup
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q tests examples/microllm/unit_tests \
 		examples/microllm/tests --at-floors $(PYTEST_ARGS); \
 	rc=$$?; if [ -n "$(PYTEST_RC_FILE)" ]; then echo $$rc > "$(PYTEST_RC_FILE)"; fi; exit $$rc
+
+# The Python 3.12 leg: the recorder's sys.monitoring engine, ingest and selection tests
+# (tests/py312_leg.txt) in .venv312 (third_party/requirements-py312.txt, pyenv's 3.12).
+# tools/py312_leg.sh says which interpreter; a missing Python 3.12 fails, never skips.
+test-py312:
+	bash tools/py312_leg.sh $(PYTEST_ARGS)
 
 # The loopback remote cache (docs/REMOTE.md): BuildGrid in its own virtualenv
 # (never in .venv, so the tests' dependency set stays as it is), serving

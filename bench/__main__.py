@@ -4,7 +4,8 @@ The registry is a plain list: to add a benchmark, append its module name to ``MO
 module defines ``main(argv: list[str]) -> int``; options after ``--`` go to every chosen module
 (``python -m bench selection -- --mutants 3 --seed 7``). The exit code is the worst module's:
 the selection benchmark exits 1 when a test failing under run-all was not in the plan,
-the evidence benchmark when the recording overhead is over its target, the replay
+the evidence benchmark when the recording overhead is over its target, record_py312
+when recording on Python 3.12 is over its target or was not measured, the replay
 benchmark on a miss or a re-selection, the precision replay on a miss, the store-scale
 benchmark when a size or time target is missed, the reduction benchmark on an escape.
 """
@@ -17,6 +18,7 @@ import sys
 MODULES = [
     "bench.microllm_suite",
     "bench.evidence",
+    "bench.record_py312",
     "bench.selection",
     "bench.store_scale",
     "bench.replay",

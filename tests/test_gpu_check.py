@@ -126,6 +126,22 @@ def test_recording_overhead_is_the_ratio_of_medians() -> None:
     assert got["recording_over_plain"] == round(12.0 / 11.0, 3)
 
 
+def test_on_python_3_12_the_overhead_is_the_sys_monitoring_engines() -> None:
+    assert gc.engine_problem("monitoring", "3.12") is None
+    assert gc.engine_problem("coverage", "3.11") is None  # 3.11 has no other engine
+    assert "records with coverage, not sys.monitoring" in str(gc.engine_problem("coverage", "3.13"))
+
+
+def test_the_engine_is_asked_of_the_hosts_python(tmp_path: Path) -> None:
+    ctx = gc.Ctx(root=REPO, out=tmp_path, device="cpu", smoke=True, tests=("tp_parity_test",),
+                 changes=(gc.BLIND_SPOT,), pairs=1)
+    engine, version = gc.recording_engine(ctx)
+    assert version == "%d.%d" % sys.version_info[:2]
+    assert engine == ("monitoring" if sys.version_info >= (3, 12) else "coverage")
+    got = gc.overhead_outcome([1.0], [1.1], engine=f"{engine} (Python {version})")
+    assert got["engine"].startswith(engine)
+
+
 def test_report_names_card_driver_torch_date_and_says_when_it_is_a_smoke(tmp_path: Path) -> None:
     ctx = gc.Ctx(root=REPO, out=tmp_path, device="cpu", smoke=True, tests=("tp_parity_test",),
                  changes=(gc.BLIND_SPOT,), pairs=1)

@@ -89,8 +89,13 @@ class Recorded:
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
     root = tmp_path_factory.mktemp("unseen") / "repo"
-    _, store, base = record(root, dict(PROJECT, **{".gitignore": "/.fastci/\n"}),
-                            "test_work.py", "test_plain.py", passed=3)
+    # The safety net is for an engine that misses the native thread: coverage.py's, forced
+    # here on any Python (on 3.12+ the default sys.monitoring engine records the thread:
+    # tests/test_monitor.py::test_a_function_run_only_on_a_native_thread_selects_its_test).
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FASTCI_RECORDER", "coverage")
+        _, store, base = record(root, dict(PROJECT, **{".gitignore": "/.fastci/\n"}),
+                                "test_work.py", "test_plain.py", passed=3)
     yield Recorded(root, store, base)
     store.close()
 

@@ -497,8 +497,36 @@ def summarize_plans(results: Sequence[Any]) -> dict[str, Any]:
             "escapes": escapes, "changes": changes}
 
 
+#: Asks the host's Python which engine its recorder uses and its version (issue 35).
+_ENGINE_QUERY = ("import sys; from fastci.evidence.monitor import backend; "
+                 "print(backend(), '%d.%d' % sys.version_info[:2])")
+
+
+def recording_engine(ctx: Ctx) -> tuple[str, str]:
+    """The recorder's engine on this host (``monitoring`` or ``coverage``) and its Python."""
+    got = run([ctx.python, "-c", _ENGINE_QUERY], cwd=ctx.root, env=ctx.env(), timeout=ctx.left(60))
+    words = got.out.strip().splitlines()[-1].split() if got.rc == 0 and got.out.strip() else []
+    if len(words) != 2:
+        raise StageFailed(f"cannot tell the recorder's engine: {last_line(got.out)}")
+    return words[0], words[1]
+
+
+def engine_problem(engine: str, version: str) -> str | None:
+    """Why the overhead measured here is not the one wanted: on Python 3.12+ it must be
+    the ``sys.monitoring`` engine's (None: it is, or this Python has no other)."""
+    major, minor = (int(x) for x in version.split(".")[:2])
+    if (major, minor) >= (3, 12) and engine != "monitoring":
+        return (f"Python {version} records with {engine}, not sys.monitoring "
+                "(is FASTCI_RECORDER set?): the overhead would not be the 3.12 recorder's")
+    return None
+
+
 def stage_overhead(ctx: Ctx) -> dict[str, Any]:
     """Plain against recorded, alternating, in-test seconds of one training test at full."""
+    engine, version = recording_engine(ctx)
+    problem = engine_problem(engine, version)
+    if problem:
+        raise StageFailed(problem)
     node = node_ids(ctx.root, [OVERHEAD_TEST])[0]
     plain: list[float] = []
     recorded: list[float] = []
@@ -514,12 +542,13 @@ def stage_overhead(ctx: Ctx) -> dict[str, Any]:
                 if got.rc != 0 or not rows or rows[0].get("outcome") != "passed":
                     raise StageFailed(f"{OVERHEAD_TEST} ({mode}, pair {i + 1}) did not pass: {last_line(got.out)}")
                 (plain if mode == "plain" else recorded).append(seconds(rows[0]))
-    return overhead_outcome(plain, recorded)
+    return overhead_outcome(plain, recorded, engine=f"{engine} (Python {version})")
 
 
-def overhead_outcome(plain: Sequence[float], recorded: Sequence[float]) -> dict[str, Any]:
+def overhead_outcome(plain: Sequence[float], recorded: Sequence[float],
+                     engine: str = "") -> dict[str, Any]:
     ratio = statistics.median(recorded) / statistics.median(plain) if plain and min(plain) > 0 else None
-    return {"test": OVERHEAD_TEST, "plain_s": [round(x, 3) for x in plain],
+    return {"test": OVERHEAD_TEST, "engine": engine, "plain_s": [round(x, 3) for x in plain],
             "recorded_s": [round(x, 3) for x in recorded],
             "recording_over_plain": round(ratio, 3) if ratio is not None else None,
             "method": "medians of in-test seconds (pytest call phases), runs alternating plain/recorded"}
@@ -580,6 +609,9 @@ def markdown(doc: Mapping[str, Any]) -> str:
              "| stage | seconds | budget | outcome |", "|---|---|---|---|"]
     for name, st in doc["stages"].items():
         lines.append(f"| {name} | {st['seconds']} | {st['budget_s']} | {st['outcome']} |")
+    engine = (doc.get("overhead") or {}).get("engine")
+    if engine:
+        lines += ["", f"Recording overhead measured with the recorder's {engine} engine."]
     per = (doc.get("plans") or {}).get("per_test") or []
     if per:
         lines += ["", "| change | reduced test | overrides | reduced GPU-s | full GPU-s | ratio |",
