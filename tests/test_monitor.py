@@ -399,3 +399,20 @@ def test_a_function_run_only_on_a_native_thread_selects_its_test(tmp_path: Path)
         assert {d.test for d in a.selection.selected} == {"test_native.py::test_native"}
     finally:
         store.close()
+
+
+# --------------------------------------------------------------------------- the 3.12 leg
+
+def test_the_py312_leg_lists_existing_modules_that_need_no_torch() -> None:
+    """tests/py312_leg.txt (make test-py312) names test modules that exist, this one
+    first among them, and none imports torch (the leg's venv has none)."""
+    repo = Path(__file__).resolve().parents[1]
+    lines = [ln.split("#", 1)[0].strip() for ln in
+             (repo / "tests" / "py312_leg.txt").read_text().splitlines()]
+    listed = [ln for ln in lines if ln]
+    assert "tests/test_monitor.py" in listed and len(listed) == len(set(listed))
+    for rel in listed:
+        text = (repo / rel).read_text()
+        assert "import torch" not in text and 'importorskip("torch")' not in text, rel
+    assert "tests/py312_leg.txt" in (repo / "tools" / "py312_leg.sh").read_text()
+    assert "make test-py312" in (repo / ".ci" / "run").read_text()
