@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import builtins
 import importlib
+import logging
 import os
 import sys
 import threading
@@ -49,12 +50,13 @@ from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any, Callable, Iterable
 
-from fastci.evidence import covplugin, environment, files as files_mod, trace
+from fastci.evidence import covplugin, environment, files as files_mod, monitor, trace
 from fastci.evidence.contexts import ContextProfiler
 from fastci.evidence.covplugin import make_coverage
 from fastci.evidence.files import OpenRecorder, PathMapper
 from fastci.evidence.recorder import EVIDENCE_CODE_DIR, fill_files
 
+LOG = logging.getLogger(__name__)
 SHARED_ROLE = "shared"
 
 
@@ -102,9 +104,7 @@ class CollectionRecorder:
     def start(self) -> None:
         """Start measuring, following module executions and imports."""
         self._started_at = time.time()
-        sources = list(self.mapper.roots)
-        cov = make_coverage(sources, ["*/.venv/*", "*/site-packages/*", "*/dist-packages/*",
-                                      f"{EVIDENCE_CODE_DIR}/*"], contexts=True)
+        cov = _engine(self)
         self._cov = cov
         self._collecting = True
         self._install_import_hooks()
@@ -126,6 +126,8 @@ class CollectionRecorder:
         cov, self._cov = self._cov, None
         cov.stop()
         self._data = cov.get_data()
+        if monitor.release(cov):  # its data is erased: calls only, no lines were collected
+            self._data = monitor.MonitorData(False)
 
     def close(self) -> None:
         """Remove the import wrappers (end of the session)."""
@@ -180,6 +182,15 @@ class CollectionRecorder:
 
     def on_call(self, frame: FrameType) -> None:
         """A call of repo code (from the coverage plug-in): switch context lazily here."""
+        self._profiler_now().on_call(frame)
+
+    def on_start(self, frame: FrameType, *, every_call: bool) -> bool:
+        """A start of repo code from the ``sys.monitoring`` engine (:mod:`fastci.evidence.monitor`):
+        as :meth:`on_call`; whether later starts of the code are wanted in this context (a
+        context switch makes every start fire again)."""
+        return self._profiler_now().on_start(frame, every_call=every_call)
+
+    def _profiler_now(self) -> ContextProfiler:
         want = self._want
         if want != self._have and self._cov is not None:
             self._have = want
@@ -187,7 +198,7 @@ class CollectionRecorder:
         prof = self._profilers.get(want)
         if prof is None:
             prof = self._profilers[want] = ContextProfiler(self.mapper)
-        prof.on_call(frame)
+        return prof
 
     def _on_open(self, name: str) -> None:
         if not os.path.isabs(name):
@@ -340,6 +351,20 @@ class CollectionRecorder:
         table.close()
         path = Path(out_dir) / f"s-collection.{self.session[:12]}.{_pid()}{trace.SUFFIX}"
         return trace.write_atomic(path, msg)
+
+
+def _engine(col: CollectionRecorder) -> Any:
+    """The engine :func:`fastci.evidence.monitor.backend` chooses: ``sys.monitoring`` (module
+    bodies and every call reach :meth:`CollectionRecorder.on_start`; each context switch
+    re-arms the starts), else coverage.py with the contexts plug-in."""
+    if monitor.backend() == "monitoring":
+        try:
+            return monitor.acquire(col.mapper, col, lines=False, arcs=False, exact=False)
+        except monitor.MonitorUnavailable as exc:
+            LOG.warning("fastci: %s; collection recorded with coverage.py", exc)
+    return make_coverage(list(col.mapper.roots),
+                         ["*/.venv/*", "*/site-packages/*", "*/dist-packages/*",
+                          f"{EVIDENCE_CODE_DIR}/*"], contexts=True)
 
 
 def _pid() -> int:

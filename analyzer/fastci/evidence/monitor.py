@@ -12,7 +12,7 @@ code location (``DISABLE``) until :func:`sys.monitoring.restart_events`. So:
   :class:`~fastci.evidence.contexts.ContextProfiler`, which names the unit and
   samples its context. A code object outside the repository is switched off at
   its first start. A repo code object is switched off once its sampling is
-  done (:meth:`ContextProfiler.keeps_watching`): after its first
+  done (:meth:`ContextProfiler.on_start`): after its first
   :data:`~fastci.evidence.contexts.FULL_CALLS` calls in a test, or — line mode,
   where calibration needs the exact rule — once it retires with
   :data:`~fastci.evidence.contexts.MAX_CONTEXTS` contexts. Every switched-off
@@ -42,14 +42,13 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from types import CodeType
-from typing import TYPE_CHECKING, Any
+from types import CodeType, FrameType
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fastci.errors import FastCIError
 from fastci.evidence import contexts
 
 if TYPE_CHECKING:
-    from fastci.evidence.contexts import ContextProfiler
     from fastci.evidence.files import PathMapper
 
 LOG = logging.getLogger(__name__)
@@ -114,7 +113,14 @@ _ENGINES: dict[tuple[int, int, bool, bool, bool], "MonitorEngine"] = {}
 _BUSY: set[int] = set()
 
 
-def acquire(mapper: PathMapper, profiler: ContextProfiler | None, *, lines: bool,
+class StartSink(Protocol):
+    """What receives the starts of repo code: a :class:`ContextProfiler` (a test's
+    recorder) or the collection recorder."""
+
+    def on_start(self, frame: FrameType, *, every_call: bool) -> bool: ...
+
+
+def acquire(mapper: PathMapper, profiler: StartSink | None, *, lines: bool,
             arcs: bool, exact: bool) -> "MonitorEngine":
     """This process's idle engine for these settings, else a new one; :func:`release` it.
 
@@ -216,7 +222,7 @@ class MonitorEngine:
         self.lines = lines
         self.arcs = arcs
         self.exact = exact
-        self.profiler: ContextProfiler | None = None
+        self.profiler: StartSink | None = None
         self.tool: int | None = None
         self._data = MonitorData(arcs)
         self._label = ""
