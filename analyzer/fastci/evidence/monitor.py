@@ -302,21 +302,28 @@ class MonitorEngine:
         return got
 
     def _on_start(self, code: CodeType, offset: int) -> Any:
-        """A code object starts (or a generator resumes), in any thread."""
+        """A code object starts (or a generator resumes), in any thread.
+
+        An exception raised here would surface in the test's own code: any is logged and
+        the code's starts are switched off for this sampling period.
+        """
         try:
-            name = self._repo[code]
-        except KeyError:
-            name = self._file_of(code)
-        if name is None:
-            return _DISABLE
-        if (self.lines or self.arcs) and code not in self._local:
-            self._instrument(code)
-        prof = self.profiler
-        if prof is None:
-            return _DISABLE
-        # The started frame is the callback's caller.
-        if prof.on_start(sys._getframe(1), every_call=self.exact):
-            return None
+            try:
+                name = self._repo[code]
+            except KeyError:
+                name = self._file_of(code)
+            if name is None:
+                return _DISABLE
+            if (self.lines or self.arcs) and code not in self._local:
+                self._instrument(code)
+            prof = self.profiler
+            if prof is None:
+                return _DISABLE
+            # The started frame is the callback's caller.
+            if prof.on_start(sys._getframe(1), every_call=self.exact):
+                return None
+        except Exception as exc:  # noqa: BLE001 - never break the test over bookkeeping
+            LOG.debug("start of %s not recorded: %r", getattr(code, "co_qualname", code), exc)
         return _DISABLE
 
     def _instrument(self, code: CodeType) -> None:
