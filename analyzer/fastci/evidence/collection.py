@@ -182,7 +182,14 @@ class CollectionRecorder:
 
     def on_call(self, frame: FrameType) -> None:
         """A call of repo code (from the coverage plug-in): switch context lazily here."""
-        self._profiler_now().on_call(frame)
+        want = self._want  # inlined (not _profiler_now): every call of repo code comes here
+        if want != self._have and self._cov is not None:
+            self._have = want
+            self._cov.switch_context(self._label(want))
+        prof = self._profilers.get(want)
+        if prof is None:
+            prof = self._profilers[want] = ContextProfiler(self.mapper)
+        prof.on_call(frame)
 
     def on_start(self, frame: FrameType, *, every_call: bool) -> bool:
         """A start of repo code from the ``sys.monitoring`` engine (:mod:`fastci.evidence.monitor`):
