@@ -31,7 +31,7 @@ from fastci.plan.build import analyze, bazel_declared, summarize
 from fastci.integrations.bazel.runner import Bazel
 from fastci.config import DEFAULTS, Config, first_match, load as load_config
 from fastci.errors import FastCIError
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.select.explain import explain
 from fastci.plan.model import dump_plan
 from fastci.run.runner import execute
@@ -177,9 +177,9 @@ def prepare(echo: Callable[[str], None] = print, *, targets: str = TARGETS,
     store_path = cfg.path(ws, "store")
     store_path.parent.mkdir(parents=True, exist_ok=True)
     bazel = Bazel(ws, cfg.bazel, python=sys.executable)
-    from fastci.evidence.environment import current_fingerprint
+    from fastci.evidence.record.environment import current_fingerprint
 
-    from fastci.evidence.schema import SCHEMA_VERSION
+    from fastci.evidence.store.schema import SCHEMA_VERSION
 
     cached = cache / f"{digest}-{current_fingerprint()}-v{SCHEMA_VERSION}.db"
     if cached.exists() and _readable_store(cached, echo):
@@ -189,7 +189,7 @@ def prepare(echo: Callable[[str], None] = print, *, targets: str = TARGETS,
     else:
         echo(f"== recording evidence: bazel test {targets} --config=fastci_record "
              "(cold; cached for the next run)")
-        from fastci.evidence.record import record
+        from fastci.evidence.fill import record
 
         started = time.perf_counter()
         out = record(ws, [targets], store_path, bazel=bazel)

@@ -38,7 +38,7 @@ from typing import Callable, Mapping, Sequence
 
 from bench.selection import CHANGES
 from fastci.errors import FastCIError
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.eval.faults import Mutant, generate, read_sources
 from fastci.integrations.bazel.bep import parse_bep
 from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo

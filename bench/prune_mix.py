@@ -197,7 +197,7 @@ def measure(sc, name: str, kind: str, apply: Callable[[], None], cfg,  # type: i
             declared: Mapping[str, DeclaredTest], gpus: Mapping[str, int]) -> MixRow:
     """Apply a change, plan it with prune off and safe, run the off plan's tests at full
     workload (Bazel, not recorded, never cached)."""
-    from fastci.evidence.store import EvidenceStore
+    from fastci.evidence.store.db import EvidenceStore
     from fastci.integrations.bazel.bep import parse_bep
     from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo
     from fastci.plan.build import analyze
@@ -242,7 +242,7 @@ def run(*, benign: int, mutants: int, seed: int, max_tests: int,
     from bench.demo import prepare
     from bench.priority import PACKAGE, _apply, held_out_faults
     from bench.selection import CHANGES
-    from fastci.evidence.store import EvidenceStore
+    from fastci.evidence.store.db import EvidenceStore
     from fastci.integrations.bazel.query import list_gpu_tests
     from fastci.plan.build import declared_test
 

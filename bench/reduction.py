@@ -42,9 +42,9 @@ from typing import Callable, Mapping, Sequence
 from bench.selection import CHANGES, patch_header
 from fastci.config import Config
 from fastci.eval.workspace import parse_changed_lines
-from fastci.evidence.calibration import CalibrationStore
-from fastci.evidence.ingest import Checksums, results_from_bep
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.calibrations import CalibrationStore
+from fastci.evidence.store.ingest import Checksums, results_from_bep
+from fastci.evidence.store.db import EvidenceStore
 from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo
 from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.integrations.git.repository import Git
@@ -170,7 +170,7 @@ def calibrated(sc, decls, echo: Callable[[str], None]) -> tuple[Path, Calibratio
     one was made for the same sources, else run (and cached). Returns its path, the
     report of a calibration run now (None: cached) and its cost in GPU-seconds."""
     from bench.demo import scratch_dir
-    from fastci.evidence.environment import current_fingerprint
+    from fastci.evidence.record.environment import current_fingerprint
 
     path = sc.config.path(sc.ws, "calibration")
     digest = calibration_digest(sc.ws)

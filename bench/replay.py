@@ -41,9 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
-from fastci.evidence import trace
-from fastci.evidence.ingest import find_traces, ingest
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.record import trace
+from fastci.evidence.store.ingest import find_traces, ingest
+from fastci.evidence.store.db import EvidenceStore
 from fastci.plan.build import Analysis, analyze_change
 from fastci.select.decisions import Decision, DecisionKind
 

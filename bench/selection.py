@@ -43,7 +43,7 @@ from fastci.plan.build import analyze, declared_test
 from fastci.integrations.bazel.bep import parse_bep
 from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.errors import FastCIError
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.integrations.git.tree import plan_tree
 from fastci.plan.model import Plan, PlannedTest, dump_plan
 

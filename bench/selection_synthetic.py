@@ -43,8 +43,8 @@ def _git(root: Path, *args: str) -> str:
 
 def build(root: Path) -> dict[str, float]:
     """Create the synthetic repo and store under ``root``; return build timings."""
-    from fastci.evidence.environment import current_fingerprint
-    from fastci.evidence.store import EvidenceStore
+    from fastci.evidence.record.environment import current_fingerprint
+    from fastci.evidence.store.db import EvidenceStore
     from fastci.units.index import FileUnits, index_source
 
     t0 = time.perf_counter()
@@ -110,8 +110,8 @@ from pathlib import Path
 t0 = time.perf_counter()
 from fastci.plan.build import analyze
 from fastci.config import Config
-from fastci.evidence.store import EvidenceStore
-from fastci.evidence.environment import current_fingerprint
+from fastci.evidence.store.db import EvidenceStore
+from fastci.evidence.record.environment import current_fingerprint
 fp = current_fingerprint()
 t_import = time.perf_counter() - t0
 repo = Path(sys.argv[1]); commit = sys.argv[2]

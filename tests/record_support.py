@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 from fastci.config import Config
-from fastci.evidence.ingest import find_traces, ingest
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.ingest import find_traces, ingest
+from fastci.evidence.store.db import EvidenceStore
 from fastci.plan.build import Analysis, analyze
 from selection_support import Repo, env_now
 

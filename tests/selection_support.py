@@ -11,7 +11,7 @@ import pytest
 
 from fastci.plan.build import analyze
 from fastci.config import Config
-from fastci.evidence.store import EvidenceStore, RunEvidence
+from fastci.evidence.store.db import EvidenceStore, RunEvidence
 from fastci.select import DeclaredTest, Selection
 from fastci.units.index import FileUnits, index_source
 
@@ -70,7 +70,7 @@ def model_repo(root: Path, *keep: str) -> tuple[Repo, str, dict[str, str]]:
 
 def env_now() -> str:
     """The current environment fingerprint (what the CLI compares with)."""
-    from fastci.evidence.environment import current_fingerprint
+    from fastci.evidence.record.environment import current_fingerprint
 
     return current_fingerprint()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fastci.config import Config
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.plan.build import analyze
 from fastci.select import DecisionKind, Selection
 from selection_support import Repo, env_now, ingest, units_of
@@ -133,7 +133,7 @@ def test_a_pin_bump_reaches_importers_once(tmp_path: Path) -> None:
     package; once they are re-recorded, later commits select nobody for it."""
     import time
 
-    from fastci.evidence.store import RunEvidence
+    from fastci.evidence.store.db import RunEvidence
 
     def record(test: str, commit: str, dists: dict[str, str]) -> None:
         units = units_of(tmp_path, ["pkg/m.py"])
@@ -169,7 +169,7 @@ def test_an_environment_that_differs_in_unimported_packages_keeps_the_evidence(
     import time
 
     from fastci.changes.scan import scan
-    from fastci.evidence.store import RunEvidence
+    from fastci.evidence.store.db import RunEvidence
     from fastci.integrations.git.repository import Git
     from fastci.select import select_tests
 
@@ -247,8 +247,8 @@ def test_the_plan_reads_the_runners_packages(tmp_path: Path) -> None:
     import sys
     import time
 
-    from fastci.evidence.environment import environment_of_interpreter
-    from fastci.evidence.store import RunEvidence
+    from fastci.evidence.record.environment import environment_of_interpreter
+    from fastci.evidence.store.db import RunEvidence
 
     now = environment_of_interpreter(sys.executable)
     lines = now["packages_list"].splitlines()

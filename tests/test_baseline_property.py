@@ -15,7 +15,7 @@ and two fixed scenarios from the issue:
   of another test already holds that unit's new checksum, is selected.
 
 Recording is not run for real (too slow for a property test): each recording is a
-:class:`~fastci.evidence.store.RunEvidence` built from what each test statically calls, with
+:class:`~fastci.evidence.store.db.RunEvidence` built from what each test statically calls, with
 checksums from :func:`fastci.units.index.index_source` of the file content at record time,
 ``sources`` digests (sha256 of the file bytes) and the commit stamp a real recording gets
 (``HEAD``, or ``dirty:<tree>`` from a modified tree). Planning is the real
@@ -37,7 +37,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fastci.config import Config
-from fastci.evidence.store import EvidenceStore, RunEvidence
+from fastci.evidence.store.db import EvidenceStore, RunEvidence
 from fastci.integrations.git.tree import evidence_commit
 from fastci.plan.build import Analysis, analyze
 from fastci.types import RelPath, UnitId

@@ -20,7 +20,7 @@ from fastci.cli import app
 from fastci.integrations.pytest.collect import collect
 from fastci.errors import StoreError
 from plan_support import tie
-from fastci.evidence.calibration import CalibrationStore, Rung, declaration_digest
+from fastci.evidence.store.calibrations import CalibrationStore, Rung, declaration_digest
 from fastci.integrations.git.repository import WORKTREE, Git
 from fastci.plan.reduce import choose
 from fastci.run.calibrate import CalibrationError, CalibrationReport, calibrate, calibrate_with
@@ -206,9 +206,9 @@ def test_pytest_plan_reduces_from_the_calibrated_declaration(project: Project) -
     import subprocess
 
     from fastci.config import Config
-    from fastci.evidence.environment import current_fingerprint
-    from fastci.evidence.ingest import find_traces, ingest
-    from fastci.evidence.store import EvidenceStore
+    from fastci.evidence.record.environment import current_fingerprint
+    from fastci.evidence.store.ingest import find_traces, ingest
+    from fastci.evidence.store.db import EvidenceStore
     from fastci.plan.build import analyze
     from fastci.plan.model import dump_plan
 
@@ -251,7 +251,7 @@ def test_pytest_plan_reduces_from_the_calibrated_declaration(project: Project) -
                               "--fastci-record", f"--fastci-trace-dir={ran}", "tests"],
                              cwd=root, env=env, capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stdout + res.stderr
-        from fastci.evidence import trace
+        from fastci.evidence.record import trace
         (t,) = [m for m in (trace.decode(b.data) for b in find_traces([ran]))
                 if m.role == "main" and m.test_id == ID]
         assert json.loads(t.overrides_json) == {"steps": 2}

@@ -24,10 +24,10 @@ import pytest
 
 from fastci.cli.calibrate import gpu_tests
 from fastci.config import Config
-from fastci.evidence.calibration import CalibrationStore
-from fastci.evidence.environment import current_fingerprint
-from fastci.evidence.record import record_tests
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.calibrations import CalibrationStore
+from fastci.evidence.record.environment import current_fingerprint
+from fastci.evidence.fill import record_tests
+from fastci.evidence.store.db import EvidenceStore
 from fastci.integrations.bazel import testlogs
 from fastci.integrations.bazel.plan_repo import write_plan_repo
 from fastci.integrations.bazel.query import list_gpu_tests

@@ -20,8 +20,8 @@ import pytest
 
 from fastci import cli
 from fastci.errors import StoreError
-from fastci.evidence import exchange, postings
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store import exchange, postings
+from fastci.evidence.store.db import EvidenceStore
 from test_evidence_exchange import run_of
 
 
@@ -144,8 +144,8 @@ def test_eval_from_a_deeply_nested_results_file_is_one_line(
 
 def test_a_zlib_bomb_in_a_calibration_row_leaves_the_rung_unused(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fastci.evidence import calibration
-    from fastci.evidence.calibration import CalibrationStore, Rung
+    from fastci.evidence.store import calibrations as calibration
+    from fastci.evidence.store.calibrations import CalibrationStore, Rung
 
     monkeypatch.setattr(calibration, "MAX_COVERAGE_BYTES", 1 << 20)
     path = tmp_path / "cal.db"

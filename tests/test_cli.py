@@ -81,7 +81,7 @@ def eval_list(text: str) -> list[str]:
 def test_evidence_show_prints_a_test_and_its_last_run(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    from fastci.evidence.store import EvidenceStore, RunEvidence
+    from fastci.evidence.store.db import EvidenceStore, RunEvidence
 
     db = tmp_path / "e.db"
     with EvidenceStore.open(db, create=True) as store:

@@ -16,7 +16,7 @@ import pytest
 from fastci import config
 from fastci.plan.build import Analysis, analyze
 from fastci.config import Config
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.select import DeclaredTest, DecisionKind
 from selection_support import DATA, MODEL, OTHER, Repo, env_now, ingest, units_of
 

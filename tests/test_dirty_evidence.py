@@ -19,9 +19,9 @@ import pytest
 from fastci import cli
 from fastci.plan.build import analyze
 from fastci.integrations.bazel.runner import BazelResult
-from fastci.evidence.record import record
+from fastci.evidence.fill import record
 from fastci.config import Config
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.select import DecisionKind
 from fastci.integrations.git.tree import worktree_tree
 from selection_support import MODEL, OTHER, Repo
@@ -30,7 +30,7 @@ RUNNER = """\
 import sys
 from pathlib import Path
 sys.path.insert(0, str(Path.cwd()))
-from fastci.evidence.recorder import Recorder
+from fastci.evidence.record.recorder import Recorder
 rec = Recorder(sys.argv[2], Path(sys.argv[1]), repo_root=Path.cwd(), workload={}, gpus=1)
 rec.start()
 import pkg.model

@@ -18,8 +18,8 @@ import pytest
 from fastci.plan.build import analyze, runner_python
 from fastci.config import Config
 from fastci.errors import FastCIError
-from fastci.evidence import environment
-from fastci.evidence.environment import fingerprint_of_interpreter
+from fastci.evidence.record import environment
+from fastci.evidence.record.environment import fingerprint_of_interpreter
 from fastci.select import DecisionKind
 from selection_support import World, ingest, units_of
 
@@ -76,7 +76,7 @@ def test_the_driver_version_changes_the_fingerprint(tmp_path: Path,
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
         assert fingerprint_of_interpreter(sys.executable) == prints[driver]
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-        shown = subprocess.run([sys.executable, "-m", "fastci.evidence.environment", "--json"],
+        shown = subprocess.run([sys.executable, "-m", "fastci.evidence.record.environment", "--json"],
                                capture_output=True, text=True, check=True).stdout
         assert f'"driver": "{driver}"' in shown and '"gpu_model": "Fake GPU 80GB"' in shown
     monkeypatch.setenv("PATH", path)

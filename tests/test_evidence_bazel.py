@@ -15,8 +15,8 @@ import pytest
 
 from fastci import cli
 from fastci.integrations.bazel.runner import Bazel
-from fastci.evidence.record import record
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.fill import record
+from fastci.evidence.store.db import EvidenceStore
 from fastci.units.index import FileUnits, index_source
 from bazel_support import remove_tree, require_bazel
 

@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fastci.errors import StoreError
-from fastci.evidence.exchange import export_store, import_store, read_manifest
-from fastci.evidence.store import EvidenceStore, RunEvidence
+from fastci.evidence.store.exchange import export_store, import_store, read_manifest
+from fastci.evidence.store.db import EvidenceStore, RunEvidence
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ["//t:a", "//t:b", "//t:c"]

@@ -1,5 +1,5 @@
 """Declared inputs (``inputs:`` in fastci.yaml): files native code reads, hashed at record
-time into the evidence and compared at plan time (fastci.evidence.inputs,
+time into the evidence and compared at plan time (fastci.evidence.record.inputs,
 fastci.select.inputs).
 
 End to end with the real recorder (pytest plugin) and planner: a test reads a git-ignored
@@ -21,9 +21,9 @@ import pytest
 
 from fastci import config
 from fastci.errors import ConfigError
-from fastci.evidence import inputs
-from fastci.evidence.ingest import find_traces, ingest
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.record import inputs
+from fastci.evidence.store.ingest import find_traces, ingest
+from fastci.evidence.store.db import EvidenceStore
 from fastci.plan.build import Analysis, analyze
 from fastci.select import DecisionKind
 from selection_support import Repo, env_now

@@ -355,11 +355,11 @@ def test_the_plan_skips_a_test_that_ran_no_changed_line(tmp_path: Path) -> None:
     reason; //t:big runs. Unit granularity, a stale calibration, a checksum that differs
     from the test's evidence, or an edit it runs keep it."""
     from fastci.config import Config
-    from fastci.evidence.calibration import CalibrationStore, Rung, declaration_digest
-    from fastci.evidence.store import EvidenceStore
+    from fastci.evidence.store.calibrations import CalibrationStore, Rung, declaration_digest
+    from fastci.evidence.store.db import EvidenceStore
     from fastci.plan.build import analyze
     from fastci.select import DeclaredTest
-    from fastci.evidence.store import RunEvidence
+    from fastci.evidence.store.db import RunEvidence
     from selection_support import Repo, env_now, units_of
 
     repo = Repo(tmp_path / "repo")
@@ -441,8 +441,8 @@ def test_line_evidence_older_than_a_changed_caller_is_not_used(tmp_path: Path) -
     the calibration's commit, but main changed the caller since (it now takes the branch),
     so the old lines say nothing about this tree: the test stays selected."""
     from fastci.config import Config
-    from fastci.evidence.calibration import CalibrationStore, Rung, declaration_digest
-    from fastci.evidence.store import EvidenceStore, RunEvidence
+    from fastci.evidence.store.calibrations import CalibrationStore, Rung, declaration_digest
+    from fastci.evidence.store.db import EvidenceStore, RunEvidence
     from fastci.plan.build import analyze
     from fastci.select import DeclaredTest
     from selection_support import Repo, env_now, units_of

@@ -108,7 +108,7 @@ EXPECTED = {
 #: Records what the plugin hands the recorder (the recorder itself may narrow the label).
 SPY = textwrap.dedent('''
     import json, os
-    from fastci.evidence import recorder
+    from fastci.evidence.record import recorder
 
     _stop = recorder.Recorder.stop
 
@@ -230,11 +230,11 @@ def test_the_store_and_the_plan_hold_the_outcome_pytest_reports(tmp_path: Path) 
     planned for real: the store holds pytest's words, and only real failures are re-run
     for having failed."""
     from fastci.config import Config
-    from fastci.evidence.ingest import find_traces, ingest
-    from fastci.evidence.store import EvidenceStore
+    from fastci.evidence.store.ingest import find_traces, ingest
+    from fastci.evidence.store.db import EvidenceStore
     from fastci.plan.build import analyze
     from fastci.select import DecisionKind
-    from fastci.evidence.environment import current_fingerprint
+    from fastci.evidence.record.environment import current_fingerprint
 
     root = _project(tmp_path)
     (root / ".gitignore").write_text("plan.json\ntraces/\n.fastci/\n")

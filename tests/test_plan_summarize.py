@@ -90,7 +90,7 @@ def test_gpu_only_suite_keeps_gpu_seconds_alone() -> None:
 from pathlib import Path  # noqa: E402
 
 from fastci.config import Config  # noqa: E402
-from fastci.evidence.store import EvidenceStore  # noqa: E402
+from fastci.evidence.store.db import EvidenceStore  # noqa: E402
 from fastci.plan.build import analyze  # noqa: E402
 from fastci.plan.reduce import Choice  # noqa: E402
 from selection_support import Repo, env_now, ingest, units_of  # noqa: E402

@@ -17,9 +17,9 @@ from typing import Mapping
 import pytest
 
 from fastci.config import Config
-from fastci.evidence.environment import current_fingerprint
-from fastci.evidence.ingest import find_traces, ingest
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.record.environment import current_fingerprint
+from fastci.evidence.store.ingest import find_traces, ingest
+from fastci.evidence.store.db import EvidenceStore
 from fastci.plan.build import analyze
 from fastci.select import DecisionKind, Selection
 from selection_support import Repo

@@ -94,7 +94,7 @@ def test_order_assigns_priorities_by_strategy() -> None:
 
 def test_a_plan_lists_its_tests_in_the_configured_order(tmp_path: Any) -> None:
     from fastci.config import Config
-    from fastci.evidence.store import EvidenceStore
+    from fastci.evidence.store.db import EvidenceStore
     from fastci.plan.build import analyze
     from fastci.select import DeclaredTest
     from selection_support import MODEL, env_now, ingest, model_repo
@@ -188,7 +188,7 @@ def test_a_plan_orders_by_rare_inputs_from_the_stores_contexts(tmp_path: Any,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     from fastci.config import Config
     from fastci.plan import build
-    from fastci.evidence.store import EvidenceStore
+    from fastci.evidence.store.db import EvidenceStore
     from fastci.plan.build import analyze
     from fastci.select import DeclaredTest
     from selection_support import MODEL, env_now, ingest, model_repo
@@ -248,7 +248,7 @@ def test_cofailure_is_the_smoothed_failure_rate_when_the_same_files_changed() ->
 
 def test_a_plan_runs_first_the_test_that_failed_when_the_same_file_changed(tmp_path: Any) -> None:
     from fastci.config import Config
-    from fastci.evidence.store import EvidenceStore
+    from fastci.evidence.store.db import EvidenceStore
     from fastci.integrations.git.repository import Git
     from fastci.plan import build
     from fastci.plan.build import analyze

@@ -208,7 +208,7 @@ def test_every_pruned_pair_keeps_a_running_stand_in(tests: list[Any]) -> None:
 
 def test_a_plan_prunes_from_real_evidence_with_the_configured_mode(tmp_path: Path) -> None:
     from fastci.config import Config
-    from fastci.evidence.store import EvidenceStore
+    from fastci.evidence.store.db import EvidenceStore
     from fastci.plan.build import analyze
     from selection_support import MODEL, env_now, ingest, model_repo
 
@@ -242,7 +242,7 @@ def test_a_plan_prunes_from_real_evidence_with_the_configured_mode(tmp_path: Pat
 
 
 def test_contexts_of_units_equals_units_of_test_restricted(tmp_path: Path) -> None:
-    from fastci.evidence.store import EvidenceStore
+    from fastci.evidence.store.db import EvidenceStore
     from selection_support import ingest
 
     store = EvidenceStore.open(tmp_path / "e.db", create=True)

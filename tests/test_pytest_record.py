@@ -13,7 +13,7 @@ from typing import Iterator
 import pytest
 
 from fastci import cli
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.plan.model import Plan
 from plan_support import tie
 

@@ -18,8 +18,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from fastci.evidence.files import PathMapper
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.record.files import PathMapper
+from fastci.evidence.store.db import EvidenceStore
 from fastci.integrations.pytest import _not_rewritten, untraced
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -200,7 +200,7 @@ FILES = {
 
 
 def _record(root: Path, name: str, *extra: str) -> tuple[EvidenceStore, bool]:
-    from fastci.evidence.ingest import find_traces, ingest
+    from fastci.evidence.store.ingest import find_traces, ingest
 
     traces = root.parent / f"traces-{name}"
     probe = root.parent / f"probe-{name}.json"

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fastci.changes.versions import Versions
-from fastci.evidence.calibration import CalibrationStore, Rung, declaration_digest
-from fastci.evidence.store import RunRecord
+from fastci.evidence.store.calibrations import CalibrationStore, Rung, declaration_digest
+from fastci.evidence.store.db import RunRecord
 from fastci.integrations.git.repository import WORKTREE, Git
 from fastci.plan.reduce import (choose, escapes, reaches_all_of, stand_in, varying_numbers,
                                without_data_values, without_reduced_values)
@@ -350,7 +350,7 @@ def test_the_plan_reduces_from_a_real_calibration_file(tmp_path: Path) -> None:
     """Wired into ``analyze``: a selective plan carries the overrides and the reason; a
     calibration the change itself writes is not trusted."""
     from fastci.config import Config
-    from fastci.evidence.store import EvidenceStore
+    from fastci.evidence.store.db import EvidenceStore
     from fastci.plan.build import analyze
     from selection_support import env_now, ingest, units_of
 
@@ -403,7 +403,7 @@ def test_targets_shows_learned_floors(tmp_path: Path) -> None:
     import time
 
     from fastci.cli.targets import learned
-    from fastci.evidence.store import EvidenceStore
+    from fastci.evidence.store.db import EvidenceStore
     from fastci.integrations.bazel.query import TestDecl
 
     decl = TestDecl(id="//t:a", gpus=1, workload=dict(DECL.workload or {}),

@@ -20,9 +20,9 @@ from fastci.plan.build import analyze, bazel_declared
 from fastci.integrations.bazel.bep import parse_bep
 from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.git.tree import plan_tree
-from fastci.evidence.record import record
+from fastci.evidence.fill import record
 from fastci.config import Config
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.plan.model import Plan, PlannedTest, SkippedTest, dump_plan
 from fastci.run.runner import RunReport, execute
 from plan_support import tie

@@ -19,8 +19,8 @@ import pytest
 
 from fastci.integrations.bazel import bep
 from fastci.errors import StoreError
-from fastci.evidence.schema import SCHEMA, SCHEMA_VERSION
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.schema import SCHEMA, SCHEMA_VERSION
+from fastci.evidence.store.db import EvidenceStore
 from fastci.plan.model import Plan, PlannedTest
 from fastci.run.runner import _record
 from fastci.select import DeclaredTest, DecisionKind, Selection
@@ -241,7 +241,7 @@ def test_without_an_answer_from_git_the_failure_stands(hist: World) -> None:
 
 
 def test_a_reduced_pass_at_a_descendant_does_not_clear_a_full_failure() -> None:
-    from fastci.evidence.store import HistoryRun
+    from fastci.evidence.store.db import HistoryRun
     from fastci.select.history import uncleared
 
     parents = {"c2": ("c1",), "c1": ("c0",), "c0": ()}

@@ -17,7 +17,7 @@ import pytest
 from fastci import cli
 from fastci.config import Config, load
 from fastci.errors import ConfigError
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.plan.build import choose_runner
 from selection_support import MODEL, OTHER, Repo, ingest, units_of
 

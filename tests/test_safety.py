@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from fastci.plan.build import analyze
 from fastci.config import Config
-from fastci.evidence.ingest import find_traces, ingest as ingest_traces
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.ingest import find_traces, ingest as ingest_traces
+from fastci.evidence.store.db import EvidenceStore
 from fastci.select import DeclaredTest, DecisionKind
 from selection_support import MODEL, Repo, World, env_now, ingest, units_of, world  # noqa: F401
 
@@ -189,7 +189,7 @@ from pathlib import Path
 name = sys.argv[1]
 rec = None
 if len(sys.argv) > 2:
-    from fastci.evidence.recorder import Recorder
+    from fastci.evidence.record.recorder import Recorder
     rec = Recorder("//checks:" + name, Path(sys.argv[2]), repo_root=Path.cwd(), workload={}, gpus=1)
     rec.start()
 outcome = "passed"

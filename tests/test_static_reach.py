@@ -15,7 +15,7 @@ import pytest
 from fastci.plan.build import analyze
 from fastci.changes.semantic_diff import ChangeKind, diff_sources
 from fastci.config import Config
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.select import DecisionKind, Selection
 from fastci.changes.compiled_code import compiled_functions
 from fastci.changes.static_facts import (discovers_files, open_namespace, parse,

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastci.errors import StoreError
-from fastci.evidence.schema import SCHEMA_VERSION
-from fastci.evidence.store import EvidenceStore, RunEvidence, RunRecord, pack_ids, unpack_ids
+from fastci.evidence.store.schema import SCHEMA_VERSION
+from fastci.evidence.store.db import EvidenceStore, RunEvidence, RunRecord, pack_ids, unpack_ids
 
 
 def run(test: str, at: float, units: dict[str, set[str]], *, key: str | None = None,
@@ -288,7 +288,7 @@ def test_a_locked_store_names_the_holder_after_a_bounded_wait(tmp_path: Path) ->
     import sys
     import time
 
-    from fastci.evidence.store import StoreLockedError, lock_holders
+    from fastci.evidence.store.db import StoreLockedError, lock_holders
 
     path = tmp_path / "evidence.db"
     EvidenceStore.open(path, create=True).close()
@@ -326,7 +326,7 @@ time.sleep(60)
 def test_lock_holders_reads_write_locks_of_the_file_from_the_lock_table(tmp_path: Path) -> None:
     import os
 
-    from fastci.evidence.store import lock_holders
+    from fastci.evidence.store.db import lock_holders
 
     path = tmp_path / "evidence.db"
     path.write_bytes(b"x")
@@ -411,7 +411,7 @@ def test_recent_outcomes_are_the_last_runs_of_test_newest_first(
 def test_run_json_keeps_values_of_equal_hash_apart() -> None:
     """The canonical JSON of workloads and environments is kept by content: 1, 1.0 and
     True are equal and hash alike in Python, and must still be written as they are."""
-    from fastci.evidence.store import _json
+    from fastci.evidence.store.db import _json
 
     assert _json({"a": 1}) == '{"a": 1}'
     assert _json({"a": True}) == '{"a": true}'

@@ -20,11 +20,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastci.errors import StoreError
-from fastci.evidence import batch as batch_mod
-from fastci.evidence.columns import UnitTable
-from fastci.evidence.exchange import export_store, import_store
-from fastci.evidence.schema import SCHEMA_VERSION
-from fastci.evidence.store import EvidenceStore, RunEvidence
+from fastci.evidence.store import batch as batch_mod
+from fastci.evidence.store.columns import UnitTable
+from fastci.evidence.store.exchange import export_store, import_store
+from fastci.evidence.store.schema import SCHEMA_VERSION
+from fastci.evidence.store.db import EvidenceStore, RunEvidence
 
 TESTS = ["//t:a", "//t:b", "//t:c", "p/test_x.py::test_y"]
 UNITS = ["m.py::f", "m.py::g", "m.py::<module>", "n.py::h", "pkg/o.py::C.m"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fastci.errors import TraceError
-from fastci.evidence import trace, trace_pb2
+from fastci.evidence.record import trace, trace_pb2
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -69,12 +69,12 @@ def test_long_test_ids_get_hashed_names() -> None:
 
 
 def test_generated_module_is_in_sync_with_proto(tmp_path: Path) -> None:
-    proto = REPO / "analyzer" / "fastci" / "evidence" / "trace.proto"
+    proto = REPO / "analyzer" / "fastci" / "evidence" / "record" / "trace.proto"
     subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{REPO / 'analyzer'}",
                     f"--python_out={tmp_path}", str(proto)], check=True)
     for name in ("trace_pb2.py",):
-        fresh = (tmp_path / "fastci" / "evidence" / name).read_bytes()
-        committed = (REPO / "analyzer" / "fastci" / "evidence" / name).read_bytes()
+        fresh = (tmp_path / "fastci" / "evidence" / "record" / name).read_bytes()
+        committed = (REPO / "analyzer" / "fastci" / "evidence" / "record" / name).read_bytes()
         assert fresh == committed, f"{name} is stale: regenerate it (see trace.proto)"
 
 

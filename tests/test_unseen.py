@@ -16,7 +16,7 @@ from typing import Iterator
 import pytest
 
 from fastci.config import Config
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.plan.build import Analysis, analyze
 from fastci.select import DecisionKind
 from record_support import edited, plan_now, record

@@ -27,7 +27,7 @@ from fastci.units.lines import MODULE_QUALNAME
 
 
 #: Compilers that trace with dynamo: the frames they trace are recorded at run time
-#: (:mod:`fastci.evidence.traced`), so evidence can say which tests ran such code.
+#: (:mod:`fastci.evidence.record.traced`), so evidence can say which tests ran such code.
 DYNAMO_COMPILERS = frozenset({"torch.compile", "torch._dynamo.optimize", "torch._dynamo.explain",
                               "torch.compiler.compile"})
 _PARTIALS = frozenset({"functools.partial", "partial"})

@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 
 from fastci import config
 from fastci.cli.command import Command
-from fastci.evidence.calibration import CalibrationStore
+from fastci.evidence.store.calibrations import CalibrationStore
 from fastci.integrations.git.repository import repo_root
 from fastci.integrations.git.tree import evidence_commit
 from fastci.integrations.bazel.query import list_gpu_tests

@@ -11,7 +11,7 @@ from pathlib import Path
 from fastci import config
 from fastci.cli.command import Command
 from fastci.errors import FastCIError
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.integrations.git.repository import repo_root
 from fastci.types import normalize_test_id
 
@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _exchange(args: argparse.Namespace, path: Path) -> int:
-    from fastci.evidence.exchange import export_store, import_runs, load_export
+    from fastci.evidence.store.exchange import export_store, import_runs, load_export
 
     if args.action == "export":
         out = args.out.expanduser().resolve()

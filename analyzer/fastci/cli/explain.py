@@ -27,7 +27,7 @@ def _run(args: argparse.Namespace) -> int:
                                    granularity=args.granularity)
     store = None
     try:
-        from fastci.evidence.store import EvidenceStore
+        from fastci.evidence.store.db import EvidenceStore
 
         store = EvidenceStore.open(cfg.path(root, "store"))
     except Exception:  # noqa: BLE001 - contexts are optional detail; the decision is known

@@ -1,6 +1,6 @@
 """``fastci ingest``: merge trace files (bazel-testlogs, pytest trace dirs) into the store.
 
-The work is :func:`fastci.evidence.record.ingest_paths`, which also says how the
+The work is :func:`fastci.evidence.fill.ingest_paths`, which also says how the
 evidence is stamped (``HEAD``, or ``dirty:<tree>`` for a modified tree).
 """
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 from fastci import config
 from fastci.cli.command import Command
-from fastci.evidence.record import dirty_note, ingest_paths, summary
-from fastci.evidence.trace import remove_ingested
+from fastci.evidence.fill import dirty_note, ingest_paths, summary
+from fastci.evidence.record.trace import remove_ingested
 from fastci.integrations.git.repository import repo_root
 
 

@@ -1,6 +1,6 @@
 """``fastci record``: run tests under the recorder with Bazel, then ingest the traces.
 
-The work is :func:`fastci.evidence.record.record_tests`; the evidence is stamped
+The work is :func:`fastci.evidence.fill.record_tests`; the evidence is stamped
 with the workspace's tree as it was before the tests ran (``HEAD``, or
 ``dirty:<tree id>`` for a modified tree). A test that fails while recording makes
 the command exit 1 (the evidence is still ingested, its outcome marked), so CI notices.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fastci import config
 from fastci.cli.command import Command
-from fastci.evidence.record import record_tests
+from fastci.evidence.fill import record_tests
 from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.git.repository import repo_root
 from fastci.progress import Progress

@@ -55,7 +55,7 @@ def _run(args: argparse.Namespace) -> int:
             plan = Plan.run_all(f"plan not obeyed: {problem}")
     store = None
     if not args.no_record:
-        from fastci.evidence.store import EvidenceStore
+        from fastci.evidence.store.db import EvidenceStore
 
         try:
             store = EvidenceStore.open(cfg.path(root, "store"), create=True)

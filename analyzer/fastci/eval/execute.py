@@ -35,12 +35,12 @@ from typing import Any, Mapping, Protocol
 from fastci.integrations import procs
 from fastci.config import Config
 from fastci.errors import BazelError, FastCIError
-from fastci.evidence.ingest import Checksums, results_from_bep
+from fastci.evidence.store.ingest import Checksums, results_from_bep
 from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo
 from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.bazel.testlogs import test_dir
-from fastci.evidence.recorder import LINES_ENV
+from fastci.evidence.record.recorder import LINES_ENV
 from fastci.plan.build import declared_tests
 from fastci.run.calibrate import PLUGIN, decode_run, node_arg
 from fastci.select import DeclaredTest

@@ -50,9 +50,9 @@ from fastci.eval.faults import Mutant, changed_units_of, generate
 from fastci.eval.results import (ChangeResult, TestOutcome, Arm, EvalResultsError, merge,
                                  read_results, write_results)
 from fastci.eval.workspace import Snapshot, WorkspaceError, Worktree, check_workdir
-from fastci.evidence.ingest import TestResult, find_traces, ingest
+from fastci.evidence.store.ingest import TestResult, find_traces, ingest
 from fastci.errors import FastCIError
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.integrations.git.repository import WORKTREE, Git
 from fastci.integrations.git.tree import evidence_commit
 from fastci.plan.build import BY_RUNNER, analyze, choose_runner, runner_python, strategy_orders
@@ -188,7 +188,7 @@ class Evaluator:
         runner = options.runner or choose_runner(self.tree.path, self.config)[0]
         self.executor: Executor = executor_for(self.tree.path, self.config, runner,
                                                python=self.python)
-        from fastci.evidence.environment import current_fingerprint
+        from fastci.evidence.record.environment import current_fingerprint
 
         self.cache = BaselineCache(self.out / "baseline", current_fingerprint())
         #: What the tree of each evaluated change looked like (its faults' sources).

@@ -49,8 +49,8 @@ from fastci.types import RelPath, TestId, UnitId
 if TYPE_CHECKING:
     from fastci.integrations.bazel.query import TestDecl
     from fastci.select.lines import Reach
-    from fastci.evidence.calibration import CalibrationStore
-    from fastci.evidence.store import EvidenceStore
+    from fastci.evidence.store.calibrations import CalibrationStore
+    from fastci.evidence.store.db import EvidenceStore
 
 LOG = logging.getLogger(__name__)
 
@@ -237,7 +237,7 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
         if store is None:
             # Opened before the build is asked, so that a failing `bazel query` widens
             # to every recorded test, not to none (and a missing store to every declared one).
-            from fastci.evidence.store import EvidenceStore
+            from fastci.evidence.store.db import EvidenceStore
 
             try:
                 store = opened = EvidenceStore.open(config.path(root, "store"))
@@ -313,7 +313,7 @@ def analyze(root: Path, config: Config, *, base: str | None = None, head: str = 
 def _calibration(root: Path, config: Config, git: Git, head: str, changes: ChangeSet
                  ) -> tuple[CalibrationStore | None, str | None]:
     """The calibration store, or why there is none to trust (None, None: not calibrated)."""
-    from fastci.evidence.calibration import CalibrationStore
+    from fastci.evidence.store.calibrations import CalibrationStore
 
     path = config.path(root, "calibration")
     calibration: CalibrationStore | None = None
@@ -380,7 +380,7 @@ def _line_facts(selection: Selection, changes: ChangeSet, calibration: Calibrati
 
 def _traced_any(store: EvidenceReader, test: TestId) -> bool:
     """Whether the test's evidence holds code dynamo traced (no line events: no line facts)."""
-    from fastci.evidence.traced import TRACED_CONTEXT
+    from fastci.evidence.record.traced import TRACED_CONTEXT
 
     return any(TRACED_CONTEXT in sigs for sigs in store.units_of_test(test).values())
 
@@ -552,7 +552,7 @@ def calibrated_declaration(test: TestId, calibration: CalibrationStore) -> Decla
     runs the full workload when they do not fit; a marker edit is a change to the
     test's file (or to a file its collection read), which runs the test full anyway.
     """
-    from fastci.evidence.calibration import declaration_digest
+    from fastci.evidence.store.calibrations import declaration_digest
 
     rungs = [r for r in calibration.rungs(test) if r.spec]
     if not rungs:
@@ -713,7 +713,7 @@ def _environment(value: str | None | Callable[[], str], root: Path,
     try:
         if callable(value):
             return value(), None
-        from fastci.evidence.environment import environment_of_interpreter
+        from fastci.evidence.record.environment import environment_of_interpreter
 
         env = environment_of_interpreter(runner_python(root, config), cwd=root)
         return env["fingerprint"], env

@@ -1,6 +1,6 @@
 """Choosing each selected test's workload from its calibration (issue 13 item 2).
 
-A selected test may run at a calibrated rung (:mod:`fastci.evidence.calibration`)
+A selected test may run at a calibrated rung (:mod:`fastci.evidence.store.calibrations`)
 cheaper than its full workload only when the rung provably exercises the change
 the way the full run does. For every reason the test was selected:
 
@@ -51,8 +51,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from fastci.changes.since import drift
 from fastci.changes.versions import Versions
-from fastci.evidence.calibration import CalibrationStore, Rung, declaration_digest
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.calibrations import CalibrationStore, Rung, declaration_digest
+from fastci.evidence.store.db import EvidenceStore
 from fastci.plan.workload import (override_problems, reducible_dims, resolve_reduction)
 from fastci.select.contexts import TOKEN, varying_numbers, without_data_values
 from fastci.select.decisions import Decision, DecisionKind, Reason
@@ -411,8 +411,8 @@ def no_cheaper_floor(overrides: Mapping[str, Any], measured: Iterable[Rung], ful
 
 def moved_values(workload: Mapping[str, Any], reduced: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
     """(full value, reduced value) of each reduced dimension, rendered as contexts render
-    numbers (:func:`fastci.evidence.contexts.abstract`)."""
-    from fastci.evidence.contexts import abstract
+    numbers (:func:`fastci.evidence.record.contexts.abstract`)."""
+    from fastci.evidence.record.contexts import abstract
 
     return frozenset((abstract(workload[d]), abstract(v)) for d, v in reduced.items()
                      if isinstance(v, (int, float)) and not isinstance(v, bool))
@@ -438,12 +438,12 @@ def without_reduced_values(contexts: Iterable[str], values: Mapping[str, Any]) -
     A token is an argument, a dataclass field, a ``**kwargs`` entry or a label whose
     name is a reduced dimension and whose value is that dimension's value on this side
     (the full value on the full rung, the reduced one on the rung), rendered as
-    contexts render scalars (:func:`fastci.evidence.contexts.abstract`). Everything
+    contexts render scalars (:func:`fastci.evidence.record.contexts.abstract`). Everything
     else must still match exactly: a derived value under another name
     (``layers_per_stage=2``), a tensor's size class, a dtype, a parallel degree. A
     token of the same name holding some other value is kept, so it must match too.
     """
-    from fastci.evidence.contexts import abstract
+    from fastci.evidence.record.contexts import abstract
 
     if not values:
         return frozenset(contexts)

@@ -15,12 +15,12 @@ runs one process per rung, the test alone, in the repository root::
 Its traces give the outcome (the main trace's), completeness (every trace stopped
 cleanly, every shared segment it names found, none corrupt, the rung's overrides
 applied), the measured duration and GPUs, the executed lines and arcs per file
-(line mode: :data:`fastci.evidence.recorder.LINES_ENV`; lines via
-:func:`fastci.evidence.trace.delta_decode`), each executed unit's checksum and
+(line mode: :data:`fastci.evidence.record.recorder.LINES_ENV`; lines via
+:func:`fastci.evidence.record.trace.delta_decode`), each executed unit's checksum and
 contexts and each executed file's digest (merged as ``fastci ingest`` merges a run:
-:func:`fastci.evidence.ingest.merge_run`).
+:func:`fastci.evidence.store.ingest.merge_run`).
 
-Each rung goes into the :class:`~fastci.evidence.calibration.CalibrationStore`,
+Each rung goes into the :class:`~fastci.evidence.store.calibrations.CalibrationStore`,
 never the evidence store (a run at a reduced workload is no evidence of the test).
 Calibrating is resumable: a rung already stored complete, at the same commit stamp
 and under the same declaration digest, is not run again. One progress line per
@@ -47,12 +47,12 @@ from typing import (TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, S
 from fastci.config import DEFAULTS
 from fastci.integrations import procs
 from fastci.errors import BazelError, FastCIError, TraceError
-from fastci.evidence import trace
-from fastci.evidence.calibration import (CalibrationStore, Rung, declaration_digest,
+from fastci.evidence.record import trace
+from fastci.evidence.store.calibrations import (CalibrationStore, Rung, declaration_digest,
                                          declaration_spec)
-from fastci.evidence.ingest import (Checksums, TestResult, find_traces, index_segments, merge_run,
+from fastci.evidence.store.ingest import (Checksums, TestResult, find_traces, index_segments, merge_run,
                                     results_from_bep, segment_closure)
-from fastci.evidence.recorder import LINES_ENV
+from fastci.evidence.record.recorder import LINES_ENV
 from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo
 from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.bazel.testlogs import test_dir

@@ -91,7 +91,7 @@ RUNS_DIR = Path(".fastci/runs")
 class ResultHistory(Protocol):
     """The part of the evidence store ``fastci run`` uses: the newest runs, and new results.
 
-    :class:`fastci.evidence.store.EvidenceStore` implements it (see its
+    :class:`fastci.evidence.store.db.EvidenceStore` implements it (see its
     ``record_result`` for what the arguments mean).
     """
 
@@ -102,7 +102,7 @@ class ResultHistory(Protocol):
 
 
 if TYPE_CHECKING:
-    from fastci.evidence.store import EvidenceStore
+    from fastci.evidence.store.db import EvidenceStore
     from fastci.progress import Progress
 
     def _store_conforms(store: EvidenceStore) -> ResultHistory:

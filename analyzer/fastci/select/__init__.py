@@ -72,7 +72,7 @@ def select_tests(changes: ChangeSet, store: EvidenceReader, config: Config, *,
         declared: the declared tests (``bazel query``), or None when unknown.
         env_fingerprint: the current environment fingerprint, None if unknown.
         environment: the test runner's whole environment
-            (:func:`fastci.evidence.environment.environment_of_interpreter`), so evidence
+            (:func:`fastci.evidence.record.environment.environment_of_interpreter`), so evidence
             from an environment that differs only in packages a test never imported is
             kept; None: compared by fingerprint alone.
     """

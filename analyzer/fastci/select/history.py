@@ -37,7 +37,7 @@ HISTORY_COMMITS = 20_000
 
 
 class HistoryLike(Protocol):
-    """One run of a failure history (:class:`fastci.evidence.store.HistoryRun`)."""
+    """One run of a failure history (:class:`fastci.evidence.store.db.HistoryRun`)."""
 
     @property
     def outcome(self) -> str: ...
@@ -108,7 +108,7 @@ def history_rules(history: Mapping[TestId, Sequence[HistoryLike]], git: _Graph |
 
     Args:
         history: per test, its last runs, newest first (tests that failed among them:
-            :meth:`fastci.evidence.store.EvidenceStore.failure_history`).
+            :meth:`fastci.evidence.store.db.EvidenceStore.failure_history`).
         git: the repository (None: no ancestry is known, every such failure stands).
         skip: tests already selected for a failure (their newest run failed).
     """

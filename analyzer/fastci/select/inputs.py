@@ -1,7 +1,7 @@
 """Declared inputs at plan time: a file ``inputs:`` names that the evidence lacks.
 
 The recording hashed each test's declared files into its evidence as files it read
-(:mod:`fastci.evidence.inputs`), so a *changed* or *removed* one is found by the
+(:mod:`fastci.evidence.record.inputs`), so a *changed* or *removed* one is found by the
 rules for recorded reads: :func:`fastci.select.rules.ignored_read_rules` for files
 git does not track (ignored ones, and absolute paths outside the repository), the
 baseline's read rule for tracked ones. What those rules cannot see is a file that
@@ -23,7 +23,7 @@ from typing import Iterable
 
 from fastci.changes.scan import ChangeSet
 from fastci.config import Config
-from fastci.evidence.inputs import expand_all, globs_for
+from fastci.evidence.record.inputs import expand_all, globs_for
 from fastci.integrations.git.repository import shown
 from fastci.select.decisions import DecisionKind, Reason
 from fastci.select.rules import EvidenceReader, Hits, add_hit

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping, NamedTuple, Protocol
 from fastci.changes.manifests import ManifestChange, is_manifest, read_change
 from fastci.changes.scan import ChangeSet
 from fastci.config import Config, first_match
-from fastci.evidence.environment import parse_listing
+from fastci.evidence.record.environment import parse_listing
 from fastci.integrations.git.repository import shown
 from fastci.select.decisions import DecisionKind, Reason
 from fastci.types import RelPath, TestId

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Se
 from fastci.changes.scan import ChangeSet
 from fastci.changes.semantic_diff import UnitChange
 from fastci.config import Config
-from fastci.evidence.files import sha256_file
+from fastci.evidence.record.files import sha256_file
 from fastci.integrations.git.repository import shown
 from fastci.select.decisions import DecisionKind, Reason
 from fastci.types import (Checksum, ContextSig, RelPath, TestId, UnitId, is_failure,
@@ -28,7 +28,7 @@ Hits = dict[TestId, list[Reason]]
 
 
 class RunLike(Protocol):
-    """What selection reads from a recorded run (``fastci.evidence.store.RunRecord``).
+    """What selection reads from a recorded run (``fastci.evidence.store.db.RunRecord``).
 
     ``workload`` is the declared (full) workload the run knew; ``overrides`` what
     the run changed of it (``{}``: full workload, ``None``: not known);
@@ -62,7 +62,7 @@ class RunLike(Protocol):
 class EvidenceReader(Protocol):
     """The read side of the evidence store that planning and selection use (CONTRACTS.md).
 
-    :class:`fastci.evidence.store.EvidenceStore` implements it; so must any double
+    :class:`fastci.evidence.store.db.EvidenceStore` implements it; so must any double
     a test passes instead (there is no fallback for a missing method).
     """
 
@@ -102,7 +102,7 @@ class EvidenceReader(Protocol):
 
 
 if TYPE_CHECKING:
-    from fastci.evidence.store import EvidenceStore, RunRecord
+    from fastci.evidence.store.db import EvidenceStore, RunRecord
 
     def _store_conforms(store: EvidenceStore, run: RunRecord) -> tuple[EvidenceReader, RunLike]:
         """Never called: mypy checks here that the real store fits the protocols."""

@@ -3,13 +3,13 @@
 Inert unless asked:
 
 * ``--fastci-record`` runs every test item under a
-  :class:`~fastci.evidence.recorder.Recorder` (setup, call and teardown) and
+  :class:`~fastci.evidence.record.recorder.Recorder` (setup, call and teardown) and
   writes one trace per test (plus one per child process) into
   ``--fastci-trace-dir`` (default ``.fastci/runs/pytest-traces``); ingest them
   with ``fastci ingest .fastci/runs/pytest-traces``. The test id is the node id
   with its file path made repo-relative. What runs while pytest collects
   (module top levels, conftest files, package ``__init__``s, collection hooks)
-  is recorded once, as segments (:mod:`fastci.evidence.collection`), and
+  is recorded once, as segments (:mod:`fastci.evidence.record.collection`), and
   every item names those of its collector chain and of the modules they
   imported, first or not. A fixture above function scope is set up (and torn
   down) inside one test's recording, into segments of its own that every test
@@ -49,8 +49,8 @@ from fastci.integrations.pytest.ids import test_id_for
 from fastci.types import Outcome
 
 if TYPE_CHECKING:
-    from fastci.evidence.collection import CollectionRecorder
-    from fastci.evidence.recorder import Recorder
+    from fastci.evidence.record.collection import CollectionRecorder
+    from fastci.evidence.record.recorder import Recorder
 
 LOG = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     """With ``--fastci-record``, start recording collection before the first conftest runs."""
     if getattr(early_config.known_args_namespace, "fastci_record", False):
         try:
-            from fastci.evidence.collection import CollectionRecorder
+            from fastci.evidence.record.collection import CollectionRecorder
             from fastci.integrations.git.repository import repo_root
 
             col = CollectionRecorder(repo_root(Path(str(early_config.rootpath))))
@@ -321,7 +321,7 @@ class RecordPlugin:
             fixturedef.addfinalizer(functools.partial(self._teardown_begins, fixturedef, keys[1]))
 
     def _teardown_begins(self, fixturedef: Any, key: str) -> None:
-        from fastci.evidence.recorder import Recorder
+        from fastci.evidence.record.recorder import Recorder
 
         rec = self._rec if self._rec is not None and self._rec.recording else None
         owned = rec is None
@@ -361,7 +361,7 @@ class RecordPlugin:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: Any) -> Generator[None, Any, None]:
-        from fastci.evidence.recorder import Recorder
+        from fastci.evidence.record.recorder import Recorder
 
         marker = item.get_closest_marker("gpus")
         gpus = int(marker.args[0]) if marker and marker.args else 0

@@ -43,7 +43,7 @@ _MARK = "__fastci_untraced__"
 
 def handler_in(measured: Callable[[str], object]) -> bool:
     """Whether a Python-level signal handler may run measured code: one defined in a
-    file ``measured`` maps to a repo path (:meth:`fastci.evidence.files.PathMapper.rel`),
+    file ``measured`` maps to a repo path (:meth:`fastci.evidence.record.files.PathMapper.rel`),
     or one that is not a plain function or method (a ``functools.partial``, a callable
     object), since what that calls cannot be told."""
     for sig in signal.valid_signals():

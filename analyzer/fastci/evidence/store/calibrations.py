@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from fastci.evidence.postings import inflate
+from fastci.evidence.store.postings import inflate
 from fastci.errors import StoreError
 from fastci.types import Checksum, ContextSig, RelPath, TestId, UnitId
 

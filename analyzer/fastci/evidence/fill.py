@@ -8,7 +8,7 @@ from, taken before anything runs: ``HEAD`` for a clean tree, ``dirty:<tree id>``
 for a modified one, which never passes for a commit, so plans compare every
 recorded file with what they analyse instead of trusting it as ``HEAD``'s.
 
-(:mod:`fastci.evidence.recorder` is the other end: the recorder inside a test process.)
+(:mod:`fastci.evidence.record.recorder` is the other end: the recorder inside a test process.)
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from fastci.errors import BazelError, FastCIError
-from fastci.evidence import trace, trace_pb2
-from fastci.evidence.ingest import (IngestReport, TraceBlob, find_traces, ingest,
+from fastci.evidence.record import trace, trace_pb2
+from fastci.evidence.store.ingest import (IngestReport, TraceBlob, find_traces, ingest,
                                     results_from_bep)
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.integrations.bazel.runner import EXIT_NO_TESTS, Bazel
 from fastci.integrations.bazel.bep_follow import follow_bep_progress
 from fastci.integrations.git.tree import DIRTY_PREFIX, evidence_commit
@@ -50,9 +50,9 @@ def dirty_note(commit: str | None) -> list[str]:
             "plans compare every recorded file"]
 
 
-# TraceModules: a Trace's module counts alone (typed Any: see fastci.evidence.trace).
+# TraceModules: a Trace's module counts alone (typed Any: see fastci.evidence.record.trace).
 _TRACE_MODULES: Any = getattr(trace_pb2, "TraceModules")
-# The frame before a trace's payload: magic, u32 length, u32 crc32 (fastci.evidence.trace).
+# The frame before a trace's payload: magic, u32 length, u32 crc32 (fastci.evidence.record.trace).
 _FRAME = len(trace.MAGIC) + 8
 
 
@@ -130,7 +130,7 @@ def ingest_paths(store_path: Path, paths: Sequence[Path], *, source: str | None 
         source_root: the tree the traces were recorded from (unit checksums are taken from it).
         notes: warnings for the user are appended here (code outside the repository,
             :class:`ModuleTally`); print them after :func:`summary`, before :func:`dirty_note`.
-        jobs: worker processes that merge traces (:func:`fastci.evidence.ingest.worker_count`).
+        jobs: worker processes that merge traces (:func:`fastci.evidence.store.ingest.worker_count`).
 
     Returns:
         The ingest report and the commit the evidence was stamped with (None outside

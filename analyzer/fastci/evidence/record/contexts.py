@@ -12,7 +12,7 @@ Scalars and short strings appear by value, dataclass configs by their scalar
 fields, an ``nn.Module`` ``self`` by its class and ``training`` flag.
 
 Collection rides on coverage.py's C tracer through a file-tracer plug-in
-(:mod:`fastci.evidence.covplugin`): only calls of repo code reach Python, not
+(:mod:`fastci.evidence.record.covplugin`): only calls of repo code reach Python, not
 torch's or the standard library's (a ``sys.setprofile`` hook — Python 3.11
 has no ``sys.monitoring`` — cost +70% on a training loop even as a no-op).
 A unit's first :data:`FULL_CALLS` calls are inspected, later ones only at
@@ -34,8 +34,8 @@ import weakref
 from types import CodeType, FrameType
 from typing import Any, Iterator
 
-from fastci.evidence import covplugin
-from fastci.evidence.files import PathMapper
+from fastci.evidence.record import covplugin
+from fastci.evidence.record.files import PathMapper
 
 FULL_CALLS = 8
 MAX_CONTEXTS = 16
@@ -314,10 +314,10 @@ class ContextProfiler:
     def dynamic_source_filename(self, filename: str | None, frame: FrameType) -> str | None:
         """One call of repo code, as coverage.py's C tracer reports it to the plug-in.
 
-        :func:`fastci.evidence.covplugin.activate` makes this bound method the
+        :func:`fastci.evidence.record.covplugin.activate` makes this bound method the
         tracers' ``dynamic_source_filename``, so a call costs one Python frame: the
         common case (a call that is not sampled) is a dict lookup and a counter.
-        Answers ``filename`` as the plug-in does (see :mod:`fastci.evidence.covplugin`).
+        Answers ``filename`` as the plug-in does (see :mod:`fastci.evidence.record.covplugin`).
         """
         code = frame.f_code
         try:

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 from fastci.errors import StoreError
-from fastci.evidence.store import EvidenceStore, RunEvidence
+from fastci.evidence.store.db import EvidenceStore, RunEvidence
 from fastci.types import is_failure
 
 FORMAT = "fastci-evidence"

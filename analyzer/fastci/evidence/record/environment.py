@@ -17,7 +17,7 @@ source change does:
 It reads files and the interpreter, never environment variables other than
 ``PATH`` (to find ``nvidia-smi``): the recorder takes it inside test processes
 (Bazel's test environment is scrubbed), and the planner takes it by running the
-*test runner's* interpreter (``<python> -m fastci.evidence.environment``, see
+*test runner's* interpreter (``<python> -m fastci.evidence.record.environment``, see
 :func:`fingerprint_of_interpreter`), so both sides describe the same place.
 Libraries found only through ``LD_LIBRARY_PATH`` are not covered, nor are the
 kernel version and host name (they change often and rarely matter).
@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from fastci.evidence import trace
+    from fastci.evidence.record import trace
 
 #: Soname stems of the system libraries whose version is part of the fingerprint.
 LIBRARIES: tuple[str, ...] = ("libcuda", "libcudart", "libnccl", "libcudnn", "libcublas",
@@ -364,7 +364,7 @@ def base_fingerprint(parts: dict[str, str] | None = None) -> str:
 
 def current() -> trace.TraceMsg:
     """The environment of this process (cached; torch/CUDA read if torch is imported)."""
-    from fastci.evidence import trace  # the protobuf runtime: only the recorder needs it
+    from fastci.evidence.record import trace  # the protobuf runtime: only the recorder needs it
 
     parts = describe()
     torch_version, cuda = _torch_versions()
@@ -388,9 +388,9 @@ def fingerprint_of_interpreter(python: str, *, cwd: Path | None = None,
     """
     from fastci.errors import FastCIError
 
-    package_parent = str(Path(__file__).resolve().parents[2])
+    package_parent = str(Path(__file__).resolve().parents[3])
     code = (f"import sys; sys.path.insert(0, {package_parent!r}); "
-            "from fastci.evidence.environment import main; raise SystemExit(main([]))")
+            "from fastci.evidence.record.environment import main; raise SystemExit(main([]))")
     try:
         proc = subprocess.run([python, "-c", code], capture_output=True, text=True,
                               timeout=timeout, check=False, cwd=cwd)
@@ -415,9 +415,9 @@ def environment_of_interpreter(python: str, *, cwd: Path | None = None,
     """
     from fastci.errors import FastCIError
 
-    package_parent = str(Path(__file__).resolve().parents[2])
+    package_parent = str(Path(__file__).resolve().parents[3])
     code = (f"import sys; sys.path.insert(0, {package_parent!r}); "
-            "from fastci.evidence.environment import main; raise SystemExit(main(['--json']))")
+            "from fastci.evidence.record.environment import main; raise SystemExit(main(['--json']))")
     try:
         proc = subprocess.run([python, "-c", code], capture_output=True, text=True,
                               timeout=timeout, check=False, cwd=cwd)
@@ -431,7 +431,7 @@ def environment_of_interpreter(python: str, *, cwd: Path | None = None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m fastci.evidence.environment [--json]``: print the fingerprint (or its parts)."""
+    """``python -m fastci.evidence.record.environment [--json]``: print the fingerprint (or its parts)."""
     args = sys.argv[1:] if argv is None else argv
     if "--json" in args:
         print(json.dumps({"fingerprint": current_fingerprint(),

@@ -5,8 +5,8 @@ Test processes never open the store; ``fastci ingest`` merges their trace files
 integers. Evidence is held as packed id arrays, not one row per (test, unit)
 pair: per test its sorted *unit versions* (a unit with the checksum that test
 recorded) and their interned context sets, per unit version the sorted tests
-that executed it (:mod:`fastci.evidence.postings`, written in batches by
-:mod:`fastci.evidence.batch`). The schema lives in :mod:`fastci.evidence.schema`.
+that executed it (:mod:`fastci.evidence.store.postings`, written in batches by
+:mod:`fastci.evidence.store.batch`). The schema lives in :mod:`fastci.evidence.store.schema`.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ import numpy as np
 
 from fastci.errors import StoreError
 from fastci.gcpause import no_gc
-from fastci.evidence import postings
-from fastci.evidence.batch import EvidenceBatch, chunks, pack_ids, unpack_ids
-from fastci.evidence.schema import SCHEMA, SCHEMA_VERSION
+from fastci.evidence.store import postings
+from fastci.evidence.store.batch import EvidenceBatch, chunks, pack_ids, unpack_ids
+from fastci.evidence.store.schema import SCHEMA, SCHEMA_VERSION
 from fastci.types import (FAILURE_OUTCOMES, OUTCOMES, Checksum, ContextSig, RelPath, TestId, UnitId,
                           is_failure)
 

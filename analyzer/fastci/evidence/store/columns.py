@@ -8,7 +8,7 @@ pairs). Here a run's units are two arrays instead: per unit, the row of its
 there. The table is shared by every run one ``fastci ingest`` merges, so each unit
 version and each context set is interned once for the whole recording, and the
 store maps a run's rows to its own ids with one array lookup
-(:meth:`fastci.evidence.batch.EvidenceBatch.prepare`).
+(:meth:`fastci.evidence.store.batch.EvidenceBatch.prepare`).
 
 :class:`UnitColumns` is still a read-only mapping, the same as the dict (built on
 first use), for every reader that wants one.
@@ -154,7 +154,7 @@ class UnitTable:
         return out
 
     def columns(self, units: Mapping[UnitId, UnitValue]) -> "UnitColumns":
-        """``units`` (a dict as :class:`~fastci.evidence.store.RunEvidence` takes) as columns."""
+        """``units`` (a dict as :class:`~fastci.evidence.store.db.RunEvidence` takes) as columns."""
         rows = [self.row(uid, checksum) for uid, (checksum, _) in units.items()]
         sets = [self.set_row(sigs) for _, sigs in units.values()]
         return UnitColumns(self, np.array(rows, dtype=np.uint32), np.array(sets, dtype=np.uint32))

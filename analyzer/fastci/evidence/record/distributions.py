@@ -31,7 +31,7 @@ from types import ModuleType
 from typing import Mapping
 
 #: FastCI's own package: the recorder's machinery, never a test's dependency.
-FASTCI_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FASTCI_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: Module-name prefixes of editable-install hooks (setuptools, hatch): the repo's own packages.
 _EDITABLE_HOOKS = ("__editable__", "_editable_impl_")
 _META_SUFFIXES = (".dist-info", ".egg-info")

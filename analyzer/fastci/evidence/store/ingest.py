@@ -3,7 +3,7 @@
 Traces come from a pytest trace directory or from ``bazel-testlogs`` (loose
 files under ``test.outputs/`` or inside ``test.outputs/outputs.zip``). The
 traces of one run (same test id and run id: the main process and its
-children) merge into one :class:`~fastci.evidence.store.RunEvidence`, with
+children) merge into one :class:`~fastci.evidence.store.db.RunEvidence`, with
 the *segments* its traces name in ``shared`` (evidence shared by several
 tests of a pytest session: collection, fixtures above function scope) and
 every segment those include; a named segment found in no trace makes the run
@@ -31,10 +31,10 @@ import numpy as np
 import numpy.typing as npt
 
 from fastci.errors import TraceError
-from fastci.evidence import trace
-from fastci.evidence.columns import MirrorTable, Rows, UnitColumns, UnitTable, small_set_keys
-from fastci.evidence.store import INCOMPLETE_KEY, EvidenceStore, RunEvidence
-from fastci.evidence.traced import TRACED_BY_DYNAMO, TRACED_FRAMES_KEY
+from fastci.evidence.record import trace
+from fastci.evidence.store.columns import MirrorTable, Rows, UnitColumns, UnitTable, small_set_keys
+from fastci.evidence.store.db import INCOMPLETE_KEY, EvidenceStore, RunEvidence
+from fastci.evidence.record.traced import TRACED_BY_DYNAMO, TRACED_FRAMES_KEY
 from fastci.integrations.git.repository import cache_dir
 from fastci.types import Outcome, is_failure
 from fastci.units.index import ChecksumCache, FileUnits, UnitCache, index_source
@@ -86,7 +86,7 @@ class IngestReport:
     incomplete_tests: set[str] = field(default_factory=set)
     tests: set[str] = field(default_factory=set)
     #: Origins of the traces that decoded and are now in the store (a corrupt one is
-    #: never listed): what :func:`fastci.evidence.trace.remove_ingested` may delete.
+    #: never listed): what :func:`fastci.evidence.record.trace.remove_ingested` may delete.
     ingested: list[str] = field(default_factory=list)
 
 
@@ -241,7 +241,7 @@ def segment_closure(keys: Iterable[str], segments: Segments) -> tuple[list[str],
 
 
 class TraceUnits:
-    """Reads the units of traces into rows of one :class:`~fastci.evidence.columns.UnitTable`
+    """Reads the units of traces into rows of one :class:`~fastci.evidence.store.columns.UnitTable`
     (one per ingest): a file's rows and each trace's context sets are worked out with a
     few calls per file, not per unit (trace format 2 holds units as columns)."""
 
@@ -413,7 +413,7 @@ def ingest(store: EvidenceStore, blobs: Iterable[TraceBlob], *, source: str,
            root: Path | None = None, only: set[str] | None = None,
            jobs: int | None = None) -> IngestReport:
     """Parse, group and merge trace blobs into ``store`` in one batch
-    (:meth:`~fastci.evidence.store.EvidenceStore.ingest_many`: one transaction, each
+    (:meth:`~fastci.evidence.store.db.EvidenceStore.ingest_many`: one transaction, each
     touched posting list written once; runs are merged one at a time as the batch reads
     them).
 

@@ -49,11 +49,11 @@ from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any, Callable, Iterable
 
-from fastci.evidence import covplugin, environment, files as files_mod, trace
-from fastci.evidence.contexts import ContextProfiler
-from fastci.evidence.covplugin import make_coverage
-from fastci.evidence.files import OpenRecorder, PathMapper
-from fastci.evidence.recorder import EVIDENCE_CODE_DIR, fill_files
+from fastci.evidence.record import covplugin, environment, files as files_mod, trace
+from fastci.evidence.record.contexts import ContextProfiler
+from fastci.evidence.record.covplugin import make_coverage
+from fastci.evidence.record.files import OpenRecorder, PathMapper
+from fastci.evidence.record.recorder import EVIDENCE_CODE_DIR, fill_files
 
 SHARED_ROLE = "shared"
 
@@ -174,7 +174,7 @@ class CollectionRecorder:
             self._truncate(depth)
 
     def dynamic_source_filename(self, filename: str | None, frame: FrameType) -> str | None:
-        """The coverage plug-in's hook (:func:`fastci.evidence.covplugin.activate`)."""
+        """The coverage plug-in's hook (:func:`fastci.evidence.record.covplugin.activate`)."""
         self.on_call(frame)
         return filename
 

@@ -22,12 +22,12 @@ Version history:
   (``unit_version``, holding its posting list: the sorted ids of the tests whose
   held evidence executed it); a set of contexts is interned once (``ctxset``);
   ``evidence`` holds one row per test: its sorted unit-version ids and the
-  parallel context-set ids, packed (:mod:`fastci.evidence.postings`). Each test's
+  parallel context-set ids, packed (:mod:`fastci.evidence.store.postings`). Each test's
   own checksum is the checksum of its unit version, so the semantics of version 3
   are kept exactly; 7-10 bytes per pair on disk instead of about 68 (docs/EVIDENCE.md).
 
 A store with another version is never migrated or deleted silently:
-:class:`~fastci.evidence.store.EvidenceStore` raises ``StoreError`` saying to
+:class:`~fastci.evidence.store.db.EvidenceStore` raises ``StoreError`` saying to
 move it aside and re-record.
 """
 
@@ -77,7 +77,7 @@ CREATE TABLE ctxset (
 -- A unit version: unit `unit_id` as some test's recording saw it (its checksum; ''
 -- = not known, which never equals a real checksum, so the test re-runs). `tests`:
 -- the posting list, the sorted ids of the tests whose held evidence executed this
--- version (packed, fastci.evidence.postings), so tests_for_units reads only the
+-- version (packed, fastci.evidence.store.postings), so tests_for_units reads only the
 -- versions of the asked units. A version no test holds any more is deleted.
 CREATE TABLE unit_version (
     id INTEGER PRIMARY KEY,

@@ -1,10 +1,10 @@
 """The entry point a recorded test's child process runs at start-up.
 
-:mod:`fastci.evidence.children` exports the ``FASTCI_RECORD_*`` variables and a
+:mod:`fastci.evidence.record.children` exports the ``FASTCI_RECORD_*`` variables and a
 ``sitecustomize.py`` that imports this module and calls :func:`start_child`. It
-lives apart from :mod:`fastci.evidence.children` because it starts a
-:class:`~fastci.evidence.recorder.Recorder`, and the recorder itself uses
-:class:`~fastci.evidence.children.ChildEnvironment`: the order is
+lives apart from :mod:`fastci.evidence.record.children` because it starts a
+:class:`~fastci.evidence.record.recorder.Recorder`, and the recorder itself uses
+:class:`~fastci.evidence.record.children.ChildEnvironment`: the order is
 ``child_start -> recorder -> children``, never back.
 """
 
@@ -16,8 +16,8 @@ import os
 import sys
 from pathlib import Path
 
-from fastci.evidence.children import ENV_DIR, ENV_META, ENV_REPO, ENV_RUN, ENV_TEST
-from fastci.evidence.recorder import Recorder
+from fastci.evidence.record.children import ENV_DIR, ENV_META, ENV_REPO, ENV_RUN, ENV_TEST
+from fastci.evidence.record.recorder import Recorder
 
 _CHILD: Recorder | None = None  # this process's child recorder, if any
 

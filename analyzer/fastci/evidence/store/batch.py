@@ -1,6 +1,6 @@
 """The evidence arrays' write side: many recordings merged with one posting update each.
 
-:meth:`fastci.evidence.store.EvidenceStore.ingest_many` decides per run, in order,
+:meth:`fastci.evidence.store.db.EvidenceStore.ingest_many` decides per run, in order,
 whether it is its test's newest recording (as one :meth:`~EvidenceStore.ingest`
 after another would); for each one that is, :class:`EvidenceBatch` writes the
 test's row of ``evidence`` at once and notes which (unit version, test) pairs
@@ -24,8 +24,8 @@ from typing import Iterable, Iterator, Mapping, Sequence, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from fastci.evidence import postings
-from fastci.evidence.columns import UnitColumns, UnitTable
+from fastci.evidence.store import postings
+from fastci.evidence.store.columns import UnitColumns, UnitTable
 from fastci.types import Checksum, ContextSig, UnitId
 
 LOG = logging.getLogger(__name__)

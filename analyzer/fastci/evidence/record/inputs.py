@@ -7,7 +7,7 @@ the repository (a dataset snapshot, a model cache) never shows in a diff. The
 config names them instead: path globs, repository-relative or absolute, for every
 test or per test id glob. At record time each test's matching files are hashed
 into its evidence as files it read (the same rows, digests and comparison as the
-reads the recorder sees: :mod:`fastci.evidence.files`); at plan time the globs
+reads the recorder sees: :mod:`fastci.evidence.record.files`); at plan time the globs
 are expanded again (:mod:`fastci.select.inputs`).
 
 A repository-relative file is keyed by its POSIX path under the root, an absolute
@@ -32,7 +32,7 @@ from typing import Iterable, Mapping
 
 from fastci import config as config_mod
 from fastci.errors import ConfigError
-from fastci.evidence.files import sha256_file
+from fastci.evidence.record.files import sha256_file
 
 LOG = logging.getLogger(__name__)
 

@@ -5,31 +5,31 @@
 its path. While running it collects
 
 * the units of repo files that ran: from each call event of repo code the
-  contexts plug-in sees (:mod:`fastci.evidence.covplugin`; those frames get no
+  contexts plug-in sees (:mod:`fastci.evidence.record.covplugin`; those frames get no
   line events, so such traces hold no lines), or, without contexts, from the
   executed lines (coverage.py's public API, in memory) mapped to units with
   :func:`fastci.units.lines.line_index` (checksums are added at ingest, from the
   file content the trace names by sha256);
-* context signatures per unit (:mod:`fastci.evidence.contexts`);
+* context signatures per unit (:mod:`fastci.evidence.record.contexts`);
 * in *line mode* (``FASTCI_RECORD_LINES=1``, set by ``fastci calibrate`` and
   inherited by child processes): executed lines and arcs of every repo file as
   well as the contexts, which then come from a ``sys.setprofile`` hook instead of
   the plug-in (slower; calibration is not the hot path);
-* files opened for reading under the repo (:mod:`fastci.evidence.files`);
+* files opened for reading under the repo (:mod:`fastci.evidence.record.files`);
 * the environment fingerprint, workload, GPUs, duration and outcome;
 * why the evidence is incomplete although the process stopped cleanly
   (``incomplete_reasons``): it started a Python interpreter that left no trace
-  (:func:`fastci.evidence.children.python_start`, from the audit events of
+  (:func:`fastci.evidence.record.children.python_start`, from the audit events of
   programs started), or ran backward on CUDA with a torch that cannot keep it
   on the calling thread.
 
 While recording, autograd's multithreading is off
-(:mod:`fastci.evidence.autograd`): backward passes and hooks run on the thread
+(:mod:`fastci.evidence.record.autograd`): backward passes and hooks run on the thread
 that called backward, where the tracer sees them, not on torch's device threads.
 
 ``start()`` writes an *incomplete* trace at once; ``stop()`` atomically
 replaces it, so a process killed in between leaves a file marked incomplete.
-Child processes are recorded too (:mod:`fastci.evidence.children`).
+Child processes are recorded too (:mod:`fastci.evidence.record.children`).
 
 *Segments* are evidence shared by several tests: between
 ``begin_segment(key)`` and ``end_segment()`` (they nest) lines, units,
@@ -59,24 +59,25 @@ from typing import Any, Callable, Mapping
 
 from fastci import types
 from fastci.units import lines as units_mod
-from fastci.evidence import distributions, environment, trace
-from fastci.evidence.autograd import IMPORT_EVENT, AutogradSwitch
-from fastci.evidence.children import (START_EVENTS, ChildEnvironment, PythonStart,
+from fastci.evidence.record import distributions, environment, trace
+from fastci.evidence.record.autograd import IMPORT_EVENT, AutogradSwitch
+from fastci.evidence.record.children import (START_EVENTS, ChildEnvironment, PythonStart,
                                       is_child_site_file, python_start)
-from fastci.evidence.contexts import ContextProfiler
-from fastci.evidence.covplugin import make_coverage
-from fastci.evidence.files import OpenRecorder, PathMapper, set_event_sink
-from fastci.evidence.inputs import config_file_name, declared_digests
-from fastci.evidence.traced import DynamoWatch, add_traced
+from fastci.evidence.record.contexts import ContextProfiler
+from fastci.evidence.record.covplugin import make_coverage
+from fastci.evidence.record.files import OpenRecorder, PathMapper, set_event_sink
+from fastci.evidence.record.inputs import config_file_name, declared_digests
+from fastci.evidence.record.traced import DynamoWatch, add_traced
 
 LOG = logging.getLogger(__name__)
 
 #: What :meth:`Recorder.stop` stores: pytest's words (:class:`fastci.types.Outcome`, so
 #: ``xfailed``/``xpassed`` stay what they are, not errors) and "" for a child's trace.
 OUTCOMES = (*sorted(types.OUTCOMES), "")
-#: The directory of FastCI's recording code (this package): never measured as the
-#: tests' code, by the per-test recorder or by the collection recorder.
-EVIDENCE_CODE_DIR = os.path.dirname(os.path.realpath(__file__))
+#: The directory of FastCI's evidence code (``fastci/evidence``: this recording package
+#: and the store beside it): never measured as the tests' code, by the per-test recorder
+#: or by the collection recorder.
+EVIDENCE_CODE_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 # The recording running in this process, for the fork hook.
 _CURRENT: "Recorder | None" = None
 _FORK_HOOK = False
@@ -201,7 +202,7 @@ class Recorder:
         self._open_segments: list[str] = []
         self._segment_includes: dict[str, set[str]] = {}
         self._segment_ctx: dict[str, dict[tuple[str, str], tuple[set[str], int]]] = {}
-        # Frames dynamo traces symbolically never run as Python (fastci.evidence.traced).
+        # Frames dynamo traces symbolically never run as Python (fastci.evidence.record.traced).
         self._traced = DynamoWatch(lambda: self._open_segments[-1] if self._open_segments
                                    else None)
 
@@ -682,7 +683,7 @@ def _classify(mapper: PathMapper, name: str, filename: str) -> tuple[str, str]:
         return "", ""  # a made-up name (torch.ops has "_ops.py"), not a file imported
     absn = os.path.normpath(filename)
     if name == "sitecustomize" and is_child_site_file(absn):
-        return "", ""  # FastCI's own child-recording hook (fastci.evidence.children)
+        return "", ""  # FastCI's own child-recording hook (fastci.evidence.record.children)
     # Cheap string tests first: most modules are the interpreter's or installed ones
     # (which the mapper never maps into the repo either), so few need a realpath.
     if absn.startswith(_interpreter_dirs()) or _INSTALLED_PARTS.intersection(absn.split(os.sep)):

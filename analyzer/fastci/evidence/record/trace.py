@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from urllib.parse import quote, unquote
 
 from fastci.errors import TraceError
-from fastci.evidence import trace_pb2
+from fastci.evidence.record import trace_pb2
 
 if TYPE_CHECKING:
     import numpy as np
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 MAGIC = b"FCITRC1\n"
 #: What this recorder writes: 2 holds a file's units as columns (``FileTrace.qualnames``);
 #: 3, the same fields, from a recorder that records the frames dynamo traces as units
-#: (context ``traced(dynamo)``, :mod:`fastci.evidence.traced`).
+#: (context ``traced(dynamo)``, :mod:`fastci.evidence.record.traced`).
 FORMAT_VERSION = 3
 #: What ingest reads: 1 (units as messages) and 2 (no traced frames), written before, too.
 READABLE = (1, 2, 3)
@@ -156,7 +156,7 @@ def write_file(files: Any, path: str, digest: str, units: Iterable[tuple[str, in
 def file_units(trace: TraceMsg, ft: Any) -> list[tuple[str, str, list[str]]]:
     """The units of ``ft`` (a file of ``trace`` or of one of its segments), either
     format, as (qualname, recorded checksum, context signatures): for people and
-    tests (ingest reads the columns whole, :class:`fastci.evidence.ingest.TraceUnits`)."""
+    tests (ingest reads the columns whole, :class:`fastci.evidence.store.ingest.TraceUnits`)."""
     contexts = list(trace.contexts)
     flat = u32_column(trace.set_contexts).tolist()
     starts = [0]

@@ -40,7 +40,7 @@ import sys
 from types import CodeType, ModuleType
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from fastci.evidence.files import PathMapper
+from fastci.evidence.record.files import PathMapper
 from fastci.units.lines import MODULE_QUALNAME, LineIndex
 
 LOG = logging.getLogger(__name__)
