@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from fastci.plan.build import analyze, bazel_declared, summarize
+from fastci.plan.planner import analyze, bazel_declared, summarize
 from fastci.integrations.bazel.runner import Bazel
 from fastci.config import DEFAULTS, Config, first_match, load as load_config
 from fastci.errors import FastCIError

@@ -49,7 +49,7 @@ from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo
 from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.integrations.git.repository import Git
 from fastci.integrations.bazel.testlogs import test_dir
-from fastci.plan.build import analyze, declared_test, strategy_orders
+from fastci.plan.planner import analyze, declared_test, strategy_orders
 from fastci.run.calibrate import CalibrationReport, calibrate_bazel, decode_run, scrub_traces
 from fastci.select.priority import STRATEGIES, apfdc
 
@@ -147,7 +147,7 @@ def run_arm(sc, tests: Mapping[str, Mapping[str, object]], gpus: Mapping[str, in
 #: recorder, constraint evaluator and pytest plugin do): editing it cannot change what a
 #: calibration measured, so the calibration cache ignores it.
 PLAN_TIME = ("analyzer/fastci/select/**", "analyzer/fastci/changes/**",
-             "analyzer/fastci/cli/**", "analyzer/fastci/plan/build.py",
+             "analyzer/fastci/cli/**", "analyzer/fastci/plan/planner.py",
              "analyzer/fastci/plan/reduce.py", "analyzer/fastci/plan/model.py")
 
 

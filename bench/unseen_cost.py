@@ -30,7 +30,7 @@ from bench.microllm_suite import load_suite
 from bench.replay import EXAMPLE, REPO, pytest_run_all, scratch_example
 from fastci.evidence.ingest import find_traces, ingest
 from fastci.evidence.store import EvidenceStore
-from fastci.plan.build import analyze_change
+from fastci.plan.planner import analyze_change
 from fastci.select import baseline
 from fastci.select.decisions import DecisionKind
 from fastci.units.index import FileUnits, UnitKind, index_source
@@ -109,7 +109,7 @@ def at_scale(workdir: Path, repeats: int = 3) -> None:
     from bench.selection_synthetic import build
     from fastci.config import Config
     from fastci.evidence.environment import current_fingerprint
-    from fastci.plan.build import analyze
+    from fastci.plan.planner import analyze
     from fastci.select import unseen
 
     root = workdir / "synthetic"

@@ -209,7 +209,7 @@ def test_pytest_plan_reduces_from_the_calibrated_declaration(project: Project) -
     from fastci.evidence.environment import current_fingerprint
     from fastci.evidence.ingest import find_traces, ingest
     from fastci.evidence.store import EvidenceStore
-    from fastci.plan.build import analyze
+    from fastci.plan.planner import analyze
     from fastci.plan.model import dump_plan
 
     root, traces = project.root, project.root.parent / "evidence-traces"

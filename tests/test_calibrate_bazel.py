@@ -33,7 +33,7 @@ from fastci.integrations.bazel.plan_repo import write_plan_repo
 from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.git.tree import evidence_commit, plan_tree
-from fastci.plan.build import analyze, declared_test
+from fastci.plan.planner import analyze, declared_test
 from plan_support import tie
 from fastci.plan.model import dump_plan
 from fastci.run.calibrate import CalibrationError, CalibrationReport, calibrate_bazel, scrub_traces

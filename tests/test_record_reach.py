@@ -28,7 +28,7 @@ from fastci.evidence.children import ENV_DIR, ENV_TEST, SITE_DIR_PREFIX, python_
 from fastci.evidence.autograd import AutogradSwitch
 from fastci.evidence.ingest import find_traces, ingest as ingest_traces
 from fastci.evidence.store import EvidenceStore
-from fastci.plan.build import analyze
+from fastci.plan.planner import analyze
 from fastci.select import DeclaredTest
 from fastci.select.explain import explain
 from selection_support import Repo

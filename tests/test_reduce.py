@@ -351,7 +351,7 @@ def test_the_plan_reduces_from_a_real_calibration_file(tmp_path: Path) -> None:
     calibration the change itself writes is not trusted."""
     from fastci.config import Config
     from fastci.evidence.store import EvidenceStore
-    from fastci.plan.build import analyze
+    from fastci.plan.planner import analyze
     from selection_support import env_now, ingest, units_of
 
     w = World(tmp_path)

@@ -4,7 +4,7 @@
 the evidence store's read side, the config, the declared tests, the environment
 fingerprint): it applies every rule in :mod:`fastci.select.rules`, keeps the
 union, and never drops a test without a reason. Gathering the inputs (git, SQLite,
-``bazel query``) happens in :mod:`fastci.plan.build`.
+``bazel query``) happens in :mod:`fastci.plan.planner`.
 """
 
 from __future__ import annotations
