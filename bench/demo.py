@@ -35,7 +35,7 @@ from fastci.evidence.store import EvidenceStore
 from fastci.select.explain import explain
 from fastci.plan.model import dump_plan
 from fastci.run.runner import execute
-from fastci.select.rules import own_output
+from fastci.select.test_rules import own_output
 from fastci.integrations.git.tree import plan_tree
 from fastci.units.index import FileUnits, index_source
 

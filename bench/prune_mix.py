@@ -46,7 +46,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import libcst as cst
 
-from fastci.select.rules import DeclaredTest
+from fastci.select.test_rules import DeclaredTest
 from fastci.units.index import split_unit_id
 
 #: The mix has at least this many passing changes for each failing one.

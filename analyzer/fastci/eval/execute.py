@@ -42,7 +42,7 @@ from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.bazel.testlogs import test_dir
 from fastci.evidence.recorder import LINES_ENV
 from fastci.plan.planner import declared_tests
-from fastci.run.calibrate import PLUGIN, decode_run, node_arg
+from fastci.run.calibration_runs import PLUGIN, decode_run, node_arg
 from fastci.select import DeclaredTest
 from fastci.types import RelPath, TestId
 

@@ -56,7 +56,7 @@ from fastci.evidence.store import EvidenceStore
 from fastci.plan.workload import (override_problems, reducible_dims, resolve_reduction)
 from fastci.select.contexts import TOKEN, varying_numbers, without_data_values
 from fastci.select.decisions import Decision, DecisionKind, Reason
-from fastci.select.rules import DeclaredTest
+from fastci.select.test_rules import DeclaredTest
 from fastci.types import RelPath, TestId, UnitId
 from fastci.units.index import FileUnits, UnitKind, index_source, split_unit_id
 from fastci.units.lines import changed_hunks, line_ranges, source_lines

@@ -80,7 +80,7 @@ from fastci.plan.model import Plan, dump_plan, for_runner
 from fastci.run import gpus as gpu_pool
 from fastci.run import schedule
 from fastci.integrations.git.tree import current_tree
-from fastci.select.rules import RunLike
+from fastci.select.test_rules import RunLike
 from fastci.types import TestId, as_label, is_label, normalize_test_id, shown
 
 LOG = logging.getLogger(__name__)
