@@ -37,7 +37,7 @@ after the start of the run the first failure came (see docs/RUNNING.md).
 A pruned test (a ``skipped`` entry with ``stand_ins``) is skipped only while the
 plan's tests pass: when any test of the run fails (and the run was not
 ``fail_fast``), ``fastci run`` then runs every pruned test at full workload
-(:func:`_run_pruned`; Bazel labels under a stand-in ``@fastci_plan`` that selects
+(:func:`_run_pruned`; Bazel labels under a one-off ``@fastci_plan`` that selects
 them, node ids through pytest), so a failing change reports every failure the
 unpruned plan would have. Their results count in the summary line and are recorded.
 
@@ -546,7 +546,7 @@ def _run_pruned(root: Path, pruned: list[TestId], failed: str, config: Config,
     A prune says the stand-ins' checks would catch what the pruned test catches; once a
     test fails that no longer holds for this change (a stand-in may have failed for
     another reason, or pass while the pruned test would fail), and a developer needs
-    every failure to fix the change. Bazel labels run under a stand-in ``@fastci_plan``
+    every failure to fix the change. Bazel labels run under a one-off ``@fastci_plan``
     that selects exactly them (no overrides: full workload); other ids through pytest.
     """
     from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo
