@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from fastci.plan.build import analyze, bazel_declared, summarize
+from fastci.plan.planner import analyze, bazel_declared, summarize
 from fastci.integrations.bazel.runner import Bazel
 from fastci.config import DEFAULTS, Config, first_match, load as load_config
 from fastci.errors import FastCIError
@@ -35,7 +35,7 @@ from fastci.evidence.store.db import EvidenceStore
 from fastci.select.explain import explain
 from fastci.plan.model import dump_plan
 from fastci.run.runner import execute
-from fastci.select.rules import own_output
+from fastci.select.test_rules import own_output
 from fastci.integrations.git.tree import plan_tree
 from fastci.units.index import FileUnits, index_source
 

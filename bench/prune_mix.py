@@ -46,7 +46,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import libcst as cst
 
-from fastci.select.rules import DeclaredTest
+from fastci.select.test_rules import DeclaredTest
 from fastci.units.index import split_unit_id
 
 #: The mix has at least this many passing changes for each failing one.
@@ -200,7 +200,7 @@ def measure(sc, name: str, kind: str, apply: Callable[[], None], cfg,  # type: i
     from fastci.evidence.store.db import EvidenceStore
     from fastci.integrations.bazel.bep import parse_bep
     from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo
-    from fastci.plan.build import analyze
+    from fastci.plan.planner import analyze
 
     row = MixRow(name, kind)
     try:
@@ -244,7 +244,7 @@ def run(*, benign: int, mutants: int, seed: int, max_tests: int,
     from bench.selection import CHANGES
     from fastci.evidence.store.db import EvidenceStore
     from fastci.integrations.bazel.query import list_gpu_tests
-    from fastci.plan.build import declared_test
+    from fastci.plan.planner import declared_test
 
     sc = prepare(echo, reuse=True)
     try:

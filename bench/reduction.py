@@ -3,7 +3,7 @@
 In the scratch workspace of ``make demo`` (evidence recorded on its base commit):
 
 1. **Calibrate** the gpu_tests with ``fastci calibrate``'s Bazel path
-   (:func:`fastci.run.calibrate.calibrate_bazel`; every rung a real recorded run). The
+   (:func:`fastci.run.calibration_runs.calibrate_bazel`; every rung a real recorded run). The
    calibration is cached next to the demo's evidence cache under the same key (the
    example, the rules and FastCI's sources), so it runs once per version of them; its
    cost is reported against one full-workload run of the calibrated tests.
@@ -49,8 +49,8 @@ from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo
 from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.integrations.git.repository import Git
 from fastci.integrations.bazel.testlogs import test_dir
-from fastci.plan.build import analyze, declared_test, strategy_orders
-from fastci.run.calibrate import CalibrationReport, calibrate_bazel, decode_run, scrub_traces
+from fastci.plan.planner import analyze, declared_test, strategy_orders
+from fastci.run.calibration_runs import CalibrationReport, calibrate_bazel, decode_run, scrub_traces
 from fastci.select.priority import STRATEGIES, apfdc
 
 #: Flags of every arm: recorded in line mode (lines for retention), results never cached.
@@ -147,7 +147,7 @@ def run_arm(sc, tests: Mapping[str, Mapping[str, object]], gpus: Mapping[str, in
 #: recorder, constraint evaluator and pytest plugin do): editing it cannot change what a
 #: calibration measured, so the calibration cache ignores it.
 PLAN_TIME = ("analyzer/fastci/select/**", "analyzer/fastci/changes/**",
-             "analyzer/fastci/cli/**", "analyzer/fastci/plan/build.py",
+             "analyzer/fastci/cli/**", "analyzer/fastci/plan/planner.py",
              "analyzer/fastci/plan/reduce.py", "analyzer/fastci/plan/model.py")
 
 

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from fastci.eval.faults import Mutant, changed_units, generate, read_sources, sample_units
-from fastci.plan.build import analyze, declared_test
+from fastci.plan.planner import analyze, declared_test
 from fastci.integrations.bazel.bep import parse_bep
 from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.errors import FastCIError

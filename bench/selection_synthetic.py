@@ -108,7 +108,7 @@ _MEASURE = r"""
 import json, resource, sys, time
 from pathlib import Path
 t0 = time.perf_counter()
-from fastci.plan.build import analyze
+from fastci.plan.planner import analyze
 from fastci.config import Config
 from fastci.evidence.store.db import EvidenceStore
 from fastci.evidence.record.environment import current_fingerprint
@@ -129,7 +129,7 @@ with EvidenceStore.open(repo / ".fastci/evidence.db") as store:
                          "aggressive")
     prune_s = time.perf_counter() - t2
     # Each prioritization strategy's own cost on the same selection.
-    from fastci.plan.build import prioritized
+    from fastci.plan.planner import prioritized
     from fastci.select.priority import STRATEGIES
     order_s = {}
     for name in STRATEGIES:

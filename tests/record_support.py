@@ -13,7 +13,7 @@ from typing import Iterator, Mapping
 from fastci.config import Config
 from fastci.evidence.store.ingest import find_traces, ingest
 from fastci.evidence.store.db import EvidenceStore
-from fastci.plan.build import Analysis, analyze
+from fastci.plan.planner import Analysis, analyze
 from selection_support import Repo, env_now
 
 

@@ -9,7 +9,7 @@ from typing import Iterable, Iterator, Mapping
 
 import pytest
 
-from fastci.plan.build import analyze
+from fastci.plan.planner import analyze
 from fastci.config import Config
 from fastci.evidence.store.db import EvidenceStore, RunEvidence
 from fastci.select import DeclaredTest, Selection

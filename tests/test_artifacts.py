@@ -19,7 +19,7 @@ from fastci.config import Config
 from fastci.evidence.record.environment import current_fingerprint
 from fastci.evidence.store.ingest import find_traces, ingest
 from fastci.evidence.store.db import EvidenceStore
-from fastci.plan.build import analyze
+from fastci.plan.planner import analyze
 from fastci.types import is_tool_artifact
 from selection_support import Repo
 

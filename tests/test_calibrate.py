@@ -23,7 +23,7 @@ from plan_support import tie
 from fastci.evidence.store.calibrations import CalibrationStore, Rung, declaration_digest
 from fastci.integrations.git.repository import WORKTREE, Git
 from fastci.plan.reduce import choose
-from fastci.run.calibrate import CalibrationError, CalibrationReport, calibrate, calibrate_with
+from fastci.run.calibration_runs import CalibrationError, CalibrationReport, calibrate, calibrate_with
 from fastci.select import DecisionKind, DeclaredTest
 from fastci.select.decisions import Decision, Reason
 from calibrate_support import TRAIN_TESTS, work_source
@@ -209,7 +209,7 @@ def test_pytest_plan_reduces_from_the_calibrated_declaration(project: Project) -
     from fastci.evidence.record.environment import current_fingerprint
     from fastci.evidence.store.ingest import find_traces, ingest
     from fastci.evidence.store.db import EvidenceStore
-    from fastci.plan.build import analyze
+    from fastci.plan.planner import analyze
     from fastci.plan.model import dump_plan
 
     root, traces = project.root, project.root.parent / "evidence-traces"
@@ -432,7 +432,7 @@ def test_a_hanging_rung_times_out_and_is_stored_failed(tmp_path: Path) -> None:
 
 
 def test_rung_timeouts_follow_the_full_rung_within_a_floor_and_the_cap() -> None:
-    from fastci.run.calibrate import RUNG_TIMEOUT_FLOOR_S, rung_timeout
+    from fastci.run.calibration_runs import RUNG_TIMEOUT_FLOOR_S, rung_timeout
 
     assert rung_timeout(None, 7200) == 7200  # the full rung: the cap
     assert rung_timeout(1.0, 7200) == RUNG_TIMEOUT_FLOOR_S

@@ -33,10 +33,10 @@ from fastci.integrations.bazel.plan_repo import write_plan_repo
 from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.git.tree import evidence_commit, plan_tree
-from fastci.plan.build import analyze, declared_test
+from fastci.plan.planner import analyze, declared_test
 from plan_support import tie
 from fastci.plan.model import dump_plan
-from fastci.run.calibrate import CalibrationError, CalibrationReport, calibrate_bazel, scrub_traces
+from fastci.run.calibration_runs import CalibrationError, CalibrationReport, calibrate_bazel, scrub_traces
 from calibrate_support import work_source
 from bazel_support import remove_tree, require_bazel
 

@@ -298,7 +298,7 @@ def test_the_import_scan_finds_an_import_of_a_command() -> None:
                 "from . import plan\n", "from .plan import x\n", "import fastci.cli.plan\n",
                 "def f():\n    from fastci.cli.plan import x\n"):
         assert command_imports(src, "fastci.cli.explain", cmds) == {"fastci.cli.plan"}, src
-    assert command_imports("from fastci.cli.options import x\nfrom fastci.plan.build import y\n",
+    assert command_imports("from fastci.cli.options import x\nfrom fastci.plan.planner import y\n",
                            "fastci.cli.explain", cmds) == set()
     assert command_imports("from fastci.cli.plan import x\n", "fastci.cli.plan", cmds) == set()
 

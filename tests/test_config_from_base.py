@@ -14,7 +14,7 @@ from typing import Any, Iterator, Mapping
 import pytest
 
 from fastci import config
-from fastci.plan.build import Analysis, analyze
+from fastci.plan.planner import Analysis, analyze
 from fastci.config import Config
 from fastci.evidence.store.db import EvidenceStore
 from fastci.select import DeclaredTest, DecisionKind

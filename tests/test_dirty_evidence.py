@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import pytest
 
 from fastci import cli
-from fastci.plan.build import analyze
+from fastci.plan.planner import analyze
 from fastci.integrations.bazel.runner import BazelResult
 from fastci.evidence.fill import record
 from fastci.config import Config

@@ -15,7 +15,7 @@ from typing import Iterator
 
 import pytest
 
-from fastci.plan.build import analyze, runner_python
+from fastci.plan.planner import analyze, runner_python
 from fastci.config import Config
 from fastci.errors import FastCIError
 from fastci.evidence.record import environment

@@ -165,7 +165,7 @@ def test_a_pr_job_with_an_older_store_still_plans_safely(tmp_path: Path) -> None
     imports the C0 store and plans its own (empty) change: //t:b, whose evidence predates
     the edit of g, runs; //t:a (only f) does not."""
     from fastci.config import Config
-    from fastci.plan.build import analyze
+    from fastci.plan.planner import analyze
     from selection_support import MODEL, Repo, env_now, units_of
 
     repo = Repo(tmp_path / "repo")

@@ -24,7 +24,7 @@ from fastci.errors import ConfigError
 from fastci.evidence.record import inputs
 from fastci.evidence.store.ingest import find_traces, ingest
 from fastci.evidence.store.db import EvidenceStore
-from fastci.plan.build import Analysis, analyze
+from fastci.plan.planner import Analysis, analyze
 from fastci.select import DecisionKind
 from selection_support import Repo, env_now
 

@@ -150,7 +150,7 @@ def test_no_private_helper_crosses_a_module() -> None:
 def test_the_checker_sees_a_circle_and_an_upward_import() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
-    assert stage_of("fastci.evidence.store.db") < stage_of("fastci.select.rules")
+    assert stage_of("fastci.evidence.store.db") < stage_of("fastci.select.test_rules")
     assert stage_of("fastci.integrations.bazel.bep") < stage_of("fastci.evidence.store.ingest")
     assert stage_of("fastci.integrations.pytest.plugin") > stage_of("fastci.plan.model")
 

@@ -357,7 +357,7 @@ def test_the_plan_skips_a_test_that_ran_no_changed_line(tmp_path: Path) -> None:
     from fastci.config import Config
     from fastci.evidence.store.calibrations import CalibrationStore, Rung, declaration_digest
     from fastci.evidence.store.db import EvidenceStore
-    from fastci.plan.build import analyze
+    from fastci.plan.planner import analyze
     from fastci.select import DeclaredTest
     from fastci.evidence.store.db import RunEvidence
     from selection_support import Repo, env_now, units_of
@@ -443,7 +443,7 @@ def test_line_evidence_older_than_a_changed_caller_is_not_used(tmp_path: Path) -
     from fastci.config import Config
     from fastci.evidence.store.calibrations import CalibrationStore, Rung, declaration_digest
     from fastci.evidence.store.db import EvidenceStore, RunEvidence
-    from fastci.plan.build import analyze
+    from fastci.plan.planner import analyze
     from fastci.select import DeclaredTest
     from selection_support import Repo, env_now, units_of
 

@@ -232,7 +232,7 @@ def test_the_store_and_the_plan_hold_the_outcome_pytest_reports(tmp_path: Path) 
     from fastci.config import Config
     from fastci.evidence.store.ingest import find_traces, ingest
     from fastci.evidence.store.db import EvidenceStore
-    from fastci.plan.build import analyze
+    from fastci.plan.planner import analyze
     from fastci.select import DecisionKind
     from fastci.evidence.record.environment import current_fingerprint
 

@@ -44,7 +44,7 @@ def test_in_test_code_is_matched_wherever_the_sources_live() -> None:
     assert in_test_code("rules/private/gpu_test_main.py") == "rules/private/gpu_test_main.py"
     # Code that runs only in the planner is not core.
     assert in_test_code("analyzer/fastci/select/prune.py") is None
-    assert in_test_code("analyzer/fastci/plan/build.py") is None
+    assert in_test_code("analyzer/fastci/plan/planner.py") is None
     assert in_test_code("mypkg/run/launch.py") is None
 
 

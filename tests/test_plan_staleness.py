@@ -242,7 +242,7 @@ def test_a_change_never_chooses_its_own_plan_file(tmp_path: Path,
     import dataclasses
 
     from fastci import cli, config as config_mod
-    from fastci.plan.build import plan_file_at
+    from fastci.plan.planner import plan_file_at
 
     repo = _repo(tmp_path)
     base = repo.git("rev-parse", "HEAD")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastci.plan.build import Analysis, summarize
+from fastci.plan.planner import Analysis, summarize
 from fastci.plan.model import Plan
 from fastci.select.decisions import Decision, DecisionKind, Reason, Selection
 
@@ -40,7 +40,7 @@ def test_single_reason_tests_need_no_note() -> None:
 
 # --- issue 12 item 7: a CPU-only suite reports its measured test time ---------------
 
-from fastci.plan.build import Timing  # noqa: E402
+from fastci.plan.planner import Timing  # noqa: E402
 
 
 def _timed(decisions: list[Decision], timing: dict[str, Timing],
@@ -91,7 +91,7 @@ from pathlib import Path  # noqa: E402
 
 from fastci.config import Config  # noqa: E402
 from fastci.evidence.store.db import EvidenceStore  # noqa: E402
-from fastci.plan.build import analyze  # noqa: E402
+from fastci.plan.planner import analyze  # noqa: E402
 from fastci.plan.reduce import Choice  # noqa: E402
 from selection_support import Repo, env_now, ingest, units_of  # noqa: E402
 

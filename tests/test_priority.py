@@ -95,7 +95,7 @@ def test_order_assigns_priorities_by_strategy() -> None:
 def test_a_plan_lists_its_tests_in_the_configured_order(tmp_path: Any) -> None:
     from fastci.config import Config
     from fastci.evidence.store.db import EvidenceStore
-    from fastci.plan.build import analyze
+    from fastci.plan.planner import analyze
     from fastci.select import DeclaredTest
     from selection_support import MODEL, env_now, ingest, model_repo
 
@@ -189,7 +189,7 @@ def test_a_plan_orders_by_rare_inputs_from_the_stores_contexts(tmp_path: Any,
     from fastci.config import Config
     from fastci.plan import build
     from fastci.evidence.store.db import EvidenceStore
-    from fastci.plan.build import analyze
+    from fastci.plan.planner import analyze
     from fastci.select import DeclaredTest
     from selection_support import MODEL, env_now, ingest, model_repo
 
@@ -214,9 +214,9 @@ def test_a_plan_orders_by_rare_inputs_from_the_stores_contexts(tmp_path: Any,
         # strategy_orders (fastci eval) reads once what every strategy reads: the same orders.
         analysis = analyze(repo.root, Config(), base=base, declared=declared,
                            env_fingerprint=env_now(), store=store)
-        assert build.strategy_orders(analysis, store) == {n: ids(n) for n in STRATEGIES}
+        assert planner.strategy_orders(analysis, store) == {n: ids(n) for n in STRATEGIES}
         # Above the bound on selected tests nothing per test is read: reasons' order.
-        monkeypatch.setattr(build, "INPUTS_MAX_TESTS", 3)
+        monkeypatch.setattr(planner, "INPUTS_MAX_TESTS", 3)
         assert ids("rare_inputs") == ids("reasons") == ["//t:a", "//t:b", "//t:c", "//t:z_odd"]
     finally:
         store.close()
@@ -250,8 +250,8 @@ def test_a_plan_runs_first_the_test_that_failed_when_the_same_file_changed(tmp_p
     from fastci.config import Config
     from fastci.evidence.store.db import EvidenceStore
     from fastci.integrations.git.repository import Git
-    from fastci.plan import build
-    from fastci.plan.build import analyze
+    from fastci.plan import planner
+    from fastci.plan.planner import analyze
     from fastci.select import DeclaredTest
     from selection_support import MODEL, env_now, ingest, model_repo
 
@@ -288,7 +288,7 @@ def test_a_plan_runs_first_the_test_that_failed_when_the_same_file_changed(tmp_p
         assert ids("risk") == ids("rare_inputs") == ["//t:costly", "//t:cheap"]
         analysis = analyze(repo.root, Config(), base=base, declared=declared,
                            env_fingerprint=env_now(), store=store)
-        assert build.strategy_orders(analysis, store, Git(repo.root))["risk"] == ids("risk")
+        assert planner.strategy_orders(analysis, store, Git(repo.root))["risk"] == ids("risk")
     finally:
         store.close()
 

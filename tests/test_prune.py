@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastci.plan.build import to_plan
+from fastci.plan.planner import to_plan
 from fastci.select import DecisionKind, DeclaredTest
 from fastci.select.decisions import Decision, Reason, Selection
 from fastci.select.prune import CONTEXT_CAP, prune
@@ -209,7 +209,7 @@ def test_every_pruned_pair_keeps_a_running_stand_in(tests: list[Any]) -> None:
 def test_a_plan_prunes_from_real_evidence_with_the_configured_mode(tmp_path: Path) -> None:
     from fastci.config import Config
     from fastci.evidence.store.db import EvidenceStore
-    from fastci.plan.build import analyze
+    from fastci.plan.planner import analyze
     from selection_support import MODEL, env_now, ingest, model_repo
 
     repo, base, scale = model_repo(tmp_path / "repo", "::scale", "::<module>")

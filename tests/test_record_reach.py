@@ -28,7 +28,7 @@ from fastci.evidence.record.children import ENV_DIR, ENV_TEST, SITE_DIR_PREFIX, 
 from fastci.evidence.record.autograd import AutogradSwitch
 from fastci.evidence.store.ingest import find_traces, ingest as ingest_traces
 from fastci.evidence.store.db import EvidenceStore
-from fastci.plan.build import analyze
+from fastci.plan.planner import analyze
 from fastci.select import DeclaredTest
 from fastci.select.explain import explain
 from selection_support import Repo

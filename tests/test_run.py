@@ -16,7 +16,7 @@ from typing import Iterator
 import pytest
 
 from fastci import cli
-from fastci.plan.build import analyze, bazel_declared
+from fastci.plan.planner import analyze, bazel_declared
 from fastci.integrations.bazel.bep import parse_bep
 from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.git.tree import plan_tree

@@ -114,7 +114,7 @@ def test_old_store_is_refused_and_the_plan_widens(tmp_path: Path, world: World) 
     for suffix in ("-wal", "-shm"):
         (world.root / ".fastci" / f"evidence.db{suffix}").unlink(missing_ok=True)
     (world.root / ".fastci" / "evidence.db").write_bytes(before)
-    from fastci.plan.build import analyze
+    from fastci.plan.planner import analyze
     from fastci.config import Config
 
     a = analyze(world.root, Config(), base=world.base, declared=world.declared)

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fastci.plan.build import analyze
+from fastci.plan.planner import analyze
 from fastci.config import Config
 from fastci.evidence.store.ingest import find_traces, ingest as ingest_traces
 from fastci.evidence.store.db import EvidenceStore

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastci.plan.build import analyze
+from fastci.plan.planner import analyze
 from fastci.config import Config
 from fastci.select import DeclaredTest, DecisionKind, Selection
 from selection_support import MODEL, OTHER, World, env_now, ingest, units_of, world  # noqa: F401 (fixture)
@@ -151,7 +151,7 @@ def test_plan_model_round_trip(world: World) -> None:
 def test_label_to_path() -> None:
     import pytest
 
-    from fastci.plan.build import label_to_path
+    from fastci.plan.planner import label_to_path
     from fastci.types import LabelError
 
     assert label_to_path("//examples/microllm/tests:tp_parity_test.py") == \

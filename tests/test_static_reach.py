@@ -12,7 +12,7 @@ from typing import Iterator, Mapping, Sequence
 
 import pytest
 
-from fastci.plan.build import analyze
+from fastci.plan.planner import analyze
 from fastci.changes.semantic_diff import ChangeKind, diff_sources
 from fastci.config import Config
 from fastci.evidence.store.db import EvidenceStore

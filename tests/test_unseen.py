@@ -17,7 +17,7 @@ import pytest
 
 from fastci.config import Config
 from fastci.evidence.store.db import EvidenceStore
-from fastci.plan.build import Analysis, analyze
+from fastci.plan.planner import Analysis, analyze
 from fastci.select import DecisionKind
 from record_support import edited, plan_now, record
 from selection_support import Repo, env_now, ingest, units_of

@@ -1,11 +1,11 @@
 """``fastci calibrate``: run tests at the rungs of their workload ladder.
 
-The runner is chosen as ``fastci plan`` chooses it (:func:`fastci.plan.build.choose_runner`).
+The runner is chosen as ``fastci plan`` chooses it (:func:`fastci.plan.planner.choose_runner`).
 Bazel: the gpu_tests and their declarations come from ``bazel query`` (every gpu_test
 under config ``targets``, or the labels and patterns given), and
-:func:`fastci.run.calibrate.calibrate_bazel` runs the rungs in rounds of ``bazel test``.
+:func:`fastci.run.calibration_runs.calibrate_bazel` runs the rungs in rounds of ``bazel test``.
 pytest: ``pytest --collect-only`` in the tests' interpreter reads each item's
-``fastci_workload`` and ``gpus`` markers, and :func:`fastci.run.calibrate.calibrate`
+``fastci_workload`` and ``gpus`` markers, and :func:`fastci.run.calibration_runs.calibrate`
 runs one process per rung. Either way the rungs go into the calibration store
 (config ``calibration``, never the evidence store). docs/CALIBRATION.md. One line per rung
 on stdout as before, and the progress of the rungs to run, with an ETA, on stderr
@@ -31,10 +31,10 @@ from fastci.integrations.git.tree import evidence_commit
 from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.pytest.collect import collect
-from fastci.plan.build import choose_runner, declared_test, runner_python
+from fastci.plan.planner import choose_runner, declared_test, runner_python
 from fastci.plan.reduce import learned_floors_at
 from fastci.progress import Progress
-from fastci.run.calibrate import (CalibrationError, CalibrationReport, Declared, calibrate,
+from fastci.run.calibration_runs import (CalibrationError, CalibrationReport, Declared, calibrate,
                                   calibrate_bazel)
 from fastci.select import DeclaredTest
 from fastci.types import TestId, normalize_test_id

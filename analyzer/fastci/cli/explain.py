@@ -8,7 +8,7 @@ from pathlib import Path
 from fastci.cli.command import Command
 from fastci.config import Config
 from fastci.cli.options import add_change_arguments
-from fastci.plan.build import analyze_change
+from fastci.plan.planner import analyze_change
 from fastci.select.explain import explain, resolve
 from fastci.types import RelPath, TestId, normalize_test_id, shown
 
@@ -51,7 +51,7 @@ def _run(args: argparse.Namespace) -> int:
 def _declared_mains(root: Path, cfg: Config) -> dict[TestId, RelPath] | None:
     """Label -> main file of every declared gpu_test (None: no Bazel answer; the default main is assumed).
 
-    Asked only when the runner is Bazel (:func:`fastci.plan.build.choose_runner`).
+    Asked only when the runner is Bazel (:func:`fastci.plan.planner.choose_runner`).
     """
     try:
         from fastci.integrations.bazel.mains import mains

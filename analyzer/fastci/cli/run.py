@@ -46,7 +46,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"fastci run: {exc}: running every test at full workload")
         plan = Plan.run_all(str(exc))
     if plan.mode != "all" and plan.base is not None:
-        from fastci.plan.build import plan_file_at
+        from fastci.plan.planner import plan_file_at
 
         _, moved = plan_file_at(root, cfg, plan.base)
         if moved is not None:

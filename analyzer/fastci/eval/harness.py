@@ -4,7 +4,7 @@ For each change (:mod:`fastci.eval.changes`), in the scratch worktree
 (:mod:`fastci.eval.workspace`):
 
 1. put the change's tree in place;
-2. **plan** it as ``fastci plan`` would (:func:`fastci.plan.build.analyze` against the
+2. **plan** it as ``fastci plan`` would (:func:`fastci.plan.planner.analyze` against the
    change's base, with the evaluation's copy of the evidence store and the
    calibration), timed: that is FastCI's analysis time;
 3. **run-all**: every test at full workload, recorded in line mode — or its results
@@ -55,7 +55,7 @@ from fastci.errors import FastCIError
 from fastci.evidence.store.db import EvidenceStore
 from fastci.integrations.git.repository import WORKTREE, Git
 from fastci.integrations.git.tree import evidence_commit
-from fastci.plan.build import BY_RUNNER, analyze, choose_runner, runner_python, strategy_orders
+from fastci.plan.planner import BY_RUNNER, analyze, choose_runner, runner_python, strategy_orders
 from fastci.plan.model import Plan, by_priority
 from fastci.select import DeclaredTest
 from fastci.types import RelPath, TestId

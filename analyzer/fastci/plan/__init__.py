@@ -22,7 +22,7 @@ if TYPE_CHECKING:
         dump_plan as dump_plan,
         normalize_test_id as normalize_test_id,
     )
-    from fastci.plan.build import (
+    from fastci.plan.planner import (
         Analysis as Analysis,
         analyze as analyze,
     )
@@ -45,6 +45,6 @@ __getattr__ = lazy_exports(__name__, {
     "load_plan": "fastci.plan.model",
     "dump_plan": "fastci.plan.model",
     "normalize_test_id": "fastci.plan.model",
-    "Analysis": "fastci.plan.build",
-    "analyze": "fastci.plan.build",
+    "Analysis": "fastci.plan.planner",
+    "analyze": "fastci.plan.planner",
 })

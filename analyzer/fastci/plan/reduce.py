@@ -56,7 +56,7 @@ from fastci.evidence.store.db import EvidenceStore
 from fastci.plan.workload import (override_problems, reducible_dims, resolve_reduction)
 from fastci.select.contexts import TOKEN, varying_numbers, without_data_values
 from fastci.select.decisions import Decision, DecisionKind, Reason
-from fastci.select.rules import DeclaredTest
+from fastci.select.test_rules import DeclaredTest
 from fastci.types import RelPath, TestId, UnitId
 from fastci.units.index import FileUnits, UnitKind, index_source, split_unit_id
 from fastci.units.lines import changed_hunks, line_ranges, source_lines
@@ -304,7 +304,7 @@ def _of_calibration(rung: Rung, full: Rung) -> bool:
     """Whether ``rung`` is a reduced rung that passed and was recorded completely in the
     same calibration as the full-workload rung ``full`` (its commit and declaration).
 
-    The one filter every use of rungs shares (:func:`choose`, :func:`stand_in`,
+    The one filter every use of rungs shares (:func:`choose`, :func:`superseding_rung`,
     :func:`no_cheaper_floor`): a rung left out of calibration because of another rung is
     sound only if a plan would have taken that other rung on the same terms. A rung of
     another calibration (a killed one, an older commit) is not comparable."""
@@ -319,7 +319,7 @@ def reaches_all_of(rung: Rung, full: Rung, workload: Mapping[str, Any]) -> str |
     unit it ran in every context it ran it in (compared as a plan compares them:
     :meth:`_Need.missing`). A rung that misses nothing passes that comparison for any
     change of code the full run executes, so a plan can always take it where it could
-    take a rung that reduces less (:func:`stand_in`). ``workload`` is the full one.
+    take a rung that reduces less (:func:`superseding_rung`). ``workload`` is the full one.
     """
     for path, digest in full.digests.items():
         if rung.digests.get(path) != digest:
@@ -348,18 +348,18 @@ def _value(workload: Mapping[str, Any], overrides: Mapping[str, Any], dim: str) 
     return overrides[dim] if dim in overrides else workload[dim]
 
 
-def stand_in(overrides: Mapping[str, Any], measured: Iterable[Rung], full: Rung,
-             workload: Mapping[str, Any],
-             learned: Mapping[str, Any] | None = None) -> tuple[Rung, str] | None:
+def superseding_rung(overrides: Mapping[str, Any], measured: Iterable[Rung], full: Rung,
+                     workload: Mapping[str, Any],
+                     learned: Mapping[str, Any] | None = None) -> tuple[Rung, str] | None:
     """A measured rung that makes a rung at ``overrides`` useless to every plan, and why;
     None when there is none (the rung must be measured).
 
-    A stand-in passed and was recorded completely, at the full rung's commit and
+    A superseding rung passed and was recorded completely, at the full rung's commit and
     declaration, costs less than the full rung, reduces every dimension at least as
     far as ``overrides`` does (so it is expected to cost no more), keeps above each
     floor in ``learned`` (dimension -> the value a rung must exceed), and reaches all
     the full rung does (:func:`reaches_all_of`). Wherever a plan could choose the rung
-    at ``overrides`` for a change, it can choose the stand-in: every check
+    at ``overrides`` for a change, it can choose the superseding one: every check
     :func:`choose` makes of a rung (lines, arcs, contexts, versions, floors,
     constraints, cost) holds for it whatever the change.
     """
@@ -375,7 +375,7 @@ def stand_in(overrides: Mapping[str, Any], measured: Iterable[Rung], full: Rung,
             if any(d in workload and _value(workload, f.overrides, d) <= v
                    for d, v in learned.items()):
                 continue
-        except TypeError:  # values that do not compare: no stand-in
+        except TypeError:  # values that do not compare: it supersedes nothing
             continue
         if reaches_all_of(f, full, workload) is None:
             return f, (f"{f.rung} ({f.gpu_s:.1f} of {full.gpu_s:.1f} GPU-s) reduces at least "

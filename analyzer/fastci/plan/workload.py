@@ -747,7 +747,7 @@ def ladder(decl: ReductionDecl) -> list[tuple[str, dict[str, WorkloadValue]]]:
     declaration) is run but ``full``.
 
     The order lets a calibration leave out a rung that an earlier, smaller one makes
-    useless (:func:`fastci.plan.reduce.stand_in`): ``floors`` before the single
+    useless (:func:`fastci.plan.reduce.superseding_rung`): ``floors`` before the single
     floors, each floor before its midpoint.
     """
     workload = decl.workload or {}

@@ -3,6 +3,8 @@
 ``runner`` is ``fastci run``: it runs the plan through Bazel and records each
 test's outcome in the store. ``launch`` is the main of every ``gpu_test`` under
 Bazel, and ``gpus`` the lock-file pool that gives parallel tests disjoint GPUs.
+``calibration_runs`` runs each test at the rungs of its workload ladder for
+``fastci calibrate``.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ after the start of the run the first failure came (see docs/RUNNING.md).
 A pruned test (a ``skipped`` entry with ``stand_ins``) is skipped only while the
 plan's tests pass: when any test of the run fails (and the run was not
 ``fail_fast``), ``fastci run`` then runs every pruned test at full workload
-(:func:`_run_pruned`; Bazel labels under a stand-in ``@fastci_plan`` that selects
+(:func:`_run_pruned`; Bazel labels under a one-off ``@fastci_plan`` that selects
 them, node ids through pytest), so a failing change reports every failure the
 unpruned plan would have. Their results count in the summary line and are recorded.
 
@@ -80,7 +80,7 @@ from fastci.plan.model import Plan, dump_plan, for_runner
 from fastci.run import gpus as gpu_pool
 from fastci.run import schedule
 from fastci.integrations.git.tree import current_tree
-from fastci.select.rules import RunLike
+from fastci.select.test_rules import RunLike
 from fastci.types import TestId, as_label, is_label, normalize_test_id, shown
 
 LOG = logging.getLogger(__name__)
@@ -546,7 +546,7 @@ def _run_pruned(root: Path, pruned: list[TestId], failed: str, config: Config,
     A prune says the stand-ins' checks would catch what the pruned test catches; once a
     test fails that no longer holds for this change (a stand-in may have failed for
     another reason, or pass while the pruned test would fail), and a developer needs
-    every failure to fix the change. Bazel labels run under a stand-in ``@fastci_plan``
+    every failure to fix the change. Bazel labels run under a one-off ``@fastci_plan``
     that selects exactly them (no overrides: full workload); other ids through pytest.
     """
     from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo
@@ -788,7 +788,7 @@ def run_pytest(root: Path, plan: Plan, config: Config, tree: str | None, *, args
 
 def _python(root: Path, config: Config, echo: Callable[[str], None]) -> str:
     """The interpreter the tests run with (config ``runner_python``), else this one."""
-    from fastci.plan.build import runner_python
+    from fastci.plan.planner import runner_python
 
     try:
         return runner_python(root, config)

@@ -2,9 +2,10 @@
 
 :func:`select_tests` is pure over its inputs (a :class:`~fastci.changes.scan.ChangeSet`,
 the evidence store's read side, the config, the declared tests, the environment
-fingerprint): it applies every rule in :mod:`fastci.select.rules`, keeps the
-union, and never drops a test without a reason. Gathering the inputs (git, SQLite,
-``bazel query``) happens in :mod:`fastci.plan.build`.
+fingerprint): it applies every rule (the change's in :mod:`fastci.select.change_rules`,
+the tests' own in :mod:`fastci.select.test_rules`, and the rest), keeps the union,
+and never drops a test without a reason. Gathering the inputs (git, SQLite, ``bazel
+query``) happens in :mod:`fastci.plan.planner`.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from fastci.config import Config
 from fastci.select.decisions import (SKIP_KINDS, WIDEN_KINDS, Decision, DecisionKind, Reason,
                                      Selection)
 from fastci.changes.versions import Versions
-from fastci.select.baseline import Baselines, change_rules
+from fastci.select.change_rules import Baselines, change_rules
 from fastci.select.inputs import declared_input_rules
 from fastci.select.manifest_rules import environment_rules
 from fastci.select.history import HISTORY_RUNS, history_rules
-from fastci.select.rules import (DeclaredTest, EvidenceReader, RunLike, ignored_read_rules,
-                                 test_rules)
+from fastci.select.test_rules import (DeclaredTest, EvidenceReader, RunLike,
+                                      ignored_read_rules, test_rules)
 from fastci.types import RelPath, TestId, as_label
 
 LOG = logging.getLogger(__name__)

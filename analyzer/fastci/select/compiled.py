@@ -24,7 +24,7 @@ from fastci.changes.compiled_code import Compiled, compiled_units
 from fastci.changes.versions import Versions
 from fastci.evidence.record.traced import TRACED_BY_DYNAMO, TRACED_FRAMES_KEY
 from fastci.select.decisions import DecisionKind, Reason
-from fastci.select.rules import kinds_of
+from fastci.select.test_rules import kinds_of
 from fastci.types import RelPath, TestId, UnitId
 
 

@@ -55,7 +55,7 @@ from typing import Mapping, Sequence
 
 from fastci.select.contexts import varying_numbers, without_data_values
 from fastci.select.decisions import Decision, DecisionKind, Reason, Selection
-from fastci.select.rules import DeclaredTest, EvidenceReader
+from fastci.select.test_rules import DeclaredTest, EvidenceReader
 from fastci.types import TestId, UnitId
 
 __all__ = ["MODES", "Pruned", "frozen_dims", "prune"]

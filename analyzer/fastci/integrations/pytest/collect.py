@@ -15,8 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from fastci.run.calibrate import PLUGIN, CalibrationError, Declared
-from fastci.select.rules import DeclaredTest
+from fastci.run.calibration_runs import PLUGIN, CalibrationError, Declared
+from fastci.select.test_rules import DeclaredTest
 from fastci.types import TestId
 
 __all__ = ["collect"]

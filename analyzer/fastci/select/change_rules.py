@@ -51,7 +51,7 @@ from fastci.select.compiled import compiled_of, compiled_reason
 from fastci.select.decisions import DecisionKind, Reason
 from fastci.select.own_code import in_test_code
 from fastci.select.manifest_rules import manifest_rules
-from fastci.select.rules import EvidenceReader, Hits, add_hit, kinds_of, own_output
+from fastci.select.test_rules import EvidenceReader, Hits, add_hit, kinds_of, own_output
 from fastci.select.unseen import unseen_code_rules
 from fastci.types import Checksum, RelPath, TestId, UnitId
 

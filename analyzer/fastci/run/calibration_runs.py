@@ -5,7 +5,7 @@ pytest ``fastci_workload`` marker; valid by
 :func:`fastci.plan.workload.reduction_problems`) and every rung of
 :func:`fastci.plan.workload.ladder` (full workload first), a run under the recorder
 in line mode. Bazel runs the rungs in rounds, one ``bazel test`` per round with the
-rungs' overrides in a stand-in plan repository (:func:`calibrate_bazel`); pytest
+rungs' overrides in a one-off plan repository (:func:`calibrate_bazel`); pytest
 runs one process per rung, the test alone, in the repository root::
 
     FASTCI_WORKLOAD=<the rung's overrides, JSON> FASTCI_RECORD_LINES=1 \
@@ -56,7 +56,7 @@ from fastci.evidence.record.recorder import LINES_ENV
 from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo
 from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.bazel.testlogs import test_dir
-from fastci.plan.reduce import no_cheaper_floor, stand_in
+from fastci.plan.reduce import no_cheaper_floor, superseding_rung
 from fastci.plan.workload import ReductionDecl, ladder, reducible_dims, reduction_problems
 from fastci.types import RelPath, TestId
 
@@ -95,7 +95,7 @@ class CalibrationReport:
         skipped: (test, why) for each test not calibrated.
         not_needed: (test, rung, the measured rung that decided it) for each rung left
             out: a smaller rung reaches all the full run does
-            (:func:`fastci.plan.reduce.stand_in`), or the midpoint's floor cost as much
+            (:func:`fastci.plan.reduce.superseding_rung`), or the midpoint's floor cost as much
             as the full rung (:func:`fastci.plan.reduce.no_cheaper_floor`).
         failed: (test, rung, what happened) for each rung run now that did not pass
             completely (stored all the same; a plan never chooses it).
@@ -204,7 +204,7 @@ class Pending:
 #: wrong), as each finishes, so progress shows and a killed calibration keeps them. The
 #: second argument says whether a rung is still wanted: a runner asks it right before it
 #: runs the rung (after every earlier rung of the same test was yielded) and leaves the
-#: rung out when it says no (:func:`fastci.plan.reduce.stand_in`: a smaller rung already
+#: rung out when it says no (:func:`fastci.plan.reduce.superseding_rung`: a smaller rung already
 #: reaches all the full run does).
 RunRungs: TypeAlias = Callable[[Sequence[Pending], Callable[[Pending], bool]],
                                Iterable[tuple[Pending, Rung, str]]]
@@ -222,13 +222,13 @@ def calibrate_with(tests: Sequence[TestId], declarations: Mapping[TestId, Declar
 
     A rung is not run when a smaller rung of the same test, measured at this commit and
     declaration, already passed and reached every line, arc and context the full run
-    did (:func:`fastci.plan.reduce.stand_in`): no plan could prefer it; nor a midpoint
+    did (:func:`fastci.plan.reduce.superseding_rung`): no plan could prefer it; nor a midpoint
     whose dimension's floor passed and cost no less than the full rung
     (:func:`fastci.plan.reduce.no_cheaper_floor`): no plan is expected to take it. It is
     counted in ``report.not_needed`` with the rung that decided it; ``every_rung`` runs
     it all the same.
     ``learned`` holds each test's floors learned from escapes (dimension -> the value a
-    rung must exceed): a rung below them stands in for nothing.
+    rung must exceed): a rung below them supersedes nothing.
 
     ``progress`` counts the rungs this call runs (resumed ones are not: they would make
     the ETA a guess), ticks while a rung runs and is closed once the last one is stored;
@@ -250,7 +250,7 @@ def calibrate_with(tests: Sequence[TestId], declarations: Mapping[TestId, Declar
         plans.append((test, ladder(decl), declaration_spec(decl), declaration_digest(decl)))
     total = sum(len(rungs) for _, rungs, _, _ in plans)
     done = 0
-    # The rungs of this commit and declaration measured so far, by test (for stand_in).
+    # The rungs of this commit and declaration measured so far, by test (for superseding_rung).
     measured: dict[TestId, list[Rung]] = {}
     workloads: dict[TestId, Mapping[str, Any]] = {}
     with CalibrationStore.open(store_path, create=True) as store:
@@ -278,7 +278,7 @@ def calibrate_with(tests: Sequence[TestId], declarations: Mapping[TestId, Declar
                 return True
             full = next((r for r in measured[item.test] if r.rung == FULL), None)
             found = None if full is None else (
-                stand_in(item.overrides, measured[item.test], full, workloads[item.test],
+                superseding_rung(item.overrides, measured[item.test], full, workloads[item.test],
                          learned.get(item.test))
                 or no_cheaper_floor(item.overrides, measured[item.test], full,
                                     specs[item.test]["floors"]))
@@ -340,7 +340,7 @@ def calibrate_bazel(workspace: Path, tests: Sequence[TestId],
         bazel test --config=fastci --config=fastci_record --test_env=FASTCI_RECORD_LINES=1 \
             --override_repository=fastci_plan=<a plan of the round's overrides> LABEL...
 
-    The overrides reach the tests through a stand-in ``@fastci_plan``
+    The overrides reach the tests through a one-off ``@fastci_plan``
     (:mod:`fastci.integrations.bazel.plan_repo`); ``.fastci/plan.json`` is never
     written, so a killed calibration leaves no plan behind. The traces are read from
     ``bazel-testlogs`` and then deleted there, so a later ``fastci ingest`` of the

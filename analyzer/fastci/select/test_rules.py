@@ -4,7 +4,7 @@ Rules are small functions over the evidence store's read side; each returns
 ``{test: [Reason, ...]}`` (and, for path rules, plan-wide widenings). They never
 remove a test: the selector takes the union of what they return. The rules that
 follow a change into the evidence, test by test against each test's own
-baseline, are in :mod:`fastci.select.baseline`.
+baseline, are in :mod:`fastci.select.change_rules`.
 """
 
 from __future__ import annotations

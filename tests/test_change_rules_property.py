@@ -19,7 +19,7 @@ Recording is not run for real (too slow for a property test): each recording is 
 checksums from :func:`fastci.units.index.index_source` of the file content at record time,
 ``sources`` digests (sha256 of the file bytes) and the commit stamp a real recording gets
 (``HEAD``, or ``dirty:<tree>`` from a modified tree). Planning is the real
-:func:`fastci.plan.build.analyze` over git.
+:func:`fastci.plan.planner.analyze` over git.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from hypothesis import strategies as st
 from fastci.config import Config
 from fastci.evidence.store.db import EvidenceStore, RunEvidence
 from fastci.integrations.git.tree import evidence_commit
-from fastci.plan.build import Analysis, analyze
+from fastci.plan.planner import Analysis, analyze
 from fastci.types import RelPath, UnitId
 from fastci.types import TestId as _Id  # not collected as a test class
 from fastci.units.index import FileUnits, index_source, unit_id

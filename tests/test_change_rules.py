@@ -6,7 +6,7 @@ from pathlib import Path
 
 from fastci.config import Config
 from fastci.evidence.store.db import EvidenceStore
-from fastci.plan.build import analyze
+from fastci.plan.planner import analyze
 from fastci.select import DecisionKind, Selection
 from selection_support import Repo, env_now, ingest, units_of
 

@@ -43,7 +43,7 @@ from fastci.select import (DeclaredTest, DecisionKind, Reason, Selection, select
 from fastci.select.decisions import SKIP_KINDS, Decision
 from fastci.select.priority import (INPUT_BASED, RISK_BASED, STRATEGIES, RiskFacts, cofailure,
                                     failed_outcome, input_tokens, order, reorder)
-from fastci.select.rules import EvidenceReader, own_output
+from fastci.select.test_rules import EvidenceReader, own_output
 from fastci.types import RelPath, TestId, UnitId
 
 if TYPE_CHECKING:
