@@ -236,7 +236,7 @@ def test_installed_fastci_script_runs(tmp_path: Path) -> None:
 def test_pytest11_entry_point_is_the_documented_plugin_module() -> None:
     (ep,) = entry_points(group="pytest11", name="fastci")
     assert ep.value == "fastci.pytest_plugin"
-    plugin = importlib.import_module("fastci.integrations.pytest.plugin")
+    plugin = importlib.import_module("fastci.pytest.plugin")
     assert ep.load() is plugin
     import fastci.pytest_plugin as shim  # the documented path is the same module object
 
@@ -253,7 +253,7 @@ def _plugin_registrations(tmp_path: Path, *p_args: str) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("p_args", [(), ("-p", "fastci.pytest_plugin"),
-                                    ("-p", "fastci.integrations.pytest.plugin")])
+                                    ("-p", "fastci.pytest.plugin")])
 def test_pytest_plugin_loads_once_under_any_name(p_args: tuple[str, ...], tmp_path: Path) -> None:
     """The entry point plus ``-p`` (either name) registers the plugin once, not twice."""
     help_out = _run(["-m", "pytest", *p_args, "-p", "no:cacheprovider", "--help"], tmp_path)

@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     from fastci.integrations.bazel.runner import Bazel
     from fastci.integrations.git.repository import repo_root
     from fastci.integrations.git.tree import evidence_commit
-    from fastci.integrations.pytest.collect import collect
+    from fastci.run.collect import collect
     from fastci.plan.build import choose_runner, runner_python
     from fastci.progress import Progress
     from fastci.run.calibrate import calibrate, calibrate_bazel

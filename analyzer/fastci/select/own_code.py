@@ -28,9 +28,8 @@ from fastci.types import RelPath
 #: and untraced-rewrite parts, and the workload checks the plugin applies overrides with.
 IN_TEST_ENTRY_POINTS: tuple[str, ...] = (
     "fastci.run.launch", "fastci.evidence.recorder", "fastci.evidence.child_start",
-    "fastci.pytest_plugin", "fastci.integrations.pytest.plugin",
-    "fastci.integrations.pytest.plan", "fastci.integrations.pytest.untraced",
-    "fastci.evidence.collection", "fastci.plan.workload",
+    "fastci.pytest_plugin", "fastci.pytest.plugin", "fastci.pytest.plan",
+    "fastci.pytest.untraced", "fastci.evidence.collection", "fastci.plan.workload",
 )
 
 #: The import closure of :data:`IN_TEST_ENTRY_POINTS` (package ``__init__`` files included:
@@ -44,10 +43,10 @@ IN_TEST_MODULES: tuple[str, ...] = (
     "fastci.evidence.distributions", "fastci.evidence.environment", "fastci.evidence.files",
     "fastci.evidence.recorder", "fastci.evidence.trace", "fastci.evidence.trace_pb2",
     "fastci.integrations", "fastci.integrations.bazel", "fastci.integrations.bazel.mains",
-    "fastci.integrations.git", "fastci.integrations.git.tree", "fastci.integrations.pytest",
-    "fastci.integrations.pytest.ids", "fastci.integrations.pytest.plan",
-    "fastci.integrations.pytest.plugin", "fastci.integrations.pytest.untraced",
+    "fastci.integrations.git", "fastci.integrations.git.tree",
     "fastci.plan", "fastci.plan.model", "fastci.plan.workload",
+    "fastci.pytest", "fastci.pytest.ids", "fastci.pytest.plan", "fastci.pytest.plugin",
+    "fastci.pytest.untraced",
     "fastci.run", "fastci.run.gpus", "fastci.run.launch", "fastci.run.scale",
     "fastci.run.schedule",
     "fastci.units", "fastci.units.lines",
