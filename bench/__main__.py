@@ -6,7 +6,8 @@ module defines ``main(argv: list[str]) -> int``; options after ``--`` go to ever
 the selection benchmark exits 1 when a test failing under run-all was not in the plan,
 the evidence benchmark when the recording overhead is over its target, the replay
 benchmark on a miss or a re-selection, the precision replay on a miss, the store-scale
-benchmark when a size or time target is missed, the reduction benchmark on an escape.
+benchmark when a size or time target is missed, the reduction benchmark on an escape, the
+CLI start-up benchmark when ``fastci --help`` is over 0.3 s.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ MODULES = [
     "bench.reduction",
     "bench.priority",
     "bench.eval_report",
+    "bench.cli_startup",
 ]
 
 

@@ -332,7 +332,7 @@ def pytest_run_all(root: Path, paths: Sequence[str], env: Mapping[str, str],
     def run(traces: Path) -> None:
         res = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-             "-p", "fastci.integrations.pytest.plugin", "--fastci-record",
+             "-p", "fastci.pytest.plugin", "--fastci-record",
              f"--fastci-trace-dir={traces}", *extra, *paths],
             cwd=root, env=dict(env), capture_output=True, text=True, check=False)
         if res.returncode not in (0, 1):  # 1: some tests failed, which the replay expects

@@ -39,7 +39,7 @@ def record(root: Path, files: Mapping[str, str], *args: str,
     repo = Repo(root)
     base = repo.commit(files)
     traces = root.parent / "traces"
-    res = run_pytest(root, "-p", "fastci.integrations.pytest.plugin", "--fastci-record",
+    res = run_pytest(root, "-p", "fastci.pytest.plugin", "--fastci-record",
                      f"--fastci-trace-dir={traces}", *args)
     assert f"{passed} passed" in res.stdout, res.stdout + res.stderr
     store = EvidenceStore.open(root.parent / "e.db", create=True)

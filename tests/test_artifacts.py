@@ -65,7 +65,7 @@ def _record(repo: Repo, traces: Path) -> None:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1",
                PYTHONPATH=os.pathsep.join([str(repo.root), str(ANALYZER)]))
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p",
-                          "fastci.integrations.pytest.plugin", "--fastci-record",
+                          "fastci.pytest.plugin", "--fastci-record",
                           f"--fastci-trace-dir={traces}", "test_suite.py"],
                          cwd=repo.root, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr

@@ -17,7 +17,7 @@ import pytest
 
 from fastci.changes.versions import Versions
 from fastci.cli import app
-from fastci.integrations.pytest.collect import collect
+from fastci.run.collect import collect
 from fastci.errors import StoreError
 from plan_support import tie
 from fastci.evidence.store.calibrations import CalibrationStore, Rung, declaration_digest
@@ -215,7 +215,7 @@ def test_pytest_plan_reduces_from_the_calibrated_declaration(project: Project) -
     root, traces = project.root, project.root.parent / "evidence-traces"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), *sys.path]))
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "-p", "fastci.integrations.pytest.plugin", "--fastci-record",
+                          "-p", "fastci.pytest.plugin", "--fastci-record",
                           f"--fastci-trace-dir={traces}", ID], cwd=root, env=env,
                          capture_output=True, text=True, timeout=300)
     assert "1 passed" in res.stdout, res.stdout + res.stderr
@@ -247,7 +247,7 @@ def test_pytest_plan_reduces_from_the_calibrated_declaration(project: Project) -
         dump_plan(tie(a.plan, root), plan)  # tied to the tree, as `fastci plan` does
         ran = root.parent / "plan-traces"
         res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                              "-p", "fastci.integrations.pytest.plugin", f"--fastci-plan={plan}",
+                              "-p", "fastci.pytest.plugin", f"--fastci-plan={plan}",
                               "--fastci-record", f"--fastci-trace-dir={ran}", "tests"],
                              cwd=root, env=env, capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stdout + res.stderr

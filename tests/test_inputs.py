@@ -82,7 +82,7 @@ class Project:
                    SNAPSHOT_DIR=str(self.snap))
         env.pop("FASTCI_CONFIG", None)
         res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                              "-p", "fastci.integrations.pytest.plugin", "--fastci-record",
+                              "-p", "fastci.pytest.plugin", "--fastci-record",
                               f"--fastci-trace-dir={traces}", "test_tok.py"],
                              cwd=self.root, env=env, capture_output=True, text=True, timeout=300)
         assert "2 passed" in res.stdout, res.stdout + res.stderr

@@ -25,9 +25,9 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("fastci.select",),
     ("fastci.plan",),
     ("fastci.run",),
-    ("fastci.integrations.pytest", "fastci.pytest_plugin"),
     ("fastci.eval",),  # measures plans: runs tests, plans changes, reports
-    ("fastci.cli", "fastci.__main__"),
+    # The front ends: the fastci command and the pytest plugin (records, obeys a plan).
+    ("fastci.cli", "fastci.__main__", "fastci.pytest", "fastci.pytest_plugin"),
 )
 
 
@@ -128,8 +128,8 @@ def test_package_lists_stage_folders_and_a_few_shared_modules() -> None:
     # config, errors, types, progress, gcpause, pytest_plugin
     assert len(others) <= 6, others
     folders = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__")
-    assert folders == ["changes", "cli", "eval", "evidence", "integrations", "plan", "run",
-                       "select", "units"]
+    assert folders == ["changes", "cli", "eval", "evidence", "integrations", "plan", "pytest",
+                       "run", "select", "units"]
     for folder in folders:
         init = PACKAGE / folder / "__init__.py"
         doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
@@ -152,7 +152,9 @@ def test_the_checker_sees_a_circle_and_an_upward_import() -> None:
     assert find_cycle({"a": {"b"}, "b": set()}) is None
     assert stage_of("fastci.evidence.store.db") < stage_of("fastci.select.test_rules")
     assert stage_of("fastci.integrations.bazel.bep") < stage_of("fastci.evidence.store.ingest")
-    assert stage_of("fastci.integrations.pytest.plugin") > stage_of("fastci.plan.model")
+    assert stage_of("fastci.pytest.plugin") > stage_of("fastci.plan.model")
+    assert stage_of("fastci.pytest.plugin") == stage_of("fastci.cli.app") > stage_of("fastci.eval")
+    assert stage_of("fastci.integrations.procs") == stage_of("fastci.integrations.git.tree")
 
 
 #: What code running inside every test process (``fastci.evidence.record``) may import

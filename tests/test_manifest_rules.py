@@ -234,7 +234,7 @@ def test_reads_at_collection_and_in_fixtures_beat_metadata_ignore(tmp_path: Path
     env_vars = dict(os.environ, PYTHONPATH=str(repo.root), OMP_NUM_THREADS="1",
                     PYTHONDONTWRITEBYTECODE="1")
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "-p", "fastci.integrations.pytest.plugin", "--fastci-record",
+                          "-p", "fastci.pytest.plugin", "--fastci-record",
                           f"--fastci-trace-dir={traces}", "test_meta.py"],
                          cwd=repo.root, env=env_vars, capture_output=True, text=True, timeout=300)
     assert "3 passed" in res.stdout, res.stdout + res.stderr

@@ -216,7 +216,7 @@ def test_one_vocabulary() -> None:
     (["error", "passed"], "error"),
 ])
 def test_fold_outcome(phases: list[str], folded: str) -> None:
-    from fastci.integrations.pytest.plugin import fold_outcome
+    from fastci.pytest.plugin import fold_outcome
 
     out = "passed"
     for phase in phases:

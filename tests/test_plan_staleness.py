@@ -294,7 +294,7 @@ def test_a_plan_is_stale_once_a_git_ignored_input_it_relied_on_changed(
     repo.write({"data/golden.txt": "42\n"})
     env = dict(os.environ, OMP_NUM_THREADS="1")
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "-p", "fastci.integrations.pytest.plugin", "--fastci-record",
+                          "-p", "fastci.pytest.plugin", "--fastci-record",
                           "--fastci-trace-dir=traces", "test_suite.py"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert "2 passed" in res.stdout, res.stdout + res.stderr

@@ -44,7 +44,7 @@ class Suite:
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1",
                    PYTHONPATH=os.pathsep.join([str(self.root), str(ANALYZER)]))
         res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                              "-p", "fastci.integrations.pytest.plugin", "--fastci-record",
+                              "-p", "fastci.pytest.plugin", "--fastci-record",
                               f"--fastci-trace-dir={traces}", *(tests or ["."])],
                              cwd=self.root, env=env, capture_output=True, text=True,
                              timeout=300)

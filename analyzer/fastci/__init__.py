@@ -3,10 +3,11 @@
 The package is laid out in pipeline order, one folder per stage: ``units`` (what
 code is), ``evidence`` (what tests executed), ``changes`` (what a diff touched),
 ``select`` (which tests it reaches), ``plan`` (what must run, and how), ``run``
-(running it); ``integrations`` holds the adapters to git and Bazel (below every
-stage) and the pytest plugin (above them), ``cli`` the ``fastci`` command.
-``errors``, ``types`` and ``config`` are shared leaves; ``pytest_plugin`` is the
-documented plugin path (docs/ARCHITECTURE.md).
+(running it), ``eval`` (measuring plans); ``integrations`` holds the adapters to
+git and Bazel (below every stage). The front ends sit above them all: ``cli`` the
+``fastci`` command, ``pytest`` the pytest plugin. ``errors``, ``types`` and
+``config`` are shared leaves; ``pytest_plugin`` is the documented plugin path
+(docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations

@@ -8,8 +8,6 @@ from pathlib import Path
 from fastci.cli.command import Command
 from fastci.config import Config
 from fastci.cli.options import add_change_arguments
-from fastci.plan.planner import analyze_change
-from fastci.select.explain import explain, resolve
 from fastci.types import RelPath, TestId, normalize_test_id, shown
 
 
@@ -20,6 +18,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from fastci.plan.planner import analyze_change
+    from fastci.select.explain import explain, resolve
+
     args.test = normalize_test_id(args.test)  # `@//p:t` and `//p` name `//p:t` and `//p:p`
     root = args.root.resolve()
     cfg, analysis = analyze_change(root, base=args.base, head=args.head, store=args.store,

@@ -15,10 +15,6 @@ from pathlib import Path
 
 from fastci import config
 from fastci.cli.command import Command
-from fastci.evidence.fill import record_tests
-from fastci.integrations.bazel.runner import Bazel
-from fastci.integrations.git.repository import repo_root
-from fastci.progress import Progress
 
 __all__ = ["COMMAND", "add_arguments", "run"]
 
@@ -38,6 +34,11 @@ EXIT_TESTS_FAILED = 1
 
 def run(args: argparse.Namespace) -> int:
     """Record and ingest; print the summary. Exits 1 when a test failed while recording."""
+    from fastci.evidence.fill import record_tests
+    from fastci.integrations.bazel.runner import Bazel
+    from fastci.integrations.git.repository import repo_root
+    from fastci.progress import Progress
+
     root = repo_root(Path.cwd())
     workspace = (args.workspace or root).resolve()
     cfg = config.load(workspace)

@@ -11,9 +11,6 @@ from pathlib import Path
 from fastci import config as config_mod
 from fastci.cli.command import Command
 from fastci.errors import PlanError, StoreError
-from fastci.plan.model import Plan, load_plan
-from fastci.progress import Progress
-from fastci.run.runner import execute
 
 OK, FAIL = 0, 1
 
@@ -34,6 +31,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from fastci.plan.model import Plan, load_plan
+    from fastci.progress import Progress
+    from fastci.run.runner import execute
+
     root = args.root.resolve()
     rate = args.full_sample if args.full_sample != "config" else None
     cfg = config_mod.load(root, overrides={"plan": args.plan, "store": args.store,

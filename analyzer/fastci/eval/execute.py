@@ -161,7 +161,7 @@ class PytestExecutor:
         self.pytest_args = pytest_args
 
     def universe(self) -> dict[TestId, int]:
-        from fastci.integrations.pytest.collect import collect
+        from fastci.run.collect import collect
 
         found = collect(self.root, [], python=self.python, pytest_args=self.pytest_args)
         return {t: int(getattr(d, "gpus", 0) or 0) for t, d in found.items()}

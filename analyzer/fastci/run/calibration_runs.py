@@ -9,7 +9,7 @@ rungs' overrides in a one-off plan repository (:func:`calibrate_bazel`); pytest
 runs one process per rung, the test alone, in the repository root::
 
     FASTCI_WORKLOAD=<the rung's overrides, JSON> FASTCI_RECORD_LINES=1 \
-        python -m pytest NODEID -p fastci.integrations.pytest.plugin \
+        python -m pytest NODEID -p fastci.pytest.plugin \
         --fastci-record --fastci-trace-dir TMP
 
 Its traces give the outcome (the main trace's), completeness (every trace stopped
@@ -68,7 +68,7 @@ __all__ = ["PLUGIN", "CalibrationError", "CalibrationReport", "Pending", "Record
            "scrub_traces"]
 
 #: The pytest plugin the recorded run loads (``-p``).
-PLUGIN = "fastci.integrations.pytest.plugin"
+PLUGIN = "fastci.pytest.plugin"
 #: The ladder's rung at the declared workload (:func:`fastci.plan.workload.ladder`).
 FULL = "full"
 #: A reduced rung may take this many times its full rung's time, and at least

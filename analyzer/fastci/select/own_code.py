@@ -28,9 +28,8 @@ from fastci.types import RelPath
 #: and untraced-rewrite parts, and the workload checks the plugin applies overrides with.
 IN_TEST_ENTRY_POINTS: tuple[str, ...] = (
     "fastci.run.launch", "fastci.evidence.record.recorder", "fastci.evidence.record.child_start",
-    "fastci.pytest_plugin", "fastci.integrations.pytest.plugin",
-    "fastci.integrations.pytest.plan", "fastci.integrations.pytest.untraced",
-    "fastci.evidence.record.collection", "fastci.plan.workload",
+    "fastci.pytest_plugin", "fastci.pytest.plugin", "fastci.pytest.plan",
+    "fastci.pytest.untraced", "fastci.evidence.record.collection", "fastci.plan.workload",
 )
 
 #: The import closure of :data:`IN_TEST_ENTRY_POINTS` (package ``__init__`` files included:
@@ -47,10 +46,10 @@ IN_TEST_MODULES: tuple[str, ...] = (
     "fastci.evidence.record.trace", "fastci.evidence.record.trace_pb2",
     "fastci.evidence.record.traced",
     "fastci.integrations", "fastci.integrations.bazel", "fastci.integrations.bazel.mains",
-    "fastci.integrations.git", "fastci.integrations.git.tree", "fastci.integrations.pytest",
-    "fastci.integrations.pytest.ids", "fastci.integrations.pytest.plan",
-    "fastci.integrations.pytest.plugin", "fastci.integrations.pytest.untraced",
+    "fastci.integrations.git", "fastci.integrations.git.tree",
     "fastci.plan", "fastci.plan.model", "fastci.plan.workload",
+    "fastci.pytest", "fastci.pytest.ids", "fastci.pytest.plan", "fastci.pytest.plugin",
+    "fastci.pytest.untraced",
     "fastci.run", "fastci.run.gpus", "fastci.run.launch", "fastci.run.scale",
     "fastci.run.schedule",
     "fastci.units", "fastci.units.lines",

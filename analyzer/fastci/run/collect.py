@@ -29,8 +29,8 @@ import json, sys
 from pathlib import Path
 import pytest
 from fastci.integrations.git.repository import repo_root
-from fastci.integrations.pytest.ids import test_id_for
-from fastci.integrations.pytest.plan import declaration
+from fastci.pytest.ids import test_id_for
+from fastci.pytest.plan import declaration
 
 
 class Collector:

@@ -1,6 +1,6 @@
 """The pytest side of a plan: deselect skipped tests (with reasons), order the rest.
 
-``fastci.integrations.pytest.plugin`` registers :class:`PlanPlugin` for ``--fastci-plan PATH``.
+``fastci.pytest.plugin`` registers :class:`PlanPlugin` for ``--fastci-plan PATH``.
 Tests are matched by pytest node id (as pytest writes it, or with its file path
 repo-relative), or by Bazel label: an item in the file ``pkg/foo_test.py`` is the
 gpu_test ``//pkg:foo_test`` whose main file it is (the default main, ``<name>.py``:
@@ -42,7 +42,7 @@ from typing import Any, Generator, Mapping
 import pytest
 
 from fastci.integrations.bazel.mains import labels_by_main
-from fastci.integrations.pytest.ids import test_id_for
+from fastci.pytest.ids import test_id_for
 from fastci.plan.model import Plan, by_priority
 from fastci.types import is_label
 

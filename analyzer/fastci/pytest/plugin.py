@@ -15,7 +15,7 @@ Inert unless asked:
   down) inside one test's recording, into segments of its own that every test
   whose fixture closure holds it names. ``fastci ingest`` adds named segments
   to each test's evidence (docs/EVIDENCE.md).
-* ``--fastci-plan PATH`` registers ``fastci.integrations.pytest.plan.PlanPlugin(plan)``
+* ``--fastci-plan PATH`` registers ``fastci.pytest.plan.PlanPlugin(plan)``
   (deselects and orders tests; the plan may name them by node id or by gpu_test
   label). A malformed plan, one made for another tree (its ``tree``) or for none,
   or a plan file git tracks runs everything, loudly.
@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generator
 
 import pytest
 
-from fastci.integrations.pytest.ids import test_id_for
+from fastci.pytest.ids import test_id_for
 from fastci.types import Outcome
 
 if TYPE_CHECKING:
@@ -119,10 +119,10 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
 
 def _untrace_rewrites(config: pytest.Config, col: "CollectionRecorder") -> None:
     """pytest's assertion rewriting runs untraced while this session records
-    (:mod:`fastci.integrations.pytest.untraced`); :class:`RecordPlugin` undoes it at
+    (:mod:`fastci.pytest.untraced`); :class:`RecordPlugin` undoes it at
     the end. A failure only leaves rewriting traced: slower, the same evidence."""
     try:
-        from fastci.integrations.pytest import untraced
+        from fastci.pytest import untraced
 
         undo = untraced.install(col.mapper.rel)
     except Exception as exc:
@@ -134,7 +134,7 @@ def _untrace_rewrites(config: pytest.Config, col: "CollectionRecorder") -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Register the record and plan plugins when their options are given."""
-    from fastci.integrations.pytest.plan import register_marker
+    from fastci.pytest.plan import register_marker
 
     register_marker(config)  # suites may declare workloads under --strict-markers, plan or not
     # The recorder registers first so the plan plugin's wrapper (later = outer) has
@@ -166,7 +166,7 @@ def pytest_configure(config: pytest.Config) -> None:
             LOG.warning(msg)
             config.issue_config_time_warning(pytest.PytestWarning(msg), stacklevel=2)
         else:
-            from fastci.integrations.pytest import plan as pytest_plan  # lazily: owned by the selection area
+            from fastci.pytest import plan as pytest_plan  # lazily: owned by the selection area
             from fastci.integrations.git.repository import repo_root
             from fastci.plan.model import for_runner
             from fastci.integrations.git.tree import current_tree
@@ -194,7 +194,7 @@ def _declared_and_overrides(item: pytest.Item) -> tuple[dict[str, Any], dict[str
     overrides for the running test; the declared workload comes from the marker.
     Unparsable values are recorded as unknown overrides, never as a full-workload run.
     """
-    from fastci.integrations.pytest.plan import declaration
+    from fastci.pytest.plan import declaration
 
     try:
         decl = declaration(item)

@@ -1,6 +1,9 @@
-"""The pytest side: ``plugin`` (entry point ``pytest11: fastci``) records evidence
-per test with ``--fastci-record`` and obeys a plan with ``--fastci-plan``, whose
-deselection, ordering and overrides live in ``plan``.
+"""The pytest front end, beside the CLI: ``plugin`` (entry point ``pytest11: fastci``,
+``-p fastci.pytest_plugin``) records evidence per test with ``--fastci-record`` and
+obeys a plan with ``--fastci-plan``, whose deselection, ordering and overrides live
+in ``plan``; ``ids`` names an item as FastCI does, and ``untraced`` keeps assertion
+rewriting out of a recording. It uses the recorder and the plan model, and no stage
+uses it (a stage that runs pytest names the plugin on its command line).
 
 pytest rewrites the ``assert`` statements of every module of a distribution that
 declares a ``pytest11`` entry point, so installing FastCI made every ``fastci``
@@ -9,7 +12,7 @@ rewrite in Python, compile: about 8 ms a module when no ``.pyc`` cache can be
 written, as in a fresh CI checkout or under ``PYTHONDONTWRITEBYTECODE=1``). Nothing
 gains from rewritten asserts in FastCI's own code, so importing this package takes
 ``fastci`` off pytest's list (:func:`_not_rewritten`); the modules imported before
-it (``fastci`` itself, ``fastci.integrations``) are small.
+it (``fastci`` itself) is small.
 """
 
 from __future__ import annotations
