@@ -212,11 +212,6 @@ class RunRecord(tuple[Any, ...]):
         """Whether the run is known to have run at the full declared workload."""
         return self.overrides is not None and not self.overrides
 
-    @property
-    def effective_workload(self) -> dict[str, Any]:
-        """The workload the run used: the declared one with the overrides applied."""
-        return {**self.workload, **(self.overrides or {})}
-
 
 @dataclass(frozen=True)
 class RunEvidence:
@@ -614,10 +609,6 @@ class EvidenceStore:
                 row = (*row, listing)
             out[row[0]] = of_row(row)
         return out
-
-    def unit_checksums(self) -> dict[UnitId, Checksum]:
-        """Unit id -> checksum at (the newest) record time."""
-        return dict(self.conn.execute("SELECT uid, checksum FROM unit"))
 
     def evidence_commits(self) -> set[str | None]:
         """The commits the tests' current evidence was recorded at (None: not known)."""
