@@ -53,6 +53,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any, Callable, Mapping
@@ -162,6 +163,26 @@ def _after_fork_in_child() -> None:
     if rec is not None and rec._cov is not None:
         rec._forked()
 
+
+
+def _known_outcome(outcome: str) -> str:
+    """``outcome`` when it is one of :data:`OUTCOMES`, else "error" (never lose a trace
+    over a label: record it as an error)."""
+    if outcome in OUTCOMES:
+        return outcome
+    LOG.warning("unknown outcome %r recorded as 'error' (expected one of %s)", outcome, OUTCOMES)
+    return "error"
+
+
+@dataclass
+class _Measured:
+    """What a recording measured: per repo file its lines and arcs, per segment its
+    files' lines, and the contexts per unit (``ctx``)."""
+
+    ctx: Any
+    seg_lines: dict[str, dict[str, list[int]]]
+    lines: dict[str, list[int]] = field(default_factory=dict)
+    arcs: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
 
 class Recorder:
     """Record what one test process executes; see the module docstring."""
@@ -391,10 +412,22 @@ class Recorder:
 
     def stop(self, outcome: str) -> Path:
         """Stop measuring, write the complete trace atomically, return its path."""
-        if outcome not in OUTCOMES:  # never lose a trace over a label: record it as an error
-            LOG.warning("unknown outcome %r recorded as 'error' (expected one of %s)",
-                        outcome, OUTCOMES)
-            outcome = "error"
+        outcome = _known_outcome(outcome)
+        cov = self._stop_measuring()
+        measured = self._measured(cov)
+        reads, unseen = self._stop_watching()
+        msg = self._header()
+        msg.complete = True
+        msg.incomplete_reasons.extend(unseen)
+        msg.outcome = outcome
+        msg.duration_s = time.perf_counter() - self._t0
+        msg.environment.CopyFrom(environment.current())
+        self._write_evidence(msg, measured, reads)
+        return trace.write_atomic(self.path, msg)
+
+    def _stop_measuring(self) -> Any:
+        """Stop every tracer (open segments ended, the profile hook removed, coverage
+        stopped); the stopped coverage engine, or None."""
         global _CURRENT
         if _CURRENT is self:
             _CURRENT = None
@@ -409,18 +442,26 @@ class Recorder:
         cov = self._cov
         if cov is not None:
             cov.stop()
+        return cov
+
+    def _measured(self, cov: Any) -> _Measured:
+        """What ran: lines, arcs and contexts of the test and of each segment, the
+        engine given back for reuse, code dynamo traced added."""
         ctx = self._contexts.stop() if self._contexts is not None else {}
-        lines: dict[str, list[int]] = {}
-        arcs: dict[str, list[tuple[int, int]]] = {}
-        seg_lines: dict[str, dict[str, list[int]]] = {k: {} for k in self._segment_includes}
+        m = _Measured(ctx=ctx, seg_lines={k: {} for k in self._segment_includes})
         if cov is not None:
             try:
-                _read_lines(cov.get_data(), self.mapper, lines, seg_lines, arcs)
+                _read_lines(cov.get_data(), self.mapper, m.lines, m.seg_lines, m.arcs)
             finally:
                 self._cov = None
                 _release_engine(cov)
-        add_traced(self._traced, self.mapper, lines, ctx, self._segment_ctx,
+        add_traced(self._traced, self.mapper, m.lines, ctx, self._segment_ctx,
                    lambda rel: _index(self.mapper, rel)[0])
+        return m
+
+    def _stop_watching(self) -> tuple[dict[str, str], list[str]]:
+        """Stop the audit sinks, autograd switch and child environment: the files read
+        (declared inputs of a main process included) and why evidence is missing."""
         reads = self._opens.stop()
         # After the open sink stopped: reading the children's traces is no input.
         unseen = [why for why in (self._autograd.unseen(), self._children_without_trace())
@@ -436,22 +477,21 @@ class Recorder:
         if self._child_env is not None:
             self._child_env.uninstall()
             self._child_env = None
-        msg = self._header()
-        msg.complete = True
-        msg.incomplete_reasons.extend(unseen)
-        msg.outcome = outcome
-        msg.duration_s = time.perf_counter() - self._t0
-        msg.environment.CopyFrom(environment.current())
+        return reads, unseen
+
+    def _write_evidence(self, msg: Any, m: _Measured, reads: Mapping[str, str]) -> None:
+        """Fill ``msg`` with the files, reads and segments measured, the shared segments'
+        keys, the module scope and the third-party distributions imported."""
         table = trace.ContextTable(msg)
-        self._fill(msg.files, lines, ctx, table, arcs)
+        self._fill(msg.files, m.lines, m.ctx, table, m.arcs)
         for rel, digest in sorted(reads.items()):
-            if rel not in lines:
+            if rel not in m.lines:
                 msg.reads.add(path=rel, digest=digest)
         for key, includes in self._segment_includes.items():
             seg = msg.segments.add(key=key, includes=sorted(includes))
-            self._fill(seg.files, seg_lines[key], self._segment_ctx.get(key, {}), table)
+            self._fill(seg.files, m.seg_lines[key], self._segment_ctx.get(key, {}), table)
             for rel, digest in self._opens.resolve(self._opens.by_segment.get(key, set())).items():
-                if rel not in seg_lines[key]:
+                if rel not in m.seg_lines[key]:
                     seg.reads.add(path=rel, digest=digest)
         table.close()
         msg.shared.extend(sorted(self.shared))
@@ -461,7 +501,6 @@ class Recorder:
         msg.modules.outside_example = example
         for name, version in distributions.imported().items():  # third-party imports
             msg.distributions.add(name=name, version=version)
-        return trace.write_atomic(self.path, msg)
 
     def _config_root(self) -> Path:
         """Where ``fastci.yaml`` is: the repository root, else (under Bazel, whose runfiles

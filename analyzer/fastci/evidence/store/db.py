@@ -1027,21 +1027,33 @@ class EvidenceStore:
 
     def _ingest_chunk(self, runs: list[RunEvidence], batch: EvidenceBatch,
                       flush_pairs: int) -> list[bool]:
-        c = self.conn
+        out = self._new_runs(runs)
+        wins = self._insert_runs([r for r, new in zip(runs, out) if new])
+        last = self._write_units(wins, batch, flush_pairs)
+        self._hold_evidence(last)
+        return out
+
+    def _new_runs(self, runs: list[RunEvidence]) -> list[bool]:
+        """Whether each run's key is new to the store (a key twice in the chunk: the
+        second is known by then)."""
         known = self._known_keys(r.run_key for r in runs)
         out: list[bool] = []
-        for run in runs:  # a key twice in the chunk: the second is known by then
+        for run in runs:
             out.append(run.run_key not in known)
             known.add(run.run_key)
-        tids = self._test_ids(r.test for r, new in zip(runs, out) if new)
+        return out
+
+    def _insert_runs(self, runs: list[RunEvidence]) -> list[tuple[int, int, RunEvidence]]:
+        """Insert the run rows (and their package listings); the runs whose evidence
+        each test now holds, as (test rowid, run rowid, run), in order."""
+        c = self.conn
+        tids = self._test_ids(r.test for r in runs)
         held = self._held_runs(tids.values())
         rid = int(c.execute("SELECT coalesce(max(id), 0) FROM run").fetchone()[0])
         run_rows: list[tuple[Any, ...]] = []
         listings: list[tuple[str, str]] = []
         wins: list[tuple[int, int, RunEvidence]] = []
-        for run, new in zip(runs, out):
-            if not new:
-                continue
+        for run in runs:
             tid = tids[run.test]
             environment = dict(run.environment)
             listing = environment.pop("packages_list", "")
@@ -1063,6 +1075,12 @@ class EvidenceStore:
             wins.append((tid, rid, run))
         c.executemany("INSERT OR IGNORE INTO env_listing VALUES (?,?)", listings)
         c.executemany(_INSERT_RUN, run_rows)
+        return wins
+
+    @staticmethod
+    def _write_units(wins: list[tuple[int, int, RunEvidence]], batch: EvidenceBatch,
+                     flush_pairs: int) -> dict[int, tuple[int, RunEvidence]]:
+        """Write the winning runs' units into the posting lists; each test's last winner."""
         ids = batch.prepare([run.units for _, _, run in wins], [tid for tid, _, _ in wins])
         last: dict[int, tuple[int, RunEvidence]] = {}
         flushed = False
@@ -1075,7 +1093,12 @@ class EvidenceStore:
                 batch.flush()
                 flushed = True
         batch.write_rows()
-        # Only each test's last winner's files remain (as one ingest after another leaves).
+        return last
+
+    def _hold_evidence(self, last: dict[int, tuple[int, RunEvidence]]) -> None:
+        """Each test holds its last winner: its files read, sources and distributions
+        replace the test's (as one ingest after another leaves them), and the test row
+        points at the run."""
         self._replace_rows("file_read", {tid: {(p, tid, d) for p, d in run.files.items()
                                                if _storable(p)}
                                          for tid, (_, run) in last.items()})
@@ -1084,9 +1107,8 @@ class EvidenceStore:
                                       for tid, (_, run) in last.items()})
         self._replace_rows("dist_import", {tid: {(tid, n, v) for n, v in run.distributions.items()}
                                            for tid, (_, run) in last.items()})
-        c.executemany("UPDATE test SET evidence_run = ?, evidence_at = ? WHERE id = ?",
-                      [(run_id, run.recorded_at, tid) for tid, (run_id, run) in last.items()])
-        return out
+        self.conn.executemany("UPDATE test SET evidence_run = ?, evidence_at = ? WHERE id = ?",
+                              [(run_id, run.recorded_at, tid) for tid, (run_id, run) in last.items()])
 
     def _replace_rows(self, table: str, rows: dict[int, set[tuple[Any, ...]]]) -> None:
         """Make ``rows[t]`` the rows of ``table`` (file_read, source, dist_import) of each
@@ -1183,60 +1205,87 @@ class EvidenceStore:
         if self.conn.execute("SELECT count(*) FROM test").fetchone()[0]:
             raise StoreError(f"bulk_load needs an empty store; {self.path} has tests")
         at = time.time() if recorded_at is None else recorded_at
-        t_col, u_col, s_col = array.array("I"), array.array("I"), array.array("I")
-        sets: dict[tuple[int, ...], int] = {}
-        for t, u, ctx in evidence:  # the only per-pair Python: the rest is array work
-            t_col.append(t)
-            u_col.append(u)
-            s_col.append(sets.setdefault(tuple(ctx), len(sets)))
-        # Context lists that are the same set share one id (canonical: sorted, distinct).
-        canonical: dict[tuple[int, ...], int] = {}
-        remap = np.array([canonical.setdefault(tuple(sorted(set(k))), len(canonical))
-                          for k in sets] or [0], dtype=np.uint32)
-        t_arr = np.frombuffer(t_col, dtype=np.uint32)
-        u_arr = np.frombuffer(u_col, dtype=np.uint32)
-        s_arr = remap[np.frombuffer(s_col, dtype=np.uint32)] + np.uint32(1)
+        t_arr, u_arr, s_arr, canonical = _pair_columns(evidence)
         c = self.conn
         c.execute("PRAGMA synchronous=OFF")
         with self._tx():
-            c.executemany("INSERT INTO test (id, name, evidence_run, evidence_at) VALUES (?,?,?,?)",
-                          ((i + 1, t, i + 1, at) for i, t in enumerate(tests)))
-            c.executemany("INSERT INTO run (id, test_id, run_key, env_fingerprint, environment,"
-                          " workload, overrides, duration_s, gpus, outcome, complete, recorded_at,"
-                          " source, has_evidence) VALUES (?,?,?,?,'{}','{}','{}',1.0,1,?,1,?,"
-                          "'bulk',1)",
-                          ((i + 1, i + 1, f"bulk:{t}", env_fingerprint, outcome, at)
-                           for i, t in enumerate(tests)))
-            c.executemany("INSERT INTO unit (id, uid, path, checksum) VALUES (?,?,?,?)",
-                          ((i + 1, u, u.partition("::")[0], cs) for i, (u, cs) in enumerate(units)))
-            c.executemany("INSERT INTO context (id, sig) VALUES (?,?)",
-                          ((i + 1, s) for i, s in enumerate(contexts)))
-            c.executemany("INSERT INTO ctxset (id, ids) VALUES (?,?)",
-                          ((i + 1, pack_ids(x + 1 for x in k)) for i, k in enumerate(canonical)))
-            # Unit i's one version is version i + 1; per test its sorted versions.
-            order = np.lexsort((u_arr, t_arr))
-            by_test_t, by_test_u = t_arr[order], u_arr[order] + np.uint32(1)
-            if len(order) and bool(np.any((np.diff(by_test_t) == 0) & (np.diff(by_test_u) == 0))):
-                raise StoreError("bulk_load: a (test, unit) pair comes twice")
-            by_test_s = s_arr[order]
-            del order
-            c.executemany("INSERT INTO evidence (test_id, pairs, versions, ctxsets) VALUES (?,?,?,?)",
-                          ((int(by_test_t[a]) + 1, b - a, postings.encode_sorted(by_test_u[a:b]),
-                            postings.encode_ids(by_test_s[a:b]))
-                           for a, b in _runs_of(by_test_t)))
-            del by_test_t, by_test_u, by_test_s
-            order = np.lexsort((t_arr, u_arr))
-            by_unit_u, by_unit_t = u_arr[order], t_arr[order] + np.uint32(1)
-            del order
-            spans = np.array(list(_runs_of(by_unit_u)), dtype=np.int64).reshape(-1, 2)
-            lists = postings.encode_sorted_many(by_unit_t, spans[:, 0], spans[:, 1])
-            c.executemany("INSERT INTO unit_version (id, unit_id, checksum, tests) VALUES (?,?,?,?)",
-                          ((u + 1, u + 1, units[u][1], tests)
-                           for u, tests in zip(by_unit_u[spans[:, 0]].tolist(), lists)))
+            self._bulk_rows(tests, units, contexts, canonical, at=at,
+                            env_fingerprint=env_fingerprint, outcome=outcome)
+            self._bulk_postings(t_arr, u_arr, s_arr, units)
             c.executemany("INSERT INTO source (path, test_id, digest) VALUES (?,?,?)",
                           ((path, t + 1, digest) for t, path, digest in sources))
         c.execute("PRAGMA synchronous=NORMAL")
 
+    def _bulk_rows(self, tests: Sequence[TestId], units: Sequence[tuple[UnitId, Checksum]],
+                   contexts: Sequence[ContextSig], canonical: Mapping[tuple[int, ...], int], *,
+                   at: float, env_fingerprint: str, outcome: str) -> None:
+        """:meth:`bulk_load`'s plain rows: one complete run per test, the units (version
+        i + 1 of unit i), the context signatures and the distinct context sets."""
+        c = self.conn
+        c.executemany("INSERT INTO test (id, name, evidence_run, evidence_at) VALUES (?,?,?,?)",
+                      ((i + 1, t, i + 1, at) for i, t in enumerate(tests)))
+        c.executemany("INSERT INTO run (id, test_id, run_key, env_fingerprint, environment,"
+                      " workload, overrides, duration_s, gpus, outcome, complete, recorded_at,"
+                      " source, has_evidence) VALUES (?,?,?,?,'{}','{}','{}',1.0,1,?,1,?,"
+                      "'bulk',1)",
+                      ((i + 1, i + 1, f"bulk:{t}", env_fingerprint, outcome, at)
+                       for i, t in enumerate(tests)))
+        c.executemany("INSERT INTO unit (id, uid, path, checksum) VALUES (?,?,?,?)",
+                      ((i + 1, u, u.partition("::")[0], cs) for i, (u, cs) in enumerate(units)))
+        c.executemany("INSERT INTO context (id, sig) VALUES (?,?)",
+                      ((i + 1, s) for i, s in enumerate(contexts)))
+        c.executemany("INSERT INTO ctxset (id, ids) VALUES (?,?)",
+                      ((i + 1, pack_ids(x + 1 for x in k)) for i, k in enumerate(canonical)))
+
+    def _bulk_postings(self, t_arr: postings.Ids, u_arr: postings.Ids, s_arr: postings.Ids,
+                       units: Sequence[tuple[UnitId, Checksum]]) -> None:
+        """:meth:`bulk_load`'s posting lists: per test its sorted versions with their
+        context sets, per unit version the tests that hold it.
+
+        Raises:
+            StoreError: a (test, unit) pair comes twice.
+        """
+        c = self.conn
+        # Unit i's one version is version i + 1; per test its sorted versions.
+        order = np.lexsort((u_arr, t_arr))
+        by_test_t, by_test_u = t_arr[order], u_arr[order] + np.uint32(1)
+        if len(order) and bool(np.any((np.diff(by_test_t) == 0) & (np.diff(by_test_u) == 0))):
+            raise StoreError("bulk_load: a (test, unit) pair comes twice")
+        by_test_s = s_arr[order]
+        del order
+        c.executemany("INSERT INTO evidence (test_id, pairs, versions, ctxsets) VALUES (?,?,?,?)",
+                      ((int(by_test_t[a]) + 1, b - a, postings.encode_sorted(by_test_u[a:b]),
+                        postings.encode_ids(by_test_s[a:b]))
+                       for a, b in _runs_of(by_test_t)))
+        del by_test_t, by_test_u, by_test_s
+        order = np.lexsort((t_arr, u_arr))
+        by_unit_u, by_unit_t = u_arr[order], t_arr[order] + np.uint32(1)
+        del order
+        spans = np.array(list(_runs_of(by_unit_u)), dtype=np.int64).reshape(-1, 2)
+        lists = postings.encode_sorted_many(by_unit_t, spans[:, 0], spans[:, 1])
+        c.executemany("INSERT INTO unit_version (id, unit_id, checksum, tests) VALUES (?,?,?,?)",
+                      ((u + 1, u + 1, units[u][1], tests)
+                       for u, tests in zip(by_unit_u[spans[:, 0]].tolist(), lists)))
+
+
+def _pair_columns(evidence: Iterable[tuple[int, int, Sequence[int]]]) -> tuple[
+        postings.Ids, postings.Ids, postings.Ids, dict[tuple[int, ...], int]]:
+    """``bulk_load``'s (test, unit, context list) triples as three uint32 columns (test,
+    unit, context set id from 1) and the distinct context sets (canonical: sorted,
+    distinct) by id order: context lists that are the same set share one id."""
+    t_col, u_col, s_col = array.array("I"), array.array("I"), array.array("I")
+    sets: dict[tuple[int, ...], int] = {}
+    for t, u, ctx in evidence:  # the only per-pair Python: the rest is array work
+        t_col.append(t)
+        u_col.append(u)
+        s_col.append(sets.setdefault(tuple(ctx), len(sets)))
+    canonical: dict[tuple[int, ...], int] = {}
+    remap = np.array([canonical.setdefault(tuple(sorted(set(k))), len(canonical))
+                      for k in sets] or [0], dtype=np.uint32)
+    t_arr = np.frombuffer(t_col, dtype=np.uint32)
+    u_arr = np.frombuffer(u_col, dtype=np.uint32)
+    s_arr = remap[np.frombuffer(s_col, dtype=np.uint32)] + np.uint32(1)
+    return t_arr, u_arr, s_arr, canonical
 
 def _runs_of(sorted_ids: postings.Ids) -> Iterator[tuple[int, int]]:
     """The [start, end) slices of equal values in a sorted array."""
