@@ -411,7 +411,7 @@ def test_recent_outcomes_are_the_last_runs_of_test_newest_first(
 def test_run_json_keeps_values_of_equal_hash_apart() -> None:
     """The canonical JSON of workloads and environments is kept by content: 1, 1.0 and
     True are equal and hash alike in Python, and must still be written as they are."""
-    from fastci.evidence.store.db import _json
+    from fastci.evidence.store.writes import _json
 
     assert _json({"a": 1}) == '{"a": 1}'
     assert _json({"a": True}) == '{"a": true}'
