@@ -279,7 +279,8 @@ def make_mutants(root: Path, config, *, count: int, seed: int, extra_units: int 
     extra: list[str] = []
     if extra_units and store_path is not None:
         with EvidenceStore.open(store_path) as store:
-            extra = sample_units(store.unit_checksums(), units, count=extra_units, seed=seed)
+            executed = {u for _, u, _ in store.recorded_units()}
+            extra = sample_units(executed, units, count=extra_units, seed=seed)
     echo(f"   mutating {len(units)} changed units" + (f" + {len(extra)} sampled" if extra else "")
          + f": {', '.join(u.rsplit('/', 1)[-1] for u in units + extra)}")
     return generate(read_sources(root, units + extra), units + extra, count=count, seed=seed)

@@ -122,3 +122,36 @@ def test_artifacts_recorded_by_an_older_recorder_are_not_compared(tmp_path: Path
                   store=store).selection
     assert not sel.selected
     store.close()
+
+
+def test_a_cache_folder_of_any_name_is_not_an_input(tmp_path: Path) -> None:
+    # Issue 36: pytest's cache lives wherever ``cache_dir`` says (here ``build/pytest``,
+    # no name FastCI knows), and its collection-time read of the last-failed list was
+    # recorded as every test's input: after any local failure every test was selected.
+    # pytest tags the folder as a cache (CACHEDIR.TAG, the Cache Directory Tagging spec),
+    # as cargo, ruff and others do: such a folder is never read as input.
+    repo = Repo(tmp_path / "repo")
+    suite = ("from pathlib import Path\n\n\ndef test_reads():\n"
+             "    p = Path(__file__).parent / 'build/pytest/v/cache/lastfailed'\n"
+             "    p.read_text() if p.exists() else None\n"
+             "    assert (Path(__file__).parent / 'data.txt').read_text() == 'a\\n'\n")
+    base = repo.commit({".gitignore": ".fastci/\ntraces/\n", "data.txt": "a\n",
+                        "pytest.ini": "[pytest]\ncache_dir = build/pytest\n",
+                        "test_suite.py": suite})
+    # What an earlier local run left (pytest writes the tag and a .gitignore with it).
+    repo.write({"build/pytest/v/cache/lastfailed": '{"test_suite.py::test_x": true}\n',
+                "build/pytest/CACHEDIR.TAG": "Signature: 8a477f597d28d172789f06886806bc55\n",
+                "build/pytest/.gitignore": "*\n"})
+    _record(repo, tmp_path / "traces")
+    store = EvidenceStore.open(repo.root / ".fastci/evidence.db", create=True)
+    ingest(store, find_traces([tmp_path / "traces"]), source="pytest", commit=base,
+           root=repo.root)
+    reads = {path for path, _, _ in store.file_digests()}
+    assert "data.txt" in reads
+    assert not {p for p in reads if p.startswith("build/")}, reads
+    repo.write({"build/pytest/v/cache/lastfailed": '{"test_suite.py::test_reads": true}\n'})
+    sel = analyze(repo.root, Config(), base=base, declared=None,
+                  env_fingerprint=current_fingerprint(), store=store).selection
+    assert sel.mode == "selective" and not sel.selected, \
+        [(d.test, [r.sentence for r in d.reasons]) for d in sel.selected]
+    store.close()

@@ -20,6 +20,7 @@ import pytest
 
 from fastci import cli
 from fastci.errors import StoreError
+from exchange_support import import_store
 from fastci.evidence.store import exchange, postings
 from fastci.evidence.store.db import EvidenceStore
 from test_evidence_exchange import run_of
@@ -61,7 +62,7 @@ def test_run_lines_that_are_not_objects_are_one_line_errors(tmp_path: Path, body
     path = _evidence_file(tmp_path / "odd.jsonl.gz", body)
     with EvidenceStore.open(tmp_path / "s.db", create=True) as store:
         with pytest.raises(StoreError) as err:
-            exchange.import_store(store, path)
+            import_store(store, path)
         assert "\n" not in str(err.value) and "nothing imported" in str(err.value)
         assert store.test_ids() == []
 

@@ -18,9 +18,12 @@ from fastci.evidence.record import distributions, trace
 
 @pytest.fixture(autouse=True)
 def fresh_cache() -> Iterator[None]:
-    distributions.clear_cache()
+    caches = (distributions._ROOTS, distributions._HEADS, distributions._RUNNING)
+    for cache in caches:  # every index and answer forgotten, before and after
+        cache.clear()
     yield
-    distributions.clear_cache()
+    for cache in caches:
+        cache.clear()
 
 
 def module(name: str, file: str | None, *, package: bool = False) -> types.ModuleType:

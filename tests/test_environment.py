@@ -19,7 +19,7 @@ from fastci.plan.planner import analyze, runner_python
 from fastci.config import Config
 from fastci.errors import FastCIError
 from fastci.evidence.record import environment
-from fastci.evidence.record.environment import fingerprint_of_interpreter
+from fastci.evidence.record.environment import environment_of_interpreter
 from fastci.select import DecisionKind
 from selection_support import World, ingest, units_of
 
@@ -88,13 +88,21 @@ def test_the_same_interpreter_computes_the_same_fingerprint_in_and_out_of_proces
 
 
 def test_an_interpreter_that_cannot_run_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(FastCIError, match="cannot run the test runner's interpreter"):
+    with pytest.raises(FastCIError, match="cannot read the environment of"):
         fingerprint_of_interpreter(str(tmp_path / "no-python"))
     broken = tmp_path / "python"
     broken.write_text("#!/bin/sh\necho not a fingerprint\n")
     broken.chmod(0o755)
-    with pytest.raises(FastCIError, match="could not compute its environment fingerprint"):
+    with pytest.raises(FastCIError, match="cannot read the environment of .*python"):
         fingerprint_of_interpreter(str(broken))
+    broken.write_text('#!/bin/sh\necho \'{"fingerprint": "no"}\'\n')
+    with pytest.raises(FastCIError, match="could not describe its environment"):
+        fingerprint_of_interpreter(str(broken))
+
+
+def fingerprint_of_interpreter(python: str) -> str:
+    """The fingerprint the planner takes of a test runner's interpreter."""
+    return environment_of_interpreter(python)["fingerprint"]
 
 
 @pytest.fixture(scope="module")

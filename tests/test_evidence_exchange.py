@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fastci.errors import StoreError
-from fastci.evidence.store.exchange import export_store, import_store, read_manifest
+from exchange_support import import_store
+from fastci.evidence.store.exchange import export_store, load_export
 from fastci.evidence.store.db import EvidenceStore, RunEvidence
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,7 +134,7 @@ def test_a_bad_file_is_one_error_and_changes_nothing(tmp_path: Path) -> None:
             assert "\n" not in str(err.value)
         assert _export_bytes(b, tmp_path / "after.jsonl.gz") == before
     with pytest.raises(StoreError, match="does not match its digest"):
-        read_manifest(tmp_path / "edited.jsonl.gz")
+        load_export(tmp_path / "edited.jsonl.gz")
 
 
 def test_the_cli_exports_and_imports(tmp_path: Path) -> None:

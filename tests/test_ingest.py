@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from fastci import cli
 from fastci.evidence.record import trace, trace_pb2
 from fastci.evidence.store.ingest import (TraceUnits, find_traces, index_segments, ingest,
-                                   label_from_testlogs, merge_run)
+                                          label_from_testlogs, merge_run)
 from fastci.evidence.store.db import EvidenceStore
 
 

@@ -193,3 +193,24 @@ def test_globs_for_joins_every_matching_declaration_in_order() -> None:
     decl = (("*", ("a",)), ("tests/*", ("b", "a")), ("other::*", ("c",)))
     assert inputs.globs_for("tests/test_tok.py::t", decl) == ("a", "b")
     assert inputs.globs_for("other::t", decl) == ("a", "c")
+
+
+def test_a_glob_never_matches_the_caches_a_test_run_writes(tmp_path: Path) -> None:
+    # Issue 36: a declared glob over a folder (``tests/**``, ``**/*``) also matched what
+    # the last run left there: pytest's last-failed list, bytecode, coverage data. Each run
+    # changed them, so after any local failure (or a child compiling a module) every
+    # declaring test was selected again.
+    for rel in ("tests/data/x.json", "tests/__pycache__/t.cpython-311.pyc",
+                ".pytest_cache/v/cache/lastfailed", "tests/.pytest_cache/v/cache/nodeids",
+                ".hypothesis/examples/a/b", ".coverage", "tests/.coverage.host.12",
+                "tests/m.pyc", "pkg.egg-info/PKG-INFO", "tests/cache/x.json"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(rel)
+    # pytest's cache_dir under another name: tagged as a cache (CACHEDIR.TAG).
+    (tmp_path / "tests/cache/CACHEDIR.TAG").write_text(
+        "Signature: 8a477f597d28d172789f06886806bc55\n")
+    assert inputs.expand("tests/**", tmp_path).files == ("tests/data/x.json",)
+    assert inputs.expand("**", tmp_path).files == ("tests/data/x.json",)
+    assert inputs.expand(f"{tmp_path}/**", tmp_path).files == (f"{tmp_path}/tests/data/x.json",)
+    # A file named in full is what the config asks for, cache or not.
+    assert inputs.expand("tests/m.pyc", tmp_path).files == ("tests/m.pyc",)

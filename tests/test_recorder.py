@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from fastci.evidence.record import trace
+from trace_support import file_units
 from fastci.evidence.record.files import PathMapper
 from fastci.evidence.store.ingest import Checksums, merge_run
 from fastci.units.index import FileUnits, index_source
@@ -134,7 +135,7 @@ def traces(out: Path) -> list[trace.Trace]:
 
 
 def units_of(t: trace.Trace) -> dict[str, list[str]]:
-    return {f"{f.path}::{q}": sigs for f in t.files for q, _, sigs in trace.file_units(t, f)}
+    return {f"{f.path}::{q}": sigs for f in t.files for q, _, sigs in file_units(t, f)}
 
 
 def test_records_units_files_and_environment(repo: Path, tmp_path: Path) -> None:
@@ -153,7 +154,7 @@ def test_records_units_files_and_environment(repo: Path, tmp_path: Path) -> None
     work = next(f for f in t.files if f.path == "pkg/work.py")
     source = (repo / "pkg" / "work.py").read_bytes()
     assert work.digest == hashlib.sha256(source).hexdigest()
-    assert not any(c for _, c, _ in trace.file_units(t, work))  # computed at ingest
+    assert not any(c for _, c, _ in file_units(t, work))  # computed at ingest
     run = merge_run([t], source="bazel", commit=None, checksums=Checksums(repo))
     full = index_source("pkg/work.py", source)
     assert isinstance(full, FileUnits)
@@ -268,10 +269,10 @@ def test_segments_take_what_runs_between_begin_and_end(repo: Path, tmp_path: Pat
     assert set(segs) == {"sess/fx1:setup", "sess/fx2:setup"}
     outer, inner = segs["sess/fx1:setup"], segs["sess/fx2:setup"]
     assert list(outer.includes) == ["sess/fx2:setup"] and not inner.includes
-    assert {q for f in outer.files for q, _, _ in trace.file_units(t, f)} == {"child_only"}
+    assert {q for f in outer.files for q, _, _ in file_units(t, f)} == {"child_only"}
     assert [r.path for r in outer.reads] == ["data/seg.txt"]
-    assert {q for f in inner.files for q, _, _ in trace.file_units(t, f)} == {"helper"}
-    (sig,) = [s for f in inner.files for _, _, sigs in trace.file_units(t, f) for s in sigs]
+    assert {q for f in inner.files for q, _, _ in file_units(t, f)} == {"helper"}
+    (sig,) = [s for f in inner.files for _, _, sigs in file_units(t, f) for s in sigs]
     assert sig.startswith("args(i=7)|caller=drive.py::main")  # not the test's own calls
     assert list(t.shared) == ["sess/c3"]
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 from fastci.errors import BazelError, FastCIError
 from fastci.evidence.record import trace, trace_pb2
 from fastci.evidence.store.ingest import (IngestReport, TraceBlob, find_traces, ingest,
-                                    results_from_bep)
+                                          results_from_bep)
 from fastci.evidence.store.db import EvidenceStore
 from fastci.integrations.bazel.runner import EXIT_NO_TESTS, Bazel
 from fastci.integrations.bazel.bep_follow import follow_bep_progress

@@ -49,9 +49,9 @@ from fastci.integrations import procs
 from fastci.errors import BazelError, FastCIError, TraceError
 from fastci.evidence.record import trace
 from fastci.evidence.store.calibrations import (CalibrationStore, Rung, declaration_digest,
-                                         declaration_spec)
+                                                declaration_spec)
 from fastci.evidence.store.ingest import (Checksums, TestResult, find_traces, index_segments, merge_run,
-                                    results_from_bep, segment_closure)
+                                          results_from_bep, segment_closure)
 from fastci.evidence.record.recorder import LINES_ENV
 from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo
 from fastci.integrations.bazel.runner import Bazel

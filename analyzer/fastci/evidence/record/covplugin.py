@@ -24,6 +24,30 @@ import coverage
 from coverage import collector as _collector
 from coverage.disposition import disposition_init
 
+#: Every private name of coverage.py this module uses, as (where, name, parameters or
+#: None for a non-callable, why). Private names can change in any minor release:
+#: pyproject.toml pins coverage to the tested minor (third_party/requirements.txt), and
+#: tests/test_coverage_contract.py checks each entry against the installed coverage.py
+#: and that this module uses no private name missing here. Each has no public
+#: equivalent: the public API offers no hook before the collector is built, none per
+#: file decision, and no ``get_data`` without the unexecuted-file walk of ``source``.
+COVERAGE_PRIVATE: tuple[tuple[str, str, tuple[str, ...] | None, str], ...] = (
+    ("coverage.Coverage", "_init_for_start", ("self",),
+     "overridden: builds the Collector; short_stack is swapped around it"),
+    ("coverage.Coverage", "_should_trace", ("self", "filename", "frame"),
+     "overridden: the per-file trace decision, answered early for outside files"),
+    ("coverage.Coverage", "_post_save_work", ("self",),
+     "overridden to do nothing: get_data's walk of unexecuted source files"),
+    ("coverage.Coverage", "_inorout", None,
+     "read: its disp_class is the disposition class of the running core"),
+    ("coverage.inorout.InOrOut", "disp_class", None,
+     "read: the class disposition_init must build (C or Python tracer)"),
+    ("coverage.collector", "short_stack", ("skip", "full", "frame_ids", "short_filenames"),
+     "swapped while the Collector is built: its debug-only inspect.stack()"),
+    ("coverage.disposition", "disposition_init", ("cls", "original_filename"),
+     "called: a 'do not trace' disposition, as coverage.py builds one"),
+)
+
 #: The context profiler of the running recorder (one per process at a time).
 ACTIVE: Any = None
 PLUGIN_MODULE = __name__

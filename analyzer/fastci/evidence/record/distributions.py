@@ -284,10 +284,3 @@ def _head(head: str, modules: Mapping[str, ModuleType],
     if module is not None:
         _HEADS[head] = hit
     return hit
-
-
-def clear_cache() -> None:
-    """Forget every index and answer (tests; after installing into a running process)."""
-    _ROOTS.clear()
-    _HEADS.clear()
-    _RUNNING.clear()

@@ -18,7 +18,7 @@ It reads files and the interpreter, never environment variables other than
 ``PATH`` (to find ``nvidia-smi``): the recorder takes it inside test processes
 (Bazel's test environment is scrubbed), and the planner takes it by running the
 *test runner's* interpreter (``<python> -m fastci.evidence.record.environment``, see
-:func:`fingerprint_of_interpreter`), so both sides describe the same place.
+:func:`environment_of_interpreter`), so both sides describe the same place.
 Libraries found only through ``LD_LIBRARY_PATH`` are not covered, nor are the
 kernel version and host name (they change often and rarely matter).
 
@@ -375,40 +375,12 @@ def current() -> trace.TraceMsg:
         packages_list=parts["packages_list"])
 
 
-def fingerprint_of_interpreter(python: str, *, cwd: Path | None = None,
-                               timeout: float = 120.0) -> str:
-    """The fingerprint of the environment ``python`` runs tests in, computed by running it.
-
-    The planner's own process is not where tests run (another venv, another
-    interpreter): ``python`` runs this module, from this copy of FastCI, with
-    the caller's environment.
-
-    Raises:
-        FastCIError: ``python`` cannot be run or printed no fingerprint.
-    """
-    from fastci.errors import FastCIError
-
-    package_parent = str(Path(__file__).resolve().parents[3])
-    code = (f"import sys; sys.path.insert(0, {package_parent!r}); "
-            "from fastci.evidence.record.environment import main; raise SystemExit(main([]))")
-    try:
-        proc = subprocess.run([python, "-c", code], capture_output=True, text=True,
-                              timeout=timeout, check=False, cwd=cwd)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise FastCIError(f"cannot run the test runner's interpreter {python}: {exc}") from exc
-    lines = proc.stdout.split()
-    if proc.returncode != 0 or not lines or not _FINGERPRINT.fullmatch(lines[-1]):
-        err = (proc.stderr.strip().splitlines() or ["no fingerprint printed"])[-1]
-        raise FastCIError(f"{python} could not compute its environment fingerprint: {err}")
-    return lines[-1]
-
-
 def environment_of_interpreter(python: str, *, cwd: Path | None = None,
                                timeout: float = 120.0) -> dict[str, str]:
     """Every part of the environment ``python`` runs tests in (``--json``), by running it.
 
     Holds ``fingerprint``, ``base_fingerprint``, ``packages_list`` and the
-    :func:`describe` parts, as :func:`fingerprint_of_interpreter` computes them.
+    :func:`describe` parts.
 
     Raises:
         FastCIError: ``python`` cannot be run or printed no environment.

@@ -21,6 +21,19 @@ from fastci.types import RelPath, is_tool_artifact
 _EXCLUDED_PARTS = frozenset({".venv", "site-packages", "dist-packages", "__pycache__", ".git",
                              ".fastci"})
 _SOURCE_SUFFIXES = (".py", ".pyc", ".pyo", ".so", ".pyi")
+#: The file that marks a folder as a cache (the Cache Directory Tagging spec: pytest's
+#: ``cache_dir`` wherever it is configured, ruff's, cargo's), and how it must start.
+CACHE_TAG = "CACHEDIR.TAG"
+_CACHE_TAG_SIGNATURE = b"Signature: 8a477f597d28d172789f06886806bc55"
+
+
+def is_tagged_cache(folder: str) -> bool:
+    """Whether ``folder`` holds a valid ``CACHEDIR.TAG``: a tool's cache, never an input."""
+    try:
+        with open(os.path.join(folder, CACHE_TAG), "rb") as f:
+            return f.read(len(_CACHE_TAG_SIGNATURE)) == _CACHE_TAG_SIGNATURE
+    except OSError:
+        return False
 
 
 def runfiles_roots(environ: os._Environ[str] | dict[str, str] | None = None) -> list[str]:
@@ -90,6 +103,7 @@ class PathMapper:
         self.repo_root = real
         self._cache: dict[str, RelPath | None] = {}
         self._local: dict[RelPath, Path] = {}
+        self._tagged: dict[str, bool] = {}
 
     def rel(self, filename: str) -> RelPath | None:
         """Map ``filename`` (absolute, or relative to the cwd) to a repo path."""
@@ -123,8 +137,23 @@ class PathMapper:
                     return None  # not the repo's code or data (install/runner artifacts)
                 if parts[0] == "external":  # another Bazel repository
                     return None
+                if self._under_cache(root, parts):
+                    return None  # a tool's cache folder, whatever its name
                 return "/".join(parts)
         return None
+
+    def _under_cache(self, root: str, parts: list[str]) -> bool:
+        """Whether a folder between ``root`` and the file is a tagged cache (each folder
+        looked at once: :func:`is_tagged_cache`)."""
+        folder = root
+        for part in parts[:-1]:
+            folder = os.path.join(folder, part)
+            hit = self._tagged.get(folder)
+            if hit is None:
+                hit = self._tagged[folder] = is_tagged_cache(folder)
+            if hit:
+                return True
+        return False
 
     def local_path(self, rel: RelPath) -> Path | None:
         """Where to read ``rel`` from now: the repo, else a runfiles tree."""

@@ -32,7 +32,8 @@ from typing import Iterable, Mapping
 
 from fastci import config as config_mod
 from fastci.errors import ConfigError
-from fastci.evidence.record.files import sha256_file
+from fastci.evidence.record.files import is_tagged_cache, sha256_file
+from fastci.types import is_tool_artifact
 
 LOG = logging.getLogger(__name__)
 
@@ -82,7 +83,10 @@ def expand(glob: str, root: Path, *, max_files: int | None = None,
 
     The glob syntax is the config's (:func:`fastci.config.glob_match`): ``**`` spans
     folders, ``*`` and ``?`` stay in one; a glob without ``/`` matches the file name in
-    any folder of the repository.
+    any folder of the repository. A glob with wildcards never matches the caches and
+    install metadata a test run writes (:func:`fastci.types.is_tool_artifact`, below
+    its fixed folders, or a folder tagged as a cache with ``CACHEDIR.TAG``): they change
+    with every run, never with the code.
     """
     max_files = MAX_FILES if max_files is None else max_files
     max_visited = MAX_VISITED if max_visited is None else max_visited
@@ -100,12 +104,15 @@ def expand(glob: str, root: Path, *, max_files: int | None = None,
     found: list[str] = []
     visited = 0
     for dirpath, dirnames, filenames in os.walk(start):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not is_tool_artifact(d)
+                             and not is_tagged_cache(os.path.join(dirpath, d)))
         visited += len(dirnames) + len(filenames)
         if visited > max_visited:
             return Expansion(glob, overflow=f"walking it visits more than {max_visited:,} "
                                             "files and folders")
         for name in filenames:
+            if is_tool_artifact(name):
+                continue
             full = os.path.join(dirpath, name)
             key = full if absolute else Path(full).relative_to(root).as_posix()
             if config_mod.glob_match(key, pattern) and os.path.isfile(full):

@@ -46,13 +46,11 @@ import hashlib
 import json
 import logging
 import os
-import site
 import sys
-import sysconfig
 import threading
 import time
 import uuid
-from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any, Callable, Mapping
@@ -62,11 +60,12 @@ from fastci.units import lines as units_mod
 from fastci.evidence.record import distributions, environment, trace
 from fastci.evidence.record.autograd import IMPORT_EVENT, AutogradSwitch
 from fastci.evidence.record.children import (START_EVENTS, ChildEnvironment, PythonStart,
-                                      is_child_site_file, python_start)
+                                             python_start)
 from fastci.evidence.record.contexts import ContextProfiler
 from fastci.evidence.record.covplugin import make_coverage
 from fastci.evidence.record.files import OpenRecorder, PathMapper, set_event_sink
 from fastci.evidence.record.inputs import config_file_name, declared_digests
+from fastci.evidence.record.scope import module_scope
 from fastci.evidence.record.traced import DynamoWatch, add_traced
 
 LOG = logging.getLogger(__name__)
@@ -83,16 +82,9 @@ _CURRENT: "Recorder | None" = None
 _FORK_HOOK = False
 # In-process cache: (path, sha256) -> line index, so per-test recording re-parses nothing.
 _INDEX_CACHE: dict[tuple[str, str], units_mod.LineIndex | None] = {}
-#: FastCI's own package: machinery wherever it is installed, never "code outside the repo".
-FASTCI_CODE_DIR = os.path.dirname(EVIDENCE_CODE_DIR)
-# module_scope's running answers, by (pid, repo root).
-_SCOPES: dict[tuple[int, str], _Scope] = {}
-_INTERPRETER_DIRS: tuple[str, ...] | None = None
 # Path mappers by (pid, repo root), and file digests by path with their stat stamp.
 _MAPPERS: dict[tuple[int, str], PathMapper] = {}
 _DIGESTS: dict[str, tuple[tuple[int, int, int], str]] = {}
-# Path components of installed (third-party) code, wherever the environment lives.
-_INSTALLED_PARTS = frozenset({"site-packages", "dist-packages", ".venv"})
 #: Files coverage.py never measures for the recorder (installed code, FastCI's own).
 _OMIT = ("*/.venv/*", "*/site-packages/*", "*/dist-packages/*",
          os.path.join(EVIDENCE_CODE_DIR, "*"))
@@ -162,6 +154,26 @@ def _after_fork_in_child() -> None:
     if rec is not None and rec._cov is not None:
         rec._forked()
 
+
+
+def _known_outcome(outcome: str) -> str:
+    """``outcome`` when it is one of :data:`OUTCOMES`, else "error" (never lose a trace
+    over a label: record it as an error)."""
+    if outcome in OUTCOMES:
+        return outcome
+    LOG.warning("unknown outcome %r recorded as 'error' (expected one of %s)", outcome, OUTCOMES)
+    return "error"
+
+
+@dataclass
+class _Measured:
+    """What a recording measured: per repo file its lines and arcs, per segment its
+    files' lines, and the contexts per unit (``ctx``)."""
+
+    ctx: Any
+    seg_lines: dict[str, dict[str, list[int]]]
+    lines: dict[str, list[int]] = field(default_factory=dict)
+    arcs: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
 
 class Recorder:
     """Record what one test process executes; see the module docstring."""
@@ -391,10 +403,22 @@ class Recorder:
 
     def stop(self, outcome: str) -> Path:
         """Stop measuring, write the complete trace atomically, return its path."""
-        if outcome not in OUTCOMES:  # never lose a trace over a label: record it as an error
-            LOG.warning("unknown outcome %r recorded as 'error' (expected one of %s)",
-                        outcome, OUTCOMES)
-            outcome = "error"
+        outcome = _known_outcome(outcome)
+        cov = self._stop_measuring()
+        measured = self._measured(cov)
+        reads, unseen = self._stop_watching()
+        msg = self._header()
+        msg.complete = True
+        msg.incomplete_reasons.extend(unseen)
+        msg.outcome = outcome
+        msg.duration_s = time.perf_counter() - self._t0
+        msg.environment.CopyFrom(environment.current())
+        self._write_evidence(msg, measured, reads)
+        return trace.write_atomic(self.path, msg)
+
+    def _stop_measuring(self) -> Any:
+        """Stop every tracer (open segments ended, the profile hook removed, coverage
+        stopped); the stopped coverage engine, or None."""
         global _CURRENT
         if _CURRENT is self:
             _CURRENT = None
@@ -409,18 +433,26 @@ class Recorder:
         cov = self._cov
         if cov is not None:
             cov.stop()
+        return cov
+
+    def _measured(self, cov: Any) -> _Measured:
+        """What ran: lines, arcs and contexts of the test and of each segment, the
+        engine given back for reuse, code dynamo traced added."""
         ctx = self._contexts.stop() if self._contexts is not None else {}
-        lines: dict[str, list[int]] = {}
-        arcs: dict[str, list[tuple[int, int]]] = {}
-        seg_lines: dict[str, dict[str, list[int]]] = {k: {} for k in self._segment_includes}
+        m = _Measured(ctx=ctx, seg_lines={k: {} for k in self._segment_includes})
         if cov is not None:
             try:
-                _read_lines(cov.get_data(), self.mapper, lines, seg_lines, arcs)
+                _read_lines(cov.get_data(), self.mapper, m.lines, m.seg_lines, m.arcs)
             finally:
                 self._cov = None
                 _release_engine(cov)
-        add_traced(self._traced, self.mapper, lines, ctx, self._segment_ctx,
+        add_traced(self._traced, self.mapper, m.lines, ctx, self._segment_ctx,
                    lambda rel: _index(self.mapper, rel)[0])
+        return m
+
+    def _stop_watching(self) -> tuple[dict[str, str], list[str]]:
+        """Stop the audit sinks, autograd switch and child environment: the files read
+        (declared inputs of a main process included) and why evidence is missing."""
         reads = self._opens.stop()
         # After the open sink stopped: reading the children's traces is no input.
         unseen = [why for why in (self._autograd.unseen(), self._children_without_trace())
@@ -436,22 +468,21 @@ class Recorder:
         if self._child_env is not None:
             self._child_env.uninstall()
             self._child_env = None
-        msg = self._header()
-        msg.complete = True
-        msg.incomplete_reasons.extend(unseen)
-        msg.outcome = outcome
-        msg.duration_s = time.perf_counter() - self._t0
-        msg.environment.CopyFrom(environment.current())
+        return reads, unseen
+
+    def _write_evidence(self, msg: Any, m: _Measured, reads: Mapping[str, str]) -> None:
+        """Fill ``msg`` with the files, reads and segments measured, the shared segments'
+        keys, the module scope and the third-party distributions imported."""
         table = trace.ContextTable(msg)
-        self._fill(msg.files, lines, ctx, table, arcs)
+        self._fill(msg.files, m.lines, m.ctx, table, m.arcs)
         for rel, digest in sorted(reads.items()):
-            if rel not in lines:
+            if rel not in m.lines:
                 msg.reads.add(path=rel, digest=digest)
         for key, includes in self._segment_includes.items():
             seg = msg.segments.add(key=key, includes=sorted(includes))
-            self._fill(seg.files, seg_lines[key], self._segment_ctx.get(key, {}), table)
+            self._fill(seg.files, m.seg_lines[key], self._segment_ctx.get(key, {}), table)
             for rel, digest in self._opens.resolve(self._opens.by_segment.get(key, set())).items():
-                if rel not in seg_lines[key]:
+                if rel not in m.seg_lines[key]:
                     seg.reads.add(path=rel, digest=digest)
         table.close()
         msg.shared.extend(sorted(self.shared))
@@ -461,7 +492,6 @@ class Recorder:
         msg.modules.outside_example = example
         for name, version in distributions.imported().items():  # third-party imports
             msg.distributions.add(name=name, version=version)
-        return trace.write_atomic(self.path, msg)
 
     def _config_root(self) -> Path:
         """Where ``fastci.yaml`` is: the repository root, else (under Bazel, whose runfiles
@@ -635,140 +665,3 @@ def fill_files(mapper: PathMapper, files: Any,
         ft.line_deltas.extend(trace.delta_encode(lines.get(rel, [])))
         for a, b in sorted(set(arcs.get(rel, ()))) if arcs else ():
             ft.arcs.extend((a, b))
-
-
-# ------------------------------------------------------------------ module scope
-
-def _interpreter_dirs() -> tuple[str, ...]:
-    """The interpreter's own folders (prefixes, stdlib, site-packages), real paths + ``/``."""
-    global _INTERPRETER_DIRS
-    if _INTERPRETER_DIRS is None:
-        # Not the bare prefixes: under /usr/local may live another checkout too.
-        dirs = {v for k, v in sysconfig.get_paths().items()
-                if k in ("stdlib", "platstdlib", "purelib", "platlib", "scripts")}
-        try:
-            dirs.update(site.getsitepackages())
-            dirs.add(site.getusersitepackages())
-        except AttributeError:  # an old virtualenv's site module lacks them
-            pass
-        found = {os.path.realpath(d).rstrip(os.sep) + os.sep for d in dirs if d}
-        found |= {os.path.abspath(d).rstrip(os.sep) + os.sep for d in dirs if d}
-        # Bazel's runfiles trees: other repositories there (external/, pip repositories,
-        # the launcher stub) are dependencies, and the workspace's own files map inside.
-        found |= {os.path.realpath(os.environ[v]).rstrip(os.sep) + os.sep
-                  for v in ("RUNFILES_DIR", "TEST_SRCDIR") if os.environ.get(v)}
-        found.add(FASTCI_CODE_DIR.rstrip(os.sep) + os.sep)
-        _INTERPRETER_DIRS = tuple(sorted(found))
-    return _INTERPRETER_DIRS
-
-
-def _import_root(name: str, real: str) -> str:
-    """The ``sys.path`` entry module ``name`` was imported from (its file's folder if unsure)."""
-    parts = name.split(".")
-    folder = os.path.dirname(real)
-    if os.path.basename(real).split(".", 1)[0] == "__init__":
-        tail = parts  # a package: its folder is the last name
-    else:
-        tail = parts[:-1]
-    for part in reversed(tail):
-        if os.path.basename(folder) != part:
-            return os.path.dirname(real)  # loaded from a path, not by its name
-        folder = os.path.dirname(folder)
-    return folder
-
-
-def _classify(mapper: PathMapper, name: str, filename: str) -> tuple[str, str]:
-    """``("repo", "")``, ``("outside", <import root>)`` or ``("", "")`` (not counted)."""
-    if not os.path.isabs(filename):
-        return "", ""  # a made-up name (torch.ops has "_ops.py"), not a file imported
-    absn = os.path.normpath(filename)
-    if name == "sitecustomize" and is_child_site_file(absn):
-        return "", ""  # FastCI's own child-recording hook (fastci.evidence.record.children)
-    # Cheap string tests first: most modules are the interpreter's or installed ones
-    # (which the mapper never maps into the repo either), so few need a realpath.
-    if absn.startswith(_interpreter_dirs()) or _INSTALLED_PARTS.intersection(absn.split(os.sep)):
-        return "", ""
-    if mapper.rel(filename) is not None:
-        return "repo", ""
-    real = os.path.realpath(absn)
-    for path in (real, absn):
-        # Under the repository but not evidence (.venv, bazel-out, ...): not "outside".
-        if any(path.startswith(root + os.sep) for root in mapper.roots):
-            return "", ""
-        if path.startswith(_interpreter_dirs()):
-            return "", ""
-        if _INSTALLED_PARTS.intersection(path.split(os.sep)):
-            return "", ""
-    marker = os.sep + "external" + os.sep
-    if marker in real:
-        base = real.split(marker, 1)[0]
-        if os.path.isdir(os.path.join(base, "execroot")) or \
-                os.path.basename(os.path.dirname(base)) == "execroot":
-            return "", ""  # a Bazel output base's external repository: a dependency
-    if not os.path.isfile(real):
-        return "", ""  # not a file on disk (a zip member, a made-up name)
-    return "outside", _import_root(name, real)
-
-
-def module_scope(mapper: PathMapper) -> tuple[int, int, str]:
-    """Count the imported modules' files under the repository and outside it (``ModuleScope``).
-
-    Outside means: not a repo path of ``mapper`` and not under the interpreter's
-    folders, an installed package, a Bazel runfiles tree or FastCI itself, e.g. an
-    editable install of another checkout. Such code is never evidence. Each module
-    is classified once per process: a stop looks only at the modules imported (or
-    removed) since the previous one, a set difference over ``sys.modules``' names.
-
-    Returns:
-        (repo modules, outside modules, the ``sys.path`` entry most outside modules
-        came from, ``""`` when none).
-    """
-    scope = _SCOPES.get((os.getpid(), mapper.repo_root))
-    if scope is None:
-        scope = _SCOPES[(os.getpid(), mapper.repo_root)] = _Scope()
-    scope.update(mapper, sys.modules)
-    roots = Counter(scope.outside_root[f] for f in scope.outside)
-    example = roots.most_common(1)[0][0] if roots else ""
-    return len(scope.repo), len(scope.outside), example
-
-
-class _Scope:
-    """The running answer of :func:`module_scope` for one process and repository.
-
-    By file: one module may sit in sys.modules under two names (__main__, __mp_main__),
-    so files are counted with multiplicity and reported once.
-    """
-
-    def __init__(self) -> None:
-        self.known: dict[str, tuple[str, str, str]] = {}  # name -> (file, where, root)
-        self.repo: Counter[str] = Counter()
-        self.outside: Counter[str] = Counter()
-        self.outside_root: dict[str, str] = {}
-
-    def update(self, mapper: PathMapper, modules: Mapping[str, Any]) -> None:
-        names = set(modules)  # a copy: another thread may import meanwhile
-        for name in self.known.keys() - names:
-            self._count(self.known.pop(name), -1)
-        for name in names - self.known.keys():
-            filename = getattr(modules.get(name), "__file__", None)
-            if not isinstance(filename, str) or not filename:
-                entry = ("", "", "")
-            else:
-                try:
-                    where, root = _classify(mapper, name, filename)
-                except (OSError, ValueError):  # an odd file name: not counted either way
-                    where, root = "", ""
-                entry = (filename, where, root)
-            self.known[name] = entry
-            self._count(entry, 1)
-
-    def _count(self, entry: tuple[str, str, str], delta: int) -> None:
-        filename, where, root = entry
-        counter = self.repo if where == "repo" else self.outside if where == "outside" else None
-        if counter is None:
-            return
-        counter[filename] += delta
-        if counter[filename] <= 0:
-            del counter[filename]
-        elif where == "outside":
-            self.outside_root[filename] = root

@@ -153,24 +153,6 @@ def write_file(files: Any, path: str, digest: str, units: Iterable[tuple[str, in
                      unit_sets=u32(s for _, s in pairs))
 
 
-def file_units(trace: TraceMsg, ft: Any) -> list[tuple[str, str, list[str]]]:
-    """The units of ``ft`` (a file of ``trace`` or of one of its segments), either
-    format, as (qualname, recorded checksum, context signatures): for people and
-    tests (ingest reads the columns whole, :class:`fastci.evidence.store.ingest.TraceUnits`)."""
-    contexts = list(trace.contexts)
-    flat = u32_column(trace.set_contexts).tolist()
-    starts = [0]
-    for n in u32_column(trace.set_sizes).tolist():
-        starts.append(starts[-1] + n)
-    sets = [[contexts[i] for i in flat[a:b]] for a, b in zip(starts, starts[1:])]
-    quals = names(ft.qualnames)
-    checksums = names(ft.checksums) or [""] * len(quals)
-    out = [(q, c, sets[i]) for q, c, i in zip(quals, checksums, u32_column(ft.unit_sets).tolist())]
-    out += [(u.qualname, u.checksum, [contexts[i] for i in u.contexts if i < len(contexts)])
-            for u in ft.units]
-    return out
-
-
 def _column_problem(trace: TraceMsg) -> str:
     """What is inconsistent in the unit columns of ``trace`` (format 2), or ''."""
     files = [*trace.files, *(ft for seg in trace.segments for ft in seg.files)]

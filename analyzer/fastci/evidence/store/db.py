@@ -7,28 +7,31 @@ pair: per test its sorted *unit versions* (a unit with the checksum that test
 recorded) and their interned context sets, per unit version the sorted tests
 that executed it (:mod:`fastci.evidence.store.postings`, written in batches by
 :mod:`fastci.evidence.store.batch`). The schema lives in :mod:`fastci.evidence.store.schema`.
+
+This module opens the store and reads it; the write half (ingest, results, bulk
+loads) is :class:`fastci.evidence.store.writes.StoreWrites`, the base of
+:class:`EvidenceStore`, and the run records are :mod:`fastci.evidence.store.runs`.
 """
 
 from __future__ import annotations
 
-import array
-import json
 import logging
 import os
 import sqlite3
 import time
-from dataclasses import dataclass, field
-from operator import itemgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
 from fastci.errors import StoreError
 from fastci.gcpause import no_gc
 from fastci.evidence.store import postings
-from fastci.evidence.store.batch import EvidenceBatch, chunks, pack_ids, unpack_ids
+from fastci.evidence.store.batch import chunks, pack_ids, unpack_ids
 from fastci.evidence.store.schema import SCHEMA, SCHEMA_VERSION
+from fastci.evidence.store.runs import (INCOMPLETE_KEY, HistoryRun, RunEvidence, RunRecord,
+                                        real_overrides)
+from fastci.evidence.store.writes import StoreWrites, storable
 from fastci.types import (FAILURE_OUTCOMES, OUTCOMES, Checksum, ContextSig, RelPath, TestId, UnitId,
                           is_failure)
 
@@ -40,249 +43,13 @@ LOCK_WAIT_S = 30.0
 #: The tables a store of this schema version has.
 TABLES = frozenset({"meta", "test", "unit", "context", "ctxset", "unit_version", "evidence",
                     "file_read", "run", "source", "dist_import", "env_listing"})
-#: Pairs added or dropped in one batch before its posting lists are written (bounds the
-#: memory of a huge import; a posting list is rewritten once per this many pair changes).
-FLUSH_PAIRS = 20_000_000
-#: Runs decided per round of set-based reads and writes in ``ingest_many``.
-INGEST_CHUNK = 2000
-#: Per-test tables an ingest rewrites, with their columns as rows are given.
-_TEST_ROWS = {"file_read": ("path", "test_id", "digest"), "source": ("path", "test_id", "digest"),
-              "dist_import": ("test_id", "name", "version")}
-#: The page cache of an ingest batch, KiB (measured: 36.2 s against 38.7 s with SQLite's
-#: 2 MB for a full-suite ingest at 100,000 tests; pages are only held as they are used).
-INGEST_CACHE_KIB = 262_144
-_INSERT_RUN = ("INSERT INTO run (id, test_id, run_key, commit_sha, env_fingerprint, environment,"
-               " workload, overrides, duration_s, gpus, outcome, complete, recorded_at, source,"
-               " has_evidence) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
-#: The key of a run's environment JSON that says why its evidence is incomplete although
-#: every process stopped cleanly (trace field ``incomplete_reasons``; absent otherwise).
-#: Kept there rather than in a column of its own so that stores need no new schema.
-INCOMPLETE_KEY = "incomplete_reason"
 __all__ = ["EvidenceStore", "HistoryRun", "RunEvidence", "RunRecord", "StoreLockedError", "pack_ids",
-           "unpack_ids", "real_overrides", "lock_holders", "DEFAULT_PATH", "LOCK_WAIT_S"]
-
-
-@dataclass(frozen=True)
-class HistoryRun:
-    """One run in a test's failure history (:meth:`EvidenceStore.failure_history`)."""
-
-    outcome: str
-    commit: str | None
-    full: bool  # known to be at full workload
-    recorded_at: float
-
-
-class RunRecord(tuple[Any, ...]):
-    """One run of a test as the store knows it.
-
-    ``workload`` is the declared (full) workload the run knew; ``overrides`` what
-    the run changed of it: ``{}`` when it ran at full workload, ``None`` when the
-    writer did not say (such a run never counts as a full-workload run).
-    :meth:`EvidenceStore.latest_runs` also fills ``last_full``: the test's newest
-    run known to be at full workload (this record itself when it is one).
-
-    Immutable. Held as a tuple of the store's row (:data:`_ROW`'s layout, see
-    :meth:`of_row`), its JSON columns parsed when read: a plan reads the newest run
-    of every test, 100,000 at scale, and a tuple made from the row costs a fifth of
-    an object with a ``__dict__`` (measured: 0.04 against 0.2 s). Equality compares
-    the fields, as a dataclass's would, never the layout.
-    """
-
-    __slots__ = ()
-
-    def __new__(cls, test: TestId, commit: str | None, env_fingerprint: str,
-                workload: Mapping[str, Any], duration_s: float, gpus: int, outcome: str,
-                complete: bool, recorded_at: float, overrides: Mapping[str, Any] | None = None,
-                last_full: RunRecord | None = None, environment_json: str = "{}",
-                packages_list: str = "") -> RunRecord:
-        return tuple.__new__(cls, (test, commit, env_fingerprint, workload, overrides, duration_s,
-                                   gpus, outcome, complete, recorded_at, environment_json, None,
-                                   last_full, packages_list))
-
-    @classmethod
-    def of_row(cls, row: tuple[Any, ...]) -> RunRecord:
-        """A record of a row in :data:`_ROW`'s layout: the 11 record columns, the run's
-        id, then optionally the newest full-workload run (None; the run's own id: this
-        run; or a RunRecord) and the package listing of its environment."""
-        return tuple.__new__(cls, row)
-
-    if TYPE_CHECKING:
-        test: TestId
-        commit: str | None
-        env_fingerprint: str
-        duration_s: float
-        gpus: int
-        outcome: str
-        recorded_at: float
-        environment_json: str
-    else:
-        test = property(itemgetter(0))
-        commit = property(itemgetter(1))
-        env_fingerprint = property(itemgetter(2))
-        duration_s = property(itemgetter(5))
-        gpus = property(itemgetter(6))
-        outcome = property(itemgetter(7))
-        recorded_at = property(itemgetter(9))
-        environment_json = property(itemgetter(10))
-
-    @property
-    def workload(self) -> Mapping[str, Any]:
-        got: Mapping[str, Any] | str = self[3]
-        return _loads(got) if isinstance(got, str) else got
-
-    @property
-    def overrides(self) -> Mapping[str, Any] | None:
-        got: Mapping[str, Any] | str | None = self[4]
-        return _loads(got) if isinstance(got, str) else got
-
-    @property
-    def complete(self) -> bool:
-        return bool(self[8])
-
-    @property
-    def last_full(self) -> RunRecord | None:
-        got = self[12] if len(self) > 12 else None
-        if got is None or isinstance(got, RunRecord):
-            return got
-        if got == self[11]:
-            return self  # the run's own id: it is its own newest full-workload run
-        raise StoreError(f"the run record of {self.test} names a full-workload run it does not hold")
-
-    @property
-    def packages_list(self) -> str:
-        return (self[13] if len(self) > 13 else None) or ""
-
-    def _fields(self) -> tuple[Any, ...]:
-        """What equality compares: the fields (:data:`_COMPARED`), mappings as dicts, and
-        the record's own ``last_full`` as a marker (no recursion into itself)."""
-        full = self.last_full
-        return (*(_plain(getattr(self, name)) for name in _COMPARED),
-                _ITSELF if full is self else full)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, RunRecord):
-            return NotImplemented
-        return self._fields() == other._fields()
-
-    def __ne__(self, other: object) -> bool:
-        if not isinstance(other, RunRecord):
-            return NotImplemented
-        return self._fields() != other._fields()
-
-    __hash__ = None  # type: ignore[assignment]  # holds dicts, as the dataclass it replaced
-
-    def __repr__(self) -> str:
-        full = self.last_full
-        shown = ", ".join(f"{name}={_plain(getattr(self, name))!r}" for name in _COMPARED)
-        return f"RunRecord({shown}, last_full={'<itself>' if full is self else repr(full)})"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return RunRecord.of_row, (tuple(self),)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The fields by name (``last_full`` as its own dict, ``"itself"`` when the record
-        is its own newest full-workload run): what ``fastci evidence show --json`` prints."""
-        full = self.last_full
-        return {**{name: _plain(getattr(self, name)) for name in _COMPARED},
-                "last_full": "itself" if full is self else None if full is None
-                else full.as_dict(),
-                "environment_json": self.environment_json, "packages_list": self.packages_list}
-
-    @property
-    def environment(self) -> dict[str, Any]:
-        """The run's environment parts (``python``, ``base_fingerprint`` ...) and, when the
-        store holds it, ``packages_list``: what environment rules compare package by package."""
-        try:
-            env = json.loads(self.environment_json)
-        except ValueError:
-            env = {}
-        env = env if isinstance(env, dict) else {}
-        if self.packages_list:
-            env["packages_list"] = self.packages_list
-        return env
-
-    @property
-    def incomplete_reason(self) -> str:
-        """Why the run's evidence is incomplete, when its recording said (``""``: not said)."""
-        got = self.environment.get(INCOMPLETE_KEY)
-        return got if isinstance(got, str) else ""
-
-    @property
-    def full(self) -> bool:
-        """Whether the run is known to have run at the full declared workload."""
-        return self.overrides is not None and not self.overrides
-
-    @property
-    def effective_workload(self) -> dict[str, Any]:
-        """The workload the run used: the declared one with the overrides applied."""
-        return {**self.workload, **(self.overrides or {})}
-
-
-@dataclass(frozen=True)
-class RunEvidence:
-    """A merged recording of one test run (all its processes), ready to ingest.
-
-    ``workload`` is the declared (full) workload, ``overrides`` what the run
-    changed of it (see :class:`RunRecord`).
-    """
-
-    test: TestId
-    run_key: str
-    outcome: str
-    complete: bool
-    duration_s: float
-    gpus: int
-    workload: Mapping[str, Any]
-    recorded_at: float
-    env_fingerprint: str = ""
-    # What the run changed of ``workload`` (the declared one): {} = full
-    # workload, None = the recording did not say (never counts as full).
-    overrides: Mapping[str, Any] | None = None
-    environment: Mapping[str, Any] = field(default_factory=dict)
-    commit: str | None = None
-    source: str = "bazel"
-    units: Mapping[UnitId, tuple[Checksum, frozenset[ContextSig]]] = field(default_factory=dict)
-    files: Mapping[RelPath, str] = field(default_factory=dict)
-    # Python path -> sha256 of its bytes when recorded (the test's baseline of the file).
-    sources: Mapping[RelPath, str] = field(default_factory=dict)
-    # Third-party distributions the run imported: name -> version.
-    distributions: Mapping[str, str] = field(default_factory=dict)
-    # A run imported from an export without its evidence (history; :meth:`add_run`).
-    has_evidence: bool = True
+           "unpack_ids", "real_overrides", "lock_holders", "DEFAULT_PATH", "LOCK_WAIT_S",
+           "INCOMPLETE_KEY"]
 
 
 class StoreLockedError(StoreError):
     """Another writer held the store's lock longer than a writer waits."""
-
-
-def real_overrides(workload: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """The overrides that change something: entries equal to the declared value are dropped.
-
-    So "ran at full workload" is one thing (``{}``), however a writer spelled it.
-    """
-    return {k: v for k, v in overrides.items() if k not in workload or workload[k] != v}
-
-
-def _json(obj: Mapping[str, Any]) -> str:
-    """``obj`` as canonical JSON (sorted keys). A full-suite ingest writes the same few
-    workloads and environments 100,000 times each: their text is kept by content."""
-    if not obj:
-        return "{}"
-    if not all(type(v) in _SCALARS for v in obj.values()):  # nested values: not kept
-        return json.dumps(dict(obj), sort_keys=True, default=str)
-    # The value's type is part of the key: 1, 1.0 and True are equal, and hash alike.
-    key = frozenset((k, type(v), v) for k, v in obj.items())
-    text = _JSON_TEXT.get(key)
-    if text is None:
-        if len(_JSON_TEXT) >= 4096:
-            _JSON_TEXT.clear()
-        text = _JSON_TEXT[key] = json.dumps(dict(obj), sort_keys=True, default=str)
-    return text
-
-
-# _json's texts by content (the items with their values' types), for scalar values.
-_JSON_TEXT: dict[frozenset[tuple[Any, type, Any]], str] = {}
-_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def _statements(script: str) -> Iterator[str]:
@@ -348,18 +115,6 @@ def lock_holders(path: Path, locks: Path = Path("/proc/locks")) -> list[int]:
     return sorted(pids)
 
 
-def _storable(key: str) -> bool:
-    """Whether ``key`` can be a TEXT value (UTF-8): a path git decoded with
-    ``surrogateescape`` from bytes that are not UTF-8 cannot, so the store holds
-    nothing for it (no test is known to touch it; selection decides from there).
-    """
-    try:
-        key.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 #: The 11 columns of a run (joined with its test) that a :class:`RunRecord` begins with.
 _RECORD_COLUMNS = ("t.name, r.commit_sha, r.env_fingerprint, r.workload, r.overrides,"
                    " r.duration_s, r.gpus, r.outcome, r.complete, r.recorded_at, r.environment")
@@ -375,30 +130,12 @@ _LATEST_RUNS = (
     "  ORDER BY f.recorded_at DESC, f.run_key DESC LIMIT 1) END"
     " FROM test t JOIN run r ON r.id = (SELECT n.id FROM run n WHERE n.test_id = t.id"
     "  ORDER BY n.recorded_at DESC, n.run_key DESC LIMIT 1)")
-#: What a record's equality puts where its ``last_full`` is the record itself.
-_ITSELF = object()
-#: The fields a record's equality compares (and its repr shows) besides ``last_full``;
-#: the environment's text and package listing are not compared.
-_COMPARED = ("test", "commit", "env_fingerprint", "workload", "duration_s", "gpus", "outcome",
-             "complete", "recorded_at", "overrides")
-
-
-def _plain(value: Any) -> Any:
-    """A field's value with a mapping as a plain dict (what equality and JSON see)."""
-    return dict(value) if isinstance(value, Mapping) else value
-
-
-def _loads(text: str) -> Any:
-    """``json.loads``, without its cost for the empty object most runs hold."""
-    return {} if text == "{}" else json.loads(text)
-
-
 #: A unit version as a read finds it: (the key asked for, version id, unit id, checksum,
 #: the posting list: sorted test rowids).
 _Posting = tuple[str, int, UnitId, Checksum, postings.Ids]
 
 
-class EvidenceStore:
+class EvidenceStore(StoreWrites):
     """Read and write the evidence store (see the module docstring)."""
 
     def __init__(self, conn: sqlite3.Connection, path: Path,
@@ -615,10 +352,6 @@ class EvidenceStore:
             out[row[0]] = of_row(row)
         return out
 
-    def unit_checksums(self) -> dict[UnitId, Checksum]:
-        """Unit id -> checksum at (the newest) record time."""
-        return dict(self.conn.execute("SELECT uid, checksum FROM unit"))
-
     def evidence_commits(self) -> set[str | None]:
         """The commits the tests' current evidence was recorded at (None: not known)."""
         return set(self._tests()[1].values())
@@ -661,7 +394,7 @@ class EvidenceStore:
         """(key, version id, uid, checksum, test rowids) of every unit version whose ``col``
         (``u.uid`` or ``u.path``) is in ``keys``: the posting lists only."""
         out = []
-        for chunk in chunks(sorted(k for k in set(keys) if _storable(k))):
+        for chunk in chunks(sorted(k for k in set(keys) if storable(k))):
             out += [(key, vid, uid, checksum, postings.decode(blob))
                     for key, vid, uid, checksum, blob in self.conn.execute(
                         f"SELECT {col}, v.id, u.uid, v.checksum, v.tests FROM unit u"
@@ -672,7 +405,7 @@ class EvidenceStore:
 
     def _test_rowids(self, tests: Iterable[TestId]) -> list[int]:
         out: list[int] = []
-        for chunk in chunks(sorted(t for t in set(tests) if _storable(t))):
+        for chunk in chunks(sorted(t for t in set(tests) if storable(t))):
             out += [r[0] for r in self.conn.execute(
                 "SELECT id FROM test WHERE name IN (%s)" % ",".join("?" * len(chunk)), chunk)]
         return out
@@ -729,7 +462,7 @@ class EvidenceStore:
         for col, keys in ((path_col, paths), ("t.name", tests)):
             if keys is None:
                 continue
-            for chunk in chunks(sorted(k for k in set(keys) if _storable(k))):
+            for chunk in chunks(sorted(k for k in set(keys) if storable(k))):
                 yield from self.conn.execute(
                     f"{query} WHERE {col} IN ({','.join('?' * len(chunk))})", chunk)
 
@@ -758,7 +491,7 @@ class EvidenceStore:
         """Run ``query`` (one ``IN (%s)`` over ``keys``, yielding (key, test)) in chunks."""
         wanted = sorted(set(keys))
         out: dict[str, set[TestId]] = {k: set() for k in wanted}
-        for chunk in chunks([k for k in wanted if _storable(k)]):
+        for chunk in chunks([k for k in wanted if storable(k)]):
             for key, name in self.conn.execute(query % ",".join("?" * len(chunk)), chunk):
                 out[key].add(name)
         return out
@@ -792,7 +525,7 @@ class EvidenceStore:
         if paths is None:
             return [(p, t, d) for p, t, d in self.conn.execute(query + " ORDER BY f.path, t.name")]
         out: list[tuple[RelPath, TestId, str]] = []
-        for chunk in chunks(sorted(p for p in set(paths) if _storable(p))):
+        for chunk in chunks(sorted(p for p in set(paths) if storable(p))):
             q = query + " WHERE f.path IN (%s)" % ",".join("?" * len(chunk))
             out += [(p, t, d) for p, t, d in self.conn.execute(q, chunk)]
         return sorted(out)
@@ -911,346 +644,3 @@ class EvidenceStore:
             q = "SELECT id, sig FROM context WHERE id IN (%s)" % ",".join("?" * len(chunk))
             out.update(dict(self.conn.execute(q, chunk)))
         return out
-
-    # ------------------------------------------------------------------ write side
-
-    def _id(self, table: str, col: str, value: str) -> int:
-        row = self.conn.execute(f"SELECT id FROM {table} WHERE {col} = ?", (value,)).fetchone()
-        if row:
-            return int(row[0])
-        cur = self.conn.execute(f"INSERT INTO {table} ({col}) VALUES (?)", (value,))
-        return int(cur.lastrowid or 0)
-
-    def has_run(self, run_key: str) -> bool:
-        """Whether a run with this key was ingested already."""
-        return self.conn.execute("SELECT 1 FROM run WHERE run_key = ?", (run_key,)).fetchone() \
-            is not None
-
-    @staticmethod
-    def _run_row(rid: int | None, test_id: int, key: str, commit: str | None, env_fp: str,
-                 environment: Mapping[str, Any], workload: Mapping[str, Any],
-                 overrides: Mapping[str, Any] | None, duration_s: float, gpus: int,
-                 outcome: str, complete: bool, at: float, source: str,
-                 has_evidence: bool) -> tuple[Any, ...]:
-        """The values of a ``run`` row (:data:`_INSERT_RUN`; ``rid`` None: SQLite's next)."""
-        return (rid, test_id, key, commit, env_fp, _json(environment),
-                _json(workload),
-                None if overrides is None else _json(real_overrides(workload, overrides)),
-                float(duration_s), int(gpus), outcome, int(complete), float(at), source,
-                int(has_evidence))
-
-    def _insert_run(self, test_id: int, key: str, commit: str | None, env_fp: str,
-                    environment: Mapping[str, Any], workload: Mapping[str, Any],
-                    overrides: Mapping[str, Any] | None, duration_s: float, gpus: int,
-                    outcome: str, complete: bool, at: float, source: str,
-                    has_evidence: bool) -> int:
-        cur = self.conn.execute(_INSERT_RUN, self._run_row(
-            None, test_id, key, commit, env_fp, environment, workload, overrides, duration_s,
-            gpus, outcome, complete, at, source, has_evidence))
-        return int(cur.lastrowid or 0)
-
-    def ingest(self, run: RunEvidence) -> bool:
-        """Add one recorded run; replace the test's evidence if it is the newest.
-
-        Returns ``False`` (and changes nothing) if ``run.run_key`` was ingested before.
-        """
-        return self.ingest_many([run])[0]
-
-    def ingest_many(self, runs: Iterable[RunEvidence], *,
-                    flush_pairs: int = FLUSH_PAIRS, chunk: int = INGEST_CHUNK) -> list[bool]:
-        """Add recorded runs in one transaction, as :meth:`ingest` one after another would
-        (in this order; whether each was new), rewriting each touched posting list once
-        per batch instead of once per run. ``runs`` is read once, lazily, ``chunk`` runs at
-        a time: a full-suite recording need not be held in memory. Every ``flush_pairs``
-        pair changes the posting lists are written (memory stays bounded; the result is
-        the same).
-
-        Per chunk, set-based: which run keys are known, the tests' ids and the evidence
-        each holds are read in a few queries, the unit versions and context sets of the
-        winning runs interned at once, and the rows written with ``executemany``; each run
-        is decided in order exactly as :meth:`ingest` decides it (newest wins, ties: the
-        greater run key).
-        """
-        # A batch rewrites hundreds of MB of a large store: a page cache of up to
-        # INGEST_CACHE_KIB (SQLite's default is 2 MB) spares re-reading B-tree pages.
-        held = self.conn.execute("PRAGMA cache_size").fetchone()[0]
-        self.conn.execute(f"PRAGMA cache_size=-{INGEST_CACHE_KIB}")
-        try:
-            with self._tx(), no_gc():
-                out = self._ingest_batches(runs, flush_pairs, chunk)
-        finally:
-            self.conn.execute(f"PRAGMA cache_size={int(held)}")
-        return out
-
-    def _ingest_batches(self, runs: Iterable[RunEvidence], flush_pairs: int,
-                        chunk: int) -> list[bool]:
-        out: list[bool] = []
-        batch = EvidenceBatch(self.conn)
-        part: list[RunEvidence] = []
-        for run in runs:
-            part.append(run)
-            if len(part) >= chunk:
-                out += self._ingest_chunk(part, batch, flush_pairs)
-                part = []
-        if part:
-            out += self._ingest_chunk(part, batch, flush_pairs)
-        batch.flush()
-        return out
-
-    def _known_keys(self, keys: Iterable[str]) -> set[str]:
-        """Those of ``keys`` some run has."""
-        out: set[str] = set()
-        for part in chunks(sorted(set(keys))):
-            out.update(r[0] for r in self.conn.execute(
-                "SELECT run_key FROM run WHERE run_key IN (%s)" % ",".join("?" * len(part)),
-                part))
-        return out
-
-    def _test_ids(self, names: Iterable[TestId]) -> dict[TestId, int]:
-        """Test name -> rowid, rows made for new names (in the order of ``names``, the ids
-        one ``_id`` after another would give)."""
-        out: dict[TestId, int] = {}
-        wanted = list(dict.fromkeys(names))
-        query = "SELECT name, id FROM test WHERE name IN (%s)"
-        for part in chunks(sorted(wanted)):
-            out.update(self.conn.execute(query % ",".join("?" * len(part)), part))
-        new = [n for n in wanted if n not in out]
-        if new:
-            self.conn.executemany("INSERT INTO test (name) VALUES (?)", ((n,) for n in new))
-            for part in chunks(sorted(new)):
-                out.update(self.conn.execute(query % ",".join("?" * len(part)), part))
-        return out
-
-    def _held_runs(self, tids: Iterable[int]) -> dict[int, tuple[float, str]]:
-        """Test rowid -> (recorded_at, run key) of the run whose evidence it holds (absent:
-        none held)."""
-        out: dict[int, tuple[float, str]] = {}
-        for part in chunks(sorted(set(tids))):
-            for tid, at, key in self.conn.execute(
-                    "SELECT t.id, t.evidence_at, r.run_key FROM test t LEFT JOIN run r"
-                    " ON r.id = t.evidence_run WHERE t.id IN (%s)" % ",".join("?" * len(part)),
-                    part):
-                if key is not None:
-                    out[tid] = (at, key)
-        return out
-
-    def _ingest_chunk(self, runs: list[RunEvidence], batch: EvidenceBatch,
-                      flush_pairs: int) -> list[bool]:
-        c = self.conn
-        known = self._known_keys(r.run_key for r in runs)
-        out: list[bool] = []
-        for run in runs:  # a key twice in the chunk: the second is known by then
-            out.append(run.run_key not in known)
-            known.add(run.run_key)
-        tids = self._test_ids(r.test for r, new in zip(runs, out) if new)
-        held = self._held_runs(tids.values())
-        rid = int(c.execute("SELECT coalesce(max(id), 0) FROM run").fetchone()[0])
-        run_rows: list[tuple[Any, ...]] = []
-        listings: list[tuple[str, str]] = []
-        wins: list[tuple[int, int, RunEvidence]] = []
-        for run, new in zip(runs, out):
-            if not new:
-                continue
-            tid = tids[run.test]
-            environment = dict(run.environment)
-            listing = environment.pop("packages_list", "")
-            if listing and run.env_fingerprint:
-                listings.append((run.env_fingerprint, str(listing)))
-            rid += 1  # what SQLite gives: one more than the greatest rowid
-            run_rows.append(self._run_row(rid, tid, run.run_key, run.commit, run.env_fingerprint,
-                                          environment, run.workload, run.overrides,
-                                          run.duration_s, run.gpus, run.outcome, run.complete,
-                                          run.recorded_at, run.source, True))
-            # The newest recording wins whatever the order of ingestion (ties: the
-            # greater run key), so shards merge into the same store in any order.
-            mine = (run.recorded_at, run.run_key)
-            if tid in held and held[tid] > mine:
-                LOG.info("%s: run %s is older than the evidence held; kept as history",
-                         run.test, run.run_key)
-                continue
-            held[tid] = mine
-            wins.append((tid, rid, run))
-        c.executemany("INSERT OR IGNORE INTO env_listing VALUES (?,?)", listings)
-        c.executemany(_INSERT_RUN, run_rows)
-        ids = batch.prepare([run.units for _, _, run in wins], [tid for tid, _, _ in wins])
-        last: dict[int, tuple[int, RunEvidence]] = {}
-        flushed = False
-        for (tid, run_id, run), (vids, sets) in zip(wins, ids):
-            # A flush deletes the versions interned for later runs that no test holds yet:
-            # after one, replace() interns again (context sets are never deleted).
-            batch.replace(tid, run.units, None if flushed else vids, sets)
-            last[tid] = (run_id, run)
-            if batch.pending >= flush_pairs:
-                batch.flush()
-                flushed = True
-        batch.write_rows()
-        # Only each test's last winner's files remain (as one ingest after another leaves).
-        self._replace_rows("file_read", {tid: {(p, tid, d) for p, d in run.files.items()
-                                               if _storable(p)}
-                                         for tid, (_, run) in last.items()})
-        self._replace_rows("source", {tid: {(p, tid, d) for p, d in run.sources.items()
-                                            if _storable(p)}
-                                      for tid, (_, run) in last.items()})
-        self._replace_rows("dist_import", {tid: {(tid, n, v) for n, v in run.distributions.items()}
-                                           for tid, (_, run) in last.items()})
-        c.executemany("UPDATE test SET evidence_run = ?, evidence_at = ? WHERE id = ?",
-                      [(run_id, run.recorded_at, tid) for tid, (run_id, run) in last.items()])
-        return out
-
-    def _replace_rows(self, table: str, rows: dict[int, set[tuple[Any, ...]]]) -> None:
-        """Make ``rows[t]`` the rows of ``table`` (file_read, source, dist_import) of each
-        test ``t``, writing only the tests whose rows differ (a re-recording mostly saw
-        the same files: a million rows rewritten for nothing took 4 s at 100,000 tests)."""
-        cols = _TEST_ROWS[table]
-        at = cols.index("test_id")
-        changed: list[int] = []
-        for part in chunks(sorted(rows)):
-            held = self.conn.execute(f"SELECT {', '.join(cols)} FROM {table}"
-                                     " WHERE test_id IN (%s)" % ",".join("?" * len(part)),
-                                     part).fetchall()
-            # A chunk of tests at once first: two sorted lists of tuples compared in C
-            # (most tests of a re-recording saw the same files: building a set per test
-            # to find that out took 2-3 s at 100,000 tests); test by test only if they differ.
-            want = [row for t in part for row in rows[t]]
-            try:
-                held.sort()
-                want.sort()
-                if held == want:
-                    continue
-            except TypeError:  # values that do not compare: test by test
-                pass
-            by_test: dict[int, set[tuple[Any, ...]]] = {t: set() for t in part}
-            for row in held:
-                by_test[row[at]].add(row)
-            changed += [t for t in part if by_test[t] != rows[t]]
-        for part in chunks(changed):
-            self.conn.execute(f"DELETE FROM {table} WHERE test_id IN (%s)"
-                              % ",".join("?" * len(part)), part)
-        self.conn.executemany(f"INSERT INTO {table} ({', '.join(cols)})"
-                              f" VALUES ({','.join('?' * len(cols))})",
-                              [r for t in changed for r in sorted(rows[t])])
-
-    def add_run(self, run: RunEvidence) -> bool:
-        """Add ``run`` as history only, as it was recorded elsewhere (an export's run whose
-        evidence another recording superseded, or a plain result); its evidence, if any,
-        is not held. Returns ``False`` (and changes nothing) if its key is known."""
-        with self._tx():
-            if self.has_run(run.run_key):
-                return False
-            tid = self._id("test", "name", run.test)
-            environment = dict(run.environment)
-            environment.pop("packages_list", None)
-            self._insert_run(tid, run.run_key, run.commit, run.env_fingerprint, environment,
-                             run.workload, run.overrides, run.duration_s, run.gpus, run.outcome,
-                             run.complete, run.recorded_at, run.source, run.has_evidence)
-        return True
-
-    def record_result(self, test: TestId, *, outcome: str, duration_s: float,
-                      commit: str | None, gpus: int, workload: Mapping[str, Any],
-                      source: str, recorded_at: float | None = None,
-                      run_key: str | None = None,
-                      overrides: Mapping[str, Any] | None = None) -> None:
-        """Add a plain result (no evidence) for ``test``.
-
-        ``workload`` is the test's declared (full) workload, ``overrides`` what
-        this run changed of it (``{}``: full workload; ``None``: not known, so the
-        run never counts as a full-workload run). The run inherits ``complete``
-        and the environment fingerprint of the evidence the store holds for the
-        test (``complete`` is false if it holds none), so a result never makes
-        missing evidence look complete.
-        """
-        at = time.time() if recorded_at is None else recorded_at
-        key = run_key or f"result:{test}:{at!r}:{source}"
-        with self._tx():
-            if self.has_run(key):
-                return
-            tid = self._id("test", "name", test)
-            row = self.conn.execute(
-                "SELECT r.complete, r.env_fingerprint FROM test t JOIN run r"
-                " ON r.id = t.evidence_run WHERE t.id = ?", (tid,)).fetchone()
-            complete, env_fp = (bool(row[0]), row[1]) if row else (False, "")
-            self._insert_run(tid, key, commit, env_fp, {}, workload, overrides, duration_s, gpus,
-                             outcome, complete, at, source, False)
-
-    def bulk_load(self, tests: Sequence[TestId], units: Sequence[tuple[UnitId, Checksum]],
-                  contexts: Sequence[ContextSig],
-                  evidence: Iterable[tuple[int, int, Sequence[int]]],
-                  *, recorded_at: float | None = None, env_fingerprint: str = "",
-                  outcome: str = "passed",
-                  sources: Iterable[tuple[int, RelPath, str]] = ()) -> None:
-        """Fast load into an *empty* store (benchmarks, imports).
-
-        ``evidence`` yields ``(test_index, unit_index, context_indexes)`` into the
-        given sequences, each (test, unit) pair once. Every test gets one complete
-        run; each unit's checksum is the one every test recorded. ``sources`` yields
-        ``(test_index, path, sha256)``: the source files each test's recording ran, as
-        an ingest keeps them (read after ``evidence``).
-
-        Raises:
-            StoreError: the store has tests, or a (test, unit) pair comes twice.
-        """
-        if self.conn.execute("SELECT count(*) FROM test").fetchone()[0]:
-            raise StoreError(f"bulk_load needs an empty store; {self.path} has tests")
-        at = time.time() if recorded_at is None else recorded_at
-        t_col, u_col, s_col = array.array("I"), array.array("I"), array.array("I")
-        sets: dict[tuple[int, ...], int] = {}
-        for t, u, ctx in evidence:  # the only per-pair Python: the rest is array work
-            t_col.append(t)
-            u_col.append(u)
-            s_col.append(sets.setdefault(tuple(ctx), len(sets)))
-        # Context lists that are the same set share one id (canonical: sorted, distinct).
-        canonical: dict[tuple[int, ...], int] = {}
-        remap = np.array([canonical.setdefault(tuple(sorted(set(k))), len(canonical))
-                          for k in sets] or [0], dtype=np.uint32)
-        t_arr = np.frombuffer(t_col, dtype=np.uint32)
-        u_arr = np.frombuffer(u_col, dtype=np.uint32)
-        s_arr = remap[np.frombuffer(s_col, dtype=np.uint32)] + np.uint32(1)
-        c = self.conn
-        c.execute("PRAGMA synchronous=OFF")
-        with self._tx():
-            c.executemany("INSERT INTO test (id, name, evidence_run, evidence_at) VALUES (?,?,?,?)",
-                          ((i + 1, t, i + 1, at) for i, t in enumerate(tests)))
-            c.executemany("INSERT INTO run (id, test_id, run_key, env_fingerprint, environment,"
-                          " workload, overrides, duration_s, gpus, outcome, complete, recorded_at,"
-                          " source, has_evidence) VALUES (?,?,?,?,'{}','{}','{}',1.0,1,?,1,?,"
-                          "'bulk',1)",
-                          ((i + 1, i + 1, f"bulk:{t}", env_fingerprint, outcome, at)
-                           for i, t in enumerate(tests)))
-            c.executemany("INSERT INTO unit (id, uid, path, checksum) VALUES (?,?,?,?)",
-                          ((i + 1, u, u.partition("::")[0], cs) for i, (u, cs) in enumerate(units)))
-            c.executemany("INSERT INTO context (id, sig) VALUES (?,?)",
-                          ((i + 1, s) for i, s in enumerate(contexts)))
-            c.executemany("INSERT INTO ctxset (id, ids) VALUES (?,?)",
-                          ((i + 1, pack_ids(x + 1 for x in k)) for i, k in enumerate(canonical)))
-            # Unit i's one version is version i + 1; per test its sorted versions.
-            order = np.lexsort((u_arr, t_arr))
-            by_test_t, by_test_u = t_arr[order], u_arr[order] + np.uint32(1)
-            if len(order) and bool(np.any((np.diff(by_test_t) == 0) & (np.diff(by_test_u) == 0))):
-                raise StoreError("bulk_load: a (test, unit) pair comes twice")
-            by_test_s = s_arr[order]
-            del order
-            c.executemany("INSERT INTO evidence (test_id, pairs, versions, ctxsets) VALUES (?,?,?,?)",
-                          ((int(by_test_t[a]) + 1, b - a, postings.encode_sorted(by_test_u[a:b]),
-                            postings.encode_ids(by_test_s[a:b]))
-                           for a, b in _runs_of(by_test_t)))
-            del by_test_t, by_test_u, by_test_s
-            order = np.lexsort((t_arr, u_arr))
-            by_unit_u, by_unit_t = u_arr[order], t_arr[order] + np.uint32(1)
-            del order
-            spans = np.array(list(_runs_of(by_unit_u)), dtype=np.int64).reshape(-1, 2)
-            lists = postings.encode_sorted_many(by_unit_t, spans[:, 0], spans[:, 1])
-            c.executemany("INSERT INTO unit_version (id, unit_id, checksum, tests) VALUES (?,?,?,?)",
-                          ((u + 1, u + 1, units[u][1], tests)
-                           for u, tests in zip(by_unit_u[spans[:, 0]].tolist(), lists)))
-            c.executemany("INSERT INTO source (path, test_id, digest) VALUES (?,?,?)",
-                          ((path, t + 1, digest) for t, path, digest in sources))
-        c.execute("PRAGMA synchronous=NORMAL")
-
-
-def _runs_of(sorted_ids: postings.Ids) -> Iterator[tuple[int, int]]:
-    """The [start, end) slices of equal values in a sorted array."""
-    if not len(sorted_ids):
-        return
-    cuts = np.flatnonzero(np.diff(sorted_ids)) + 1
-    bounds = [0, *cuts.tolist(), len(sorted_ids)]
-    yield from zip(bounds[:-1], bounds[1:])

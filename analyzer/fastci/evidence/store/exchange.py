@@ -3,7 +3,8 @@
 GPU CI records on many runners. Each runner ingests its own traces into its own
 store; a main-branch job merges the runners' exports into one store and publishes it
 as an artifact; a PR job imports the newest one and plans. :func:`export_store` writes
-``fastci-evidence`` files, :func:`import_store` merges one into a store.
+``fastci-evidence`` files, :func:`load_export` checks one whole and :func:`import_runs`
+merges its runs into a store.
 
 The file is gzip-compressed JSON lines:
 
@@ -164,15 +165,6 @@ def export_store(store: EvidenceStore, out: Path, *, commit: str | None = None) 
             Path(tmp).unlink(missing_ok=True)
             raise
     return manifest
-
-
-def read_manifest(path: Path) -> Manifest:
-    """The header of an evidence file, once the whole file checked out (:func:`load_export`).
-
-    Raises:
-        StoreError: not an evidence file, another version, truncated or edited.
-    """
-    return load_export(path)[0]
 
 
 def _open(path: Path) -> gzip.GzipFile:
@@ -427,17 +419,6 @@ def import_runs(store: EvidenceStore, runs: list[LoadedRun], *, where: str = "im
             if not carried:
                 new += store.add_run(r)
     return ImportReport(new - len(replaced), tuple(warnings), tuple(conflicts))
-
-
-def import_store(store: EvidenceStore, path: Path) -> tuple[Manifest, ImportReport]:
-    """Merge the evidence file ``path`` into ``store``; returns its manifest and what the
-    import did. The whole file is checked first: on any error nothing is written.
-
-    Raises:
-        StoreError: the file is not a valid evidence file (see :func:`load_export`).
-    """
-    manifest, runs = load_export(path)
-    return manifest, import_runs(store, runs, where=str(path))
 
 
 def _run(line: dict[str, Any]) -> tuple[RunEvidence, bool]:

@@ -433,11 +433,39 @@ def ingest(store: EvidenceStore, blobs: Iterable[TraceBlob], *, source: str,
     """
     report = IngestReport()
     checksums = Checksums(root, caches=cache_dir(root) if root is not None else None)
-    runs: dict[tuple[str, str], list[_Pending]] = {}
-    holders: list[trace.TraceMsg] = []  # traces that hold segments: decoded at once
-    origins: list[str] = []
-    corrupt: list[RunEvidence] = []
     results = results or {}
+    grouped = _group(blobs, report, only=only, results=results, commit=commit, source=source)
+    ordered = sorted(grouped.runs.items())
+    jobs = worker_count(jobs, len(ordered))
+    work = (checksums, index_segments(grouped.holders), source, commit, results)
+    done = _merged_in_workers(ordered, jobs, work) if jobs > 1 else \
+        _merged_here(ordered, TraceUnits(checksums), work)
+    failed: set[str] = set()
+    merged = _stored_runs(done, report, failed, results=results, commit=commit, source=source)
+    added = store.ingest_many(itertools.chain(grouped.corrupt, merged))
+    _count_added(report, added, len(grouped.corrupt))
+    checksums.save()  # (what workers learnt stays with them: the next ingest learns it)
+    report.ingested = [o for o in grouped.origins if o not in failed]  # once every run is stored
+    return report
+
+
+@dataclass
+class _Grouped:
+    """Ingest's first pass: traces grouped into runs by their headers (``runs``), the
+    decoded traces that hold segments (``holders``), every readable trace's origin, and
+    the incomplete runs of traces whose header did not decode (``corrupt``)."""
+
+    runs: dict[tuple[str, str], list[_Pending]] = field(default_factory=dict)
+    holders: list[trace.TraceMsg] = field(default_factory=list)
+    origins: list[str] = field(default_factory=list)
+    corrupt: list[RunEvidence] = field(default_factory=list)
+
+
+def _group(blobs: Iterable[TraceBlob], report: IngestReport, *, only: set[str] | None,
+           results: Mapping[str, TestResult], commit: str | None, source: str) -> _Grouped:
+    """Read each blob's header and group the traces into runs (see :class:`_Grouped`);
+    a trace that holds segments, or a shared one, is decoded whole at once."""
+    out = _Grouped()
     for blob in blobs:
         if only is not None and blob.test_hint is not None and blob.test_hint not in only:
             continue
@@ -451,46 +479,45 @@ def ingest(store: EvidenceStore, blobs: Iterable[TraceBlob], *, source: str,
             run = _corrupt_run(report, str(exc), test, blob.origin,
                                hashlib.sha256(blob.data).hexdigest()[:16], results, commit, source)
             if run is not None:
-                corrupt.append(run)
+                out.corrupt.append(run)
             continue
-        origins.append(blob.origin)
+        out.origins.append(blob.origin)
         if msg is not None:
-            holders.append(msg)
+            out.holders.append(msg)
         if head.role != "shared":  # a shared trace only holds segments for others
-            runs.setdefault((head.test_id, head.run_id), []).append(
+            out.runs.setdefault((head.test_id, head.run_id), []).append(
                 _Pending(blob.origin, b"" if msg is not None else blob.data, msg))
-    ordered = sorted(runs.items())
-    jobs = worker_count(jobs, len(ordered))
-    work = (checksums, index_segments(holders), source, commit, results)
-    failed: set[str] = set()
+    return out
 
-    def merged() -> Iterator[RunEvidence]:
-        done = _merged_in_workers(ordered, jobs, work) if jobs > 1 else \
-            _merged_here(ordered, TraceUnits(checksums), work)
-        for test, rec, broken in done:
-            for origin, message, digest in broken:  # found when the run's traces were decoded
-                failed.add(origin)
-                run = _corrupt_run(report, message, test, origin, digest, results, commit,
-                                   source)
-                if run is not None:
-                    yield run
-            if rec is None:
-                continue
-            report.tests.add(rec.test)
-            if not rec.complete:
-                report.incomplete_tests.add(rec.test)
-            yield rec
 
-    added = store.ingest_many(itertools.chain(corrupt, merged()))
-    report.runs_added += sum(added[:len(corrupt)])
-    for new in added[len(corrupt):]:
+def _stored_runs(done: Iterable[_Merged], report: IngestReport, failed: set[str], *,
+                 results: Mapping[str, TestResult], commit: str | None,
+                 source: str) -> Iterator[RunEvidence]:
+    """The merged runs to store, in order, each trace that failed to decode when its run
+    was merged reported (its origin added to ``failed``) and given an incomplete run."""
+    for test, rec, broken in done:
+        for origin, message, digest in broken:
+            failed.add(origin)
+            run = _corrupt_run(report, message, test, origin, digest, results, commit, source)
+            if run is not None:
+                yield run
+        if rec is None:
+            continue
+        report.tests.add(rec.test)
+        if not rec.complete:
+            report.incomplete_tests.add(rec.test)
+        yield rec
+
+
+def _count_added(report: IngestReport, added: Sequence[bool], corrupt: int) -> None:
+    """Count what the store added: the first ``corrupt`` runs are the undecodable
+    traces' (added, never "already known"); each other run is added or was known."""
+    report.runs_added += sum(added[:corrupt])
+    for new in added[corrupt:]:
         if new:
             report.runs_added += 1
         else:
             report.runs_skipped += 1
-    checksums.save()  # (what workers learnt stays with them: the next ingest learns it)
-    report.ingested = [o for o in origins if o not in failed]  # once every run is stored
-    return report
 
 
 @dataclass(frozen=True)
