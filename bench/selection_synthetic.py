@@ -129,7 +129,7 @@ with EvidenceStore.open(repo / ".fastci/evidence.db") as store:
                          "aggressive")
     prune_s = time.perf_counter() - t2
     # Each prioritization strategy's own cost on the same selection.
-    from fastci.plan.planner import prioritized
+    from fastci.plan.prioritize import prioritized
     from fastci.select.priority import STRATEGIES
     order_s = {}
     for name in STRATEGIES:

@@ -1,6 +1,6 @@
 """``fastci calibrate``: run tests at the rungs of their workload ladder.
 
-The runner is chosen as ``fastci plan`` chooses it (:func:`fastci.plan.planner.choose_runner`).
+The runner is chosen as ``fastci plan`` chooses it (:func:`fastci.plan.inputs.choose_runner`).
 Bazel: the gpu_tests and their declarations come from ``bazel query`` (every gpu_test
 under config ``targets``, or the labels and patterns given), and
 :func:`fastci.run.calibration_runs.calibrate_bazel` runs the rungs in rounds of ``bazel test``.
@@ -31,7 +31,7 @@ from fastci.integrations.git.tree import evidence_commit
 from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.pytest.collect import collect
-from fastci.plan.planner import choose_runner, declared_test, runner_python
+from fastci.plan.inputs import choose_runner, declared_test, runner_python
 from fastci.plan.reduce import learned_floors_at
 from fastci.progress import Progress
 from fastci.run.calibration_runs import (CalibrationError, CalibrationReport, Declared, calibrate,

@@ -27,7 +27,8 @@ from fastci.errors import FastCIError
 from fastci.gcpause import no_gc
 from fastci.integrations.git.repository import WORKTREE, repo_root
 from fastci.integrations.git.tree import committed_plan_problem, plan_tree
-from fastci.plan.planner import analyze, change_config, plan_file_at, summarize
+from fastci.plan.planner import analyze, change_config, plan_file_at
+from fastci.plan.summary import summarize
 from fastci.plan.model import DEFAULT_PATH, Plan, dump_plan
 
 

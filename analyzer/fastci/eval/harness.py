@@ -55,7 +55,9 @@ from fastci.errors import FastCIError
 from fastci.evidence.store import EvidenceStore
 from fastci.integrations.git.repository import WORKTREE, Git
 from fastci.integrations.git.tree import evidence_commit
-from fastci.plan.planner import BY_RUNNER, analyze, choose_runner, runner_python, strategy_orders
+from fastci.plan.inputs import BY_RUNNER, Given, choose_runner, runner_python
+from fastci.plan.planner import analyze
+from fastci.plan.prioritize import strategy_orders
 from fastci.plan.model import Plan, by_priority
 from fastci.select import DeclaredTest
 from fastci.types import RelPath, TestId
@@ -271,7 +273,7 @@ class Evaluator:
             with EvidenceStore.open(self.store_path, create=True) as store:
                 analysis = analyze(self.tree.path, self.config, base=change.base, head=WORKTREE,
                                    store=store,
-                                   declared=BY_RUNNER if declared is None else declared)
+                                   declared=BY_RUNNER if declared is None else Given(declared))
                 plan, analysis_s = analysis.plan, time.perf_counter() - t0
                 try:
                     orders = strategy_orders(analysis, store, Git(self.tree.path), declared)

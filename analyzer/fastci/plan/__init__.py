@@ -22,10 +22,8 @@ if TYPE_CHECKING:
         dump_plan as dump_plan,
         normalize_test_id as normalize_test_id,
     )
-    from fastci.plan.planner import (
-        Analysis as Analysis,
-        analyze as analyze,
-    )
+    from fastci.plan.analysis import Analysis as Analysis
+    from fastci.plan.planner import analyze as analyze
 
 __all__ = [
     "Plan",
@@ -45,6 +43,6 @@ __getattr__ = lazy_exports(__name__, {
     "load_plan": "fastci.plan.model",
     "dump_plan": "fastci.plan.model",
     "normalize_test_id": "fastci.plan.model",
-    "Analysis": "fastci.plan.planner",
+    "Analysis": "fastci.plan.analysis",
     "analyze": "fastci.plan.planner",
 })

@@ -541,3 +541,11 @@ def _contexts(ctx: Iterable[str]) -> str:
 
 def _overrides_text(overrides: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(overrides.items()))
+
+
+def planned_cost(d: Decision, choices: Mapping[TestId, Choice]) -> float | None:
+    """A selected test's expected GPU-seconds at the workload the plan gives it: the chosen
+    rung's calibrated cost when reduced, else the selector's estimate (None: unknown)."""
+    c = choices.get(d.test)
+    return c.est_gpu_s if c is not None and c.reduced and c.est_gpu_s is not None \
+        else d.est_gpu_s

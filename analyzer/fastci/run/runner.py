@@ -788,7 +788,7 @@ def run_pytest(root: Path, plan: Plan, config: Config, tree: str | None, *, args
 
 def _python(root: Path, config: Config, echo: Callable[[str], None]) -> str:
     """The interpreter the tests run with (config ``runner_python``), else this one."""
-    from fastci.plan.planner import runner_python
+    from fastci.plan.inputs import runner_python
 
     try:
         return runner_python(root, config)
