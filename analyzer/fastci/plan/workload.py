@@ -42,7 +42,6 @@ __all__ = [
     "evaluate",
     "constraint_problems",
     "override_problems",
-    "apply_overrides",
     "type_name",
     "CHECKS",
     "REFERENCES",
@@ -527,24 +526,6 @@ def _merged(workload: Mapping[str, WorkloadValue], overrides: Mapping[str, Workl
     for dim, value in overrides.items():
         out[dim] = float(value) if type(workload[dim]) is float else value
     return out
-
-
-def apply_overrides(
-    workload: Mapping[str, WorkloadValue],
-    floors: Mapping[str, int | float],
-    constraints: Sequence[str],
-    overrides: Mapping[str, WorkloadValue],
-) -> tuple[dict[str, WorkloadValue], list[str]]:
-    """The workload a test runs with, and why the overrides were ignored.
-
-    All or nothing, on the safe side: when any override is unacceptable
-    (:func:`override_problems`), the test runs its full workload and the
-    problems say why; otherwise returns the reduced workload and ``[]``.
-    """
-    problems = override_problems(workload, floors, constraints, overrides)
-    if problems:
-        return dict(workload), problems
-    return _merged(workload, overrides), []
 
 
 # --- Reduction declarations: which dimensions may shrink, which are frozen ----------
