@@ -212,11 +212,6 @@ class RunRecord(tuple[Any, ...]):
         """Whether the run is known to have run at the full declared workload."""
         return self.overrides is not None and not self.overrides
 
-    @property
-    def effective_workload(self) -> dict[str, Any]:
-        """The workload the run used: the declared one with the overrides applied."""
-        return {**self.workload, **(self.overrides or {})}
-
 
 @dataclass(frozen=True)
 class RunEvidence:
