@@ -27,7 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from fastci.plan.planner import analyze, bazel_declared, summarize
+from fastci.plan.planner import analyze
+from fastci.plan.inputs import bazel_declared
+from fastci.plan.summary import summarize
+from fastci.plan.inputs import Query
 from fastci.integrations.bazel.runner import Bazel
 from fastci.config import DEFAULTS, Config, first_match, load as load_config
 from fastci.errors import FastCIError
@@ -264,7 +267,7 @@ def run_demo(echo: Callable[[str], None] = print, *, keep_change: bool = False) 
         echo("== 4. fastci plan")
         with EvidenceStore.open(sc.store_path) as store:
             analysis = analyze(ws, cfg, base=sc.commit,
-                               declared=lambda root, c: bazel_declared(root, c, bazel=bazel),
+                               declared=Query(lambda root, c: bazel_declared(root, c, bazel=bazel)),
                                store=store)
             # Tie the plan to the tree it describes, as `fastci plan` does.
             analysis = dataclasses.replace(

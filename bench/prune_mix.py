@@ -49,6 +49,7 @@ import libcst as cst
 
 from fastci.select.test_rules import DeclaredTest
 from fastci.units.index import split_unit_id
+from fastci.plan.inputs import Given, declared_test
 
 T = TypeVar("T")
 
@@ -213,8 +214,8 @@ def measure(sc, name: str, kind: str, apply: Callable[[], None], cfg,  # type: i
             row.note = f"does not apply: {exc}"
             return row
         with EvidenceStore.open(sc.store_path) as store:
-            off = analyze(sc.ws, cfg, base=sc.commit, declared=declared, store=store, prune="off")
-            safe = analyze(sc.ws, cfg, base=sc.commit, declared=declared, store=store,
+            off = analyze(sc.ws, cfg, base=sc.commit, declared=Given(declared), store=store, prune="off")
+            safe = analyze(sc.ws, cfg, base=sc.commit, declared=Given(declared), store=store,
                            prune="safe")
         if off.plan.mode != "selective":
             row.note = f"plan {off.plan.mode}: not scored"
@@ -283,7 +284,6 @@ def run(*, benign: int, mutants: int, seed: int, max_tests: int,
     from bench.selection import CHANGES
     from fastci.evidence.store.db import EvidenceStore
     from fastci.integrations.bazel.query import list_gpu_tests
-    from fastci.plan.planner import declared_test
 
     sc = prepare(echo, reuse=True)
     try:

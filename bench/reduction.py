@@ -49,7 +49,10 @@ from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo
 from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.integrations.git.repository import Git
 from fastci.integrations.bazel.testlogs import test_dir
-from fastci.plan.planner import analyze, declared_test, strategy_orders
+from fastci.plan.planner import analyze
+from fastci.plan.inputs import declared_test
+from fastci.plan.prioritize import strategy_orders
+from fastci.plan.inputs import Given
 from fastci.run.calibration_runs import CalibrationReport, calibrate_bazel, decode_run, scrub_traces
 from fastci.select.priority import STRATEGIES, apfdc
 
@@ -213,13 +216,13 @@ def bench_change(sc, patch: Path, cfg: Config, declared, gpus: Mapping[str, int]
             # Reduction alone; a risk-based priority so the analysis reads the line facts
             # every strategy is then ordered with (strategy_orders).
             analysis = analyze(sc.ws, dataclasses.replace(cfg, priority="risk"), base=sc.commit,
-                               declared=declared, store=store, prune="off")
+                               declared=Given(declared), store=store, prune="off")
             row.plan_s = time.perf_counter() - t0
-            with_pruning = analyze(sc.ws, cfg, base=sc.commit, declared=declared, store=store,
+            with_pruning = analyze(sc.ws, cfg, base=sc.commit, declared=Given(declared), store=store,
                                    prune="safe")
-            by_lines = analyze(sc.ws, cfg, base=sc.commit, declared=declared, store=store,
+            by_lines = analyze(sc.ws, cfg, base=sc.commit, declared=Given(declared), store=store,
                                prune="off", granularity="line")
-            lines_pruned = analyze(sc.ws, cfg, base=sc.commit, declared=declared, store=store,
+            lines_pruned = analyze(sc.ws, cfg, base=sc.commit, declared=Given(declared), store=store,
                                    prune="safe", granularity="line")
             orders = strategy_orders(analysis, store, Git(sc.ws), declared)
         plan = analysis.plan

@@ -44,7 +44,8 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 from fastci.evidence.record import trace
 from fastci.evidence.store.ingest import find_traces, ingest
 from fastci.evidence.store.db import EvidenceStore
-from fastci.plan.planner import Analysis, analyze_change
+from fastci.plan.planner import analyze_change
+from fastci.plan.analysis import Analysis
 from fastci.select.decisions import Decision, DecisionKind
 
 REPO = Path(__file__).resolve().parents[1]

@@ -39,7 +39,9 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from fastci.eval.faults import Mutant, changed_units, generate, read_sources, sample_units
-from fastci.plan.planner import analyze, declared_test
+from fastci.plan.planner import analyze
+from fastci.plan.inputs import declared_test
+from fastci.plan.inputs import Given
 from fastci.integrations.bazel.bep import parse_bep
 from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.errors import FastCIError
@@ -165,7 +167,7 @@ def _measure(sc, name: str, kind: str, decls, declared, *, full: bool) -> Outcom
     try:
         with EvidenceStore.open(sc.store_path) as store:
             t0 = time.perf_counter()
-            analysis = analyze(sc.ws, sc.config, base=sc.commit, declared=declared, store=store)
+            analysis = analyze(sc.ws, sc.config, base=sc.commit, declared=Given(declared), store=store)
             plan_s = time.perf_counter() - t0
         planned = {t.id for t in analysis.plan.tests}
         results, note = run_all(sc, decls, full=full, tag=name)

@@ -31,6 +31,7 @@ from bench.replay import EXAMPLE, REPO, pytest_run_all, scratch_example
 from fastci.evidence.store.ingest import find_traces, ingest
 from fastci.evidence.store.db import EvidenceStore
 from fastci.plan.planner import analyze_change
+from fastci.plan.inputs import Given, KnownFingerprint
 from fastci.select import change_rules
 from fastci.select.decisions import DecisionKind
 from fastci.units.index import FileUnits, UnitKind, index_source
@@ -127,8 +128,8 @@ def at_scale(workdir: Path, repeats: int = 3) -> None:
             try:
                 with EvidenceStore.open(root / "repo/.fastci/evidence.db") as s:
                     t0 = time.perf_counter()
-                    a = analyze(root / "repo", Config(), base=commit, declared=None,
-                                env_fingerprint=fp, store=s)
+                    a = analyze(root / "repo", Config(), base=commit, declared=Given(None),
+                                environment=KnownFingerprint(fp), store=s)
                     dt = time.perf_counter() - t0
             finally:
                 unseen.unseen_changes = real

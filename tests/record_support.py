@@ -13,7 +13,9 @@ from typing import Iterator, Mapping
 from fastci.config import Config
 from fastci.evidence.store.ingest import find_traces, ingest
 from fastci.evidence.store.db import EvidenceStore
-from fastci.plan.planner import Analysis, analyze
+from fastci.plan.planner import analyze
+from fastci.plan.analysis import Analysis
+from fastci.plan.inputs import Given, KnownFingerprint
 from selection_support import Repo, env_now
 
 
@@ -63,5 +65,5 @@ def edited(path: Path, old: str, new: str) -> Iterator[None]:
 
 def plan_now(root: Path, base: str, store: EvidenceStore) -> Analysis:
     """The plan of the working tree at ``root`` against ``base``, in this environment."""
-    return analyze(root, Config(), base=base, declared=None, env_fingerprint=env_now(),
+    return analyze(root, Config(), base=base, declared=Given(None), environment=KnownFingerprint(env_now()),
                    store=store)

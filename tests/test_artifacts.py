@@ -20,6 +20,7 @@ from fastci.evidence.record.environment import current_fingerprint
 from fastci.evidence.store.ingest import find_traces, ingest
 from fastci.evidence.store.db import EvidenceStore
 from fastci.plan.planner import analyze
+from fastci.plan.inputs import Given, KnownFingerprint
 from fastci.types import is_tool_artifact
 from selection_support import Repo
 
@@ -95,14 +96,14 @@ def test_install_artifacts_and_runner_caches_are_not_inputs(tmp_path: Path) -> N
                 ".pytest_cache/v/cache/lastfailed": '{"test_suite.py::test_data": true}\n',
                 "pkg/__pycache__/mod.cpython-311.pyc": "other bytecode",
                 "pkg/__pycache__/new.cpython-311.pyc": "new", ".coverage": "other"})
-    sel = analyze(repo.root, Config(), base=base, declared=None,
-                  env_fingerprint=current_fingerprint(), store=store).selection
+    sel = analyze(repo.root, Config(), base=base, declared=Given(None),
+                  environment=KnownFingerprint(current_fingerprint()), store=store).selection
     assert sel.mode == "selective"
     assert not sel.selected, [(d.test, [r.sentence for r in d.reasons]) for d in sel.selected]
     # A real input still counts.
     repo.write({"data.txt": "b\n"})
-    sel = analyze(repo.root, Config(), base=base, declared=None,
-                  env_fingerprint=current_fingerprint(), store=store).selection
+    sel = analyze(repo.root, Config(), base=base, declared=Given(None),
+                  environment=KnownFingerprint(current_fingerprint()), store=store).selection
     assert [d.test.rpartition("::")[2] for d in sel.selected] == ["test_data"]
     store.close()
 
@@ -118,7 +119,7 @@ def test_artifacts_recorded_by_an_older_recorder_are_not_compared(tmp_path: Path
     put(store, "t", units_of(repo.root, ["pkg/m.py"]), commit=base,
         files={"pkg.egg-info/entry_points.txt": "0" * 64})
     repo.write({"pkg.egg-info/entry_points.txt": None})
-    sel = analyze(repo.root, Config(), base=base, declared=None, env_fingerprint=env_now(),
+    sel = analyze(repo.root, Config(), base=base, declared=Given(None), environment=KnownFingerprint(env_now()),
                   store=store).selection
     assert not sel.selected
     store.close()
@@ -150,8 +151,8 @@ def test_a_cache_folder_of_any_name_is_not_an_input(tmp_path: Path) -> None:
     assert "data.txt" in reads
     assert not {p for p in reads if p.startswith("build/")}, reads
     repo.write({"build/pytest/v/cache/lastfailed": '{"test_suite.py::test_reads": true}\n'})
-    sel = analyze(repo.root, Config(), base=base, declared=None,
-                  env_fingerprint=current_fingerprint(), store=store).selection
+    sel = analyze(repo.root, Config(), base=base, declared=Given(None),
+                  environment=KnownFingerprint(current_fingerprint()), store=store).selection
     assert sel.mode == "selective" and not sel.selected, \
         [(d.test, [r.sentence for r in d.reasons]) for d in sel.selected]
     store.close()

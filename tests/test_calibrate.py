@@ -28,6 +28,7 @@ from fastci.select import DecisionKind, DeclaredTest
 from fastci.select.decisions import Decision, Reason
 from calibrate_support import TRAIN_TESTS, work_source
 from selection_support import Repo
+from fastci.plan.inputs import Given, KnownFingerprint
 
 # Lines 5-6 run at every rung, lines 14-15 only when steps > 4 (calibrate_support).
 WORK = work_source(0.03)
@@ -229,8 +230,8 @@ def test_pytest_plan_reduces_from_the_calibrated_declaration(project: Project) -
                                ("        total = total - 1\n", "        total -= 1\n", {"steps": 5})):
             work.write_text(WORK.replace(old, new))
             with EvidenceStore.open(db) as store:
-                a = analyze(root, cfg, base=project.commit, declared=None,
-                            env_fingerprint=current_fingerprint(), store=store)
+                a = analyze(root, cfg, base=project.commit, declared=Given(None),
+                            environment=KnownFingerprint(current_fingerprint()), store=store)
             assert a.plan.mode == "selective", a.plan.reason
             (planned,) = a.plan.tests
             assert planned.id == ID and dict(planned.overrides) == want, planned.why
@@ -241,8 +242,8 @@ def test_pytest_plan_reduces_from_the_calibrated_declaration(project: Project) -
     work.write_text(WORK.replace("    base = seed * 3\n", "    base = 3 * seed\n"))
     try:
         with EvidenceStore.open(db) as store:
-            a = analyze(root, cfg, base=project.commit, declared=None,
-                        env_fingerprint=current_fingerprint(), store=store)
+            a = analyze(root, cfg, base=project.commit, declared=Given(None),
+                        environment=KnownFingerprint(current_fingerprint()), store=store)
         plan = root.parent / "plan.json"
         dump_plan(tie(a.plan, root), plan)  # tied to the tree, as `fastci plan` does
         ran = root.parent / "plan-traces"

@@ -7,6 +7,7 @@ from pathlib import Path
 from fastci.config import Config
 from fastci.evidence.store.db import EvidenceStore
 from fastci.plan.planner import analyze
+from fastci.plan.inputs import Given, KnownFingerprint
 from fastci.select import DecisionKind, Selection
 from selection_support import Repo, env_now, ingest, units_of
 
@@ -20,7 +21,7 @@ def u2():
 
 
 def _plan(root: Path, store: EvidenceStore, base: str, config: Config | None = None) -> Selection:
-    return analyze(root, config or Config(), base=base, declared=None, env_fingerprint=env_now(),
+    return analyze(root, config or Config(), base=base, declared=Given(None), environment=KnownFingerprint(env_now()),
                    store=store).selection
 
 
@@ -268,7 +269,7 @@ def test_the_plan_reads_the_runners_packages(tmp_path: Path) -> None:
             environment={"base_fingerprint": base_fp, "packages_list": then},
             units={"pkg/m.py::u1": (units["pkg/m.py::u1"], frozenset({"c"}))},
             distributions={"nothing-like-it": "1.0"}))
-    sel = analyze(tmp_path, Config(runner_python=sys.executable), base=r0, declared=None,
+    sel = analyze(tmp_path, Config(runner_python=sys.executable), base=r0, declared=Given(None),
                   store=store).selection
     assert _chosen(sel) == {"t_other_base": {DecisionKind.ENVIRONMENT_CHANGED}}
     store.close()

@@ -39,7 +39,9 @@ from hypothesis import strategies as st
 from fastci.config import Config
 from fastci.evidence.store.db import EvidenceStore, RunEvidence
 from fastci.integrations.git.tree import evidence_commit
-from fastci.plan.planner import Analysis, analyze
+from fastci.plan.planner import analyze
+from fastci.plan.analysis import Analysis
+from fastci.plan.inputs import Given, KnownFingerprint
 from fastci.types import RelPath, UnitId
 from fastci.types import TestId as _Id  # not collected as a test class
 from fastci.units.index import FileUnits, index_source, unit_id
@@ -165,7 +167,7 @@ class Repo:
                 units=units, sources=sources))
 
     def plan(self) -> Analysis:
-        return analyze(self.root, Config(), base="HEAD", declared=None, env_fingerprint=FP,
+        return analyze(self.root, Config(), base="HEAD", declared=Given(None), environment=KnownFingerprint(FP),
                        store=self.store)
 
     def stale_tests(self) -> dict[_Id, list[str]]:

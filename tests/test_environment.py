@@ -15,7 +15,9 @@ from typing import Iterator
 
 import pytest
 
-from fastci.plan.planner import analyze, runner_python
+from fastci.plan.planner import analyze
+from fastci.plan.inputs import runner_python
+from fastci.plan.inputs import Given
 from fastci.config import Config
 from fastci.errors import FastCIError
 from fastci.evidence.record import environment
@@ -131,11 +133,11 @@ def runner_world(tmp_path: Path, other_venv: str) -> Iterator[World]:
 
 def test_the_plan_compares_the_runners_fingerprint(runner_world: World, other_venv: str) -> None:
     w = runner_world
-    a = analyze(w.root, Config(runner_python=other_venv), base=w.base, declared=w.declared,
+    a = analyze(w.root, Config(runner_python=other_venv), base=w.base, declared=Given(w.declared),
                 store=w.store)
     assert a.plan.mode == "selective" and a.plan.tests == (), a.plan.reason
     # The planner's own interpreter is not where these tests ran: every test re-runs.
-    a = analyze(w.root, Config(runner_python=sys.executable), base=w.base, declared=w.declared,
+    a = analyze(w.root, Config(runner_python=sys.executable), base=w.base, declared=Given(w.declared),
                 store=w.store)
     assert len(a.plan.tests) == 3
     assert all(DecisionKind.ENVIRONMENT_CHANGED in {r.kind for r in d.reasons}
@@ -146,7 +148,7 @@ def test_an_unknown_runner_environment_reruns_every_test(runner_world: World,
                                                          tmp_path: Path) -> None:
     w = runner_world
     a = analyze(w.root, Config(runner_python=str(tmp_path / "gone/bin/python")), base=w.base,
-                declared=w.declared, store=w.store)
+                declared=Given(w.declared), store=w.store)
     assert len(a.plan.tests) == 3 and all("now unknown" in t.why for t in a.plan.tests)
 
 

@@ -24,6 +24,7 @@ from fastci.errors import StoreError
 from exchange_support import import_store
 from fastci.evidence.store.exchange import export_store, load_export
 from fastci.evidence.store.db import EvidenceStore, RunEvidence
+from fastci.plan.inputs import Given, KnownFingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ["//t:a", "//t:b", "//t:c"]
@@ -185,7 +186,8 @@ def test_a_pr_job_with_an_older_store_still_plans_safely(tmp_path: Path) -> None
     c1 = repo.commit({"pkg/model.py": MODEL.replace("return x + HIDDEN", "return x - HIDDEN")})
     with EvidenceStore.open(tmp_path / "pr.db", create=True) as pr:
         assert import_store(pr, tmp_path / "main.jsonl.gz")[0].commit == c0
-        a = analyze(repo.root, Config(), base=c1, declared=None, env_fingerprint=env_now(),
+        a = analyze(repo.root, Config(), base=c1, declared=Given(None),
+                    environment=KnownFingerprint(env_now()),
                     store=pr, reduce=False)
     planned = {t.id for t in a.plan.tests}
     assert planned == {"//t:b"}, [(d.test, d.why) for d in a.selection.decisions]

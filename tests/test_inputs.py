@@ -24,7 +24,9 @@ from fastci.errors import ConfigError
 from fastci.evidence.record import inputs
 from fastci.evidence.store.ingest import find_traces, ingest
 from fastci.evidence.store.db import EvidenceStore
-from fastci.plan.planner import Analysis, analyze
+from fastci.plan.planner import analyze
+from fastci.plan.analysis import Analysis
+from fastci.plan.inputs import Given, KnownFingerprint
 from fastci.select import DecisionKind
 from selection_support import Repo, env_now
 
@@ -92,8 +94,8 @@ class Project:
 
     def plan(self) -> Analysis:
         cfg = config.load(self.root, env={})
-        return analyze(self.root, cfg, base=self.base, declared=None,
-                       env_fingerprint=env_now(), store=self.store)
+        return analyze(self.root, cfg, base=self.base, declared=Given(None),
+                       environment=KnownFingerprint(env_now()), store=self.store)
 
     def chosen(self) -> dict[str, set[DecisionKind]]:
         a = self.plan()

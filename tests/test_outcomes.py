@@ -20,6 +20,7 @@ import pytest
 from plan_support import tie
 from fastci.plan.model import Plan, PlannedTest, SkippedTest
 from fastci.types import FAILURE_OUTCOMES, OUTCOMES, Outcome, is_failure
+from fastci.plan.inputs import Given, KnownFingerprint
 
 SUITE = textwrap.dedent('''
     import sys
@@ -252,8 +253,8 @@ def test_the_store_and_the_plan_hold_the_outcome_pytest_reports(tmp_path: Path) 
                          for t in store.recent_outcomes(
                              [f"test_outcomes_suite.py::{n}" for n in EXPECTED], 1)])
         assert stored == EXPECTED
-        sel = analyze(root, Config(), base=head, declared=None,
-                      env_fingerprint=current_fingerprint(), store=store).selection
+        sel = analyze(root, Config(), base=head, declared=Given(None),
+                      environment=KnownFingerprint(current_fingerprint()), store=store).selection
     failed_last = {d.test.partition("::")[2] for d in sel.selected
                    if any(r.kind is DecisionKind.FAILED_LAST for r in d.reasons)}
     assert failed_last == {n for n, o in EXPECTED.items() if o in FAILURE_OUTCOMES}

@@ -21,6 +21,7 @@ from fastci.evidence.record.environment import current_fingerprint
 from fastci.evidence.store.ingest import find_traces, ingest
 from fastci.evidence.store.db import EvidenceStore
 from fastci.plan.planner import analyze
+from fastci.plan.inputs import Given, KnownFingerprint
 from fastci.select import DecisionKind, Selection
 from selection_support import Repo
 
@@ -53,8 +54,8 @@ class Suite:
                commit=self.repo.git("rev-parse", "HEAD"), root=self.root)
 
     def plan(self, base: str | None = None) -> Selection:
-        return analyze(self.root, Config(), base=base or self.base, declared=None,
-                       env_fingerprint=current_fingerprint(), store=self.store).selection
+        return analyze(self.root, Config(), base=base or self.base, declared=Given(None),
+                       environment=KnownFingerprint(current_fingerprint()), store=self.store).selection
 
     def chosen(self, base: str | None = None) -> dict[str, set[DecisionKind]]:
         return {d.test.rpartition("::")[2]: {r.kind for r in d.reasons}

@@ -14,6 +14,7 @@ from fastci.plan.planner import to_plan
 from fastci.select import DecisionKind, DeclaredTest
 from fastci.select.decisions import Decision, Reason, Selection
 from fastci.select.prune import CONTEXT_CAP, prune
+from fastci.plan.inputs import Given, KnownFingerprint
 
 U1, U2 = "pkg/m.py::f", "pkg/m.py::g"
 
@@ -224,8 +225,8 @@ def test_a_plan_prunes_from_real_evidence_with_the_configured_mode(tmp_path: Pat
         repo.write({"pkg/model.py": MODEL.replace("return x * 2", "return x * 3")})
 
         def plan(cfg: Config, **kw: Any) -> Any:
-            return analyze(repo.root, cfg, base=base, declared=declared,
-                           env_fingerprint=env_now(), store=store, **kw).plan
+            return analyze(repo.root, cfg, base=base, declared=Given(declared),
+                           environment=KnownFingerprint(env_now()), store=store, **kw).plan
 
         assert [t.id for t in plan(Config(prune="off")).tests] == ["//t:small", "//t:big"]
         for p in (plan(Config(prune="safe")), plan(Config(), prune="safe")):

@@ -29,6 +29,7 @@ from fastci.evidence.record.autograd import AutogradSwitch
 from fastci.evidence.store.ingest import find_traces, ingest as ingest_traces
 from fastci.evidence.store.db import EvidenceStore
 from fastci.plan.planner import analyze
+from fastci.plan.inputs import Given
 from fastci.select import DeclaredTest
 from fastci.select.explain import explain
 from selection_support import Repo
@@ -75,7 +76,7 @@ def _plan(repo: Repo, base: str, names: list[str], edit: tuple[str, str, str]) -
     (repo.root / path).write_text(text.replace(old, new, 1))
     declared = {f"//checks:{n}": DeclaredTest(f"//checks:{n}", 1, {}) for n in names}
     with EvidenceStore.open(repo.root / ".fastci/evidence.db") as store:
-        a = analyze(repo.root, Config(), base=base, declared=declared, store=store)
+        a = analyze(repo.root, Config(), base=base, declared=Given(declared), store=store)
         return {t.id: "\n".join(explain(a.selection, t.id, store)) for t in a.plan.tests}
 
 

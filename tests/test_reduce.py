@@ -25,6 +25,7 @@ from fastci.plan.reduce import (choose, escapes, reaches_all_of, superseding_run
 from fastci.select import DeclaredTest, DecisionKind
 from fastci.select.decisions import Decision, Reason
 from selection_support import Repo
+from fastci.plan.inputs import Given, KnownFingerprint
 
 # Line numbers matter: f's body is lines 2-7.
 M = '''def f(x, steps):
@@ -366,19 +367,19 @@ def test_the_plan_reduces_from_a_real_calibration_file(tmp_path: Path) -> None:
     units = units_of(w.repo.root, ["pkg/m.py"])
     ingest(store, "//t:a", {UNIT: units[UNIT]}, commit=base, workload=DECL.workload)
     w.edit(2, "    y = x + 2")
-    a = analyze(w.repo.root, Config(), base=base, declared={"//t:a": DECL},
-                env_fingerprint=env_now(), store=store)
+    a = analyze(w.repo.root, Config(), base=base, declared=Given({"//t:a": DECL}),
+                environment=KnownFingerprint(env_now()), store=store)
     (t,) = a.plan.tests
     assert t.overrides == {"steps": 1}, t.why
     assert "reduced: steps 8\u21921" in t.why and t.est_gpu_s == 2.0
     assert a.choices["//t:a"].rung == "steps=1"  # what `fastci explain` prints
-    a = analyze(w.repo.root, Config(), base=base, declared={"//t:a": DECL},
-                env_fingerprint=env_now(), store=store, reduce=False)
+    a = analyze(w.repo.root, Config(), base=base, declared=Given({"//t:a": DECL}),
+                environment=KnownFingerprint(env_now()), store=store, reduce=False)
     assert a.plan.tests[0].overrides == {}
     # Committed into the repository, the calibration is not trusted.
     w.repo.git("add", "-f", ".fastci/calibration.db")
-    a = analyze(w.repo.root, Config(), base=base, declared={"//t:a": DECL},
-                env_fingerprint=env_now(), store=store)
+    a = analyze(w.repo.root, Config(), base=base, declared=Given({"//t:a": DECL}),
+                environment=KnownFingerprint(env_now()), store=store)
     assert a.plan.tests[0].overrides == {} and "not trusted" in a.plan.tests[0].why
     store.close()
 

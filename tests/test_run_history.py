@@ -25,6 +25,7 @@ from fastci.plan.model import Plan, PlannedTest
 from fastci.run.runner import _record
 from fastci.select import DeclaredTest, DecisionKind, Selection
 from selection_support import World, world  # noqa: F401 (fixture)
+from fastci.plan.inputs import Given
 
 A = "//t:a"
 DECLARED = {"train_iters": 8, "hidden_size": 64}
@@ -117,7 +118,7 @@ def test_old_store_is_refused_and_the_plan_widens(tmp_path: Path, world: World) 
     from fastci.plan.planner import analyze
     from fastci.config import Config
 
-    a = analyze(world.root, Config(), base=world.base, declared=world.declared)
+    a = analyze(world.root, Config(), base=world.base, declared=Given(world.declared))
     assert a.plan.mode == "all" and "schema version 1" in a.plan.reason
     world.store = EvidenceStore.open(tmp_path / "fresh.db", create=True)  # for the teardown
 

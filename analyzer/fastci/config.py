@@ -160,7 +160,7 @@ DECISION_KEYS: tuple[str, ...] = ("run_all", "ignore", "path_tests", "targets", 
 #: script of its own choosing.
 TOOL_KEYS: tuple[str, ...] = ("bazel",)
 #: Values of ``runner`` (``auto``: Bazel in a Bazel workspace with ``bazel`` found, else
-#: pytest; :func:`fastci.plan.planner.choose_runner`).
+#: pytest; :func:`fastci.plan.inputs.choose_runner`).
 RUNNERS: tuple[str, ...] = ("auto", "bazel", "pytest")
 #: Values of ``prune`` (:mod:`fastci.select.prune`).
 PRUNE_MODES: tuple[str, ...] = ("off", "safe", "aggressive")

@@ -1,6 +1,6 @@
 """``fastci calibrate``: run tests at the rungs of their workload ladder.
 
-The runner is chosen as ``fastci plan`` chooses it (:func:`fastci.plan.planner.choose_runner`).
+The runner is chosen as ``fastci plan`` chooses it (:func:`fastci.plan.inputs.choose_runner`).
 Bazel: the gpu_tests and their declarations come from ``bazel query`` (every gpu_test
 under config ``targets``, or the labels and patterns given), and
 :func:`fastci.run.calibration_runs.calibrate_bazel` runs the rungs in rounds of ``bazel test``.
@@ -83,7 +83,7 @@ def gpu_tests(bazel: Bazel, targets: Sequence[str], *, universe: str) -> dict[Te
         BazelError: the query failed.
     """
     from fastci.integrations.bazel.query import list_gpu_tests
-    from fastci.plan.planner import declared_test
+    from fastci.plan.inputs import declared_test
     from fastci.run.calibration_runs import CalibrationError
 
     found: dict[TestId, Declared] = {}
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     from fastci.integrations.git.repository import repo_root
     from fastci.integrations.git.tree import evidence_commit
     from fastci.run.collect import collect
-    from fastci.plan.planner import choose_runner, runner_python
+    from fastci.plan.inputs import choose_runner, runner_python
     from fastci.progress import Progress
     from fastci.run.calibration_runs import calibrate, calibrate_bazel
 

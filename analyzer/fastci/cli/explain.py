@@ -52,7 +52,7 @@ def _run(args: argparse.Namespace) -> int:
 def _declared_mains(root: Path, cfg: Config) -> dict[TestId, RelPath] | None:
     """Label -> main file of every declared gpu_test (None: no Bazel answer; the default main is assumed).
 
-    Asked only when the runner is Bazel (:func:`fastci.plan.planner.choose_runner`).
+    Asked only when the runner is Bazel (:func:`fastci.plan.inputs.choose_runner`).
     """
     try:
         from fastci.integrations.bazel.mains import mains

@@ -38,7 +38,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 def _plan(args: argparse.Namespace, echo: Callable[[str], None]) -> int:
     from fastci.integrations.git.repository import WORKTREE
     from fastci.integrations.git.tree import committed_plan_problem, plan_tree
-    from fastci.plan.planner import analyze, change_config, plan_file_at, summarize
+    from fastci.plan.planner import analyze, change_config, plan_file_at
+    from fastci.plan.summary import summarize
     from fastci.plan.model import Plan, dump_plan
 
     root = args.root.resolve()

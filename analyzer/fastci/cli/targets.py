@@ -74,7 +74,7 @@ def learned(root: Path, decls: list[TestDecl]) -> dict[str, dict[str, tuple[Any,
     Read from the evidence store's run history (:func:`fastci.plan.reduce.escapes`);
     empty when there is no store (nothing was learned)."""
     from fastci import config
-    from fastci.plan.planner import declared_test
+    from fastci.plan.inputs import declared_test
     from fastci.plan.reduce import learned_floors_at
 
     return learned_floors_at(config.load(root).path(root, "store"),

@@ -41,7 +41,7 @@ from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.bazel.testlogs import test_dir
 from fastci.evidence.record.recorder import LINES_ENV
-from fastci.plan.planner import declared_tests
+from fastci.plan.inputs import declared_tests
 from fastci.run.calibration_runs import PLUGIN, decode_run, node_arg
 from fastci.select import DeclaredTest
 from fastci.types import RelPath, TestId
@@ -105,7 +105,7 @@ class BazelExecutor:
         self._declared: dict[TestId, DeclaredTest] | None = None
 
     def universe(self) -> dict[TestId, int]:
-        # What analyze's own `bazel query` (plan.planner.bazel_declared) would read.
+        # What analyze's own `bazel query` (plan.inputs.bazel_declared) would read.
         self._declared = declared_tests(list_gpu_tests(self.bazel, self.config.targets))
         return {t: d.gpus for t, d in self._declared.items()}
 

@@ -190,46 +190,84 @@ def _choose_one(d: Decision, decl: DeclaredTest, calibration: CalibrationStore |
                 versions: Versions | None, base: str | None,
                 history: Callable[[TestId], Iterable[Any]] | None,
                 calibration_error: str | None) -> Choice:
-    dims = reducible_dims(decl)
-    assert decl.workload is not None and dims
+    """The workload of one selected test: its cheapest usable calibrated rung that reaches
+    the change the way the full run does, else full workload and why."""
+    assert decl.workload is not None and reducible_dims(decl)
+    why = _not_reducible(d, decl, calibration, versions, calibration_error)
+    if why is not None:
+        return Choice({}, f"full workload: {why}")
+    assert calibration is not None and versions is not None
+    rungs = _current_rungs(d.test, decl, calibration)
+    if isinstance(rungs, str):
+        return Choice({}, f"full workload: {rungs}")
+    current, full = rungs
+    needs = _needs_of(d, full, versions, base)
+    if isinstance(needs, str):
+        return Choice({}, f"full workload: {needs}")
+    learned = learned_floors(escapes(history(d.test)) if history else [], decl)
+    return _cheapest(current, full, decl, needs, learned, versions, base)
+
+
+def _not_reducible(d: Decision, decl: DeclaredTest, calibration: CalibrationStore | None,
+                   versions: Versions | None, calibration_error: str | None) -> str | None:
+    """Why no rung can be considered for ``d`` whatever the calibration holds (None: one can)."""
     if resolve_reduction(decl).reference == "absolute":
-        return Choice({}, "full workload: its reference is absolute (recorded at its full "
-                          "workload); no reference was recorded at a reduced workload")
+        return ("its reference is absolute (recorded at its full workload); no reference "
+                "was recorded at a reduced workload")
     other = [r for r in d.reasons if r.kind not in CODE_KINDS]
     if other:
-        return Choice({}, f"full workload: selected for a reason that names no changed code "
-                          f"({other[0].kind.value}); nothing shows a reduced run reaches it")
+        return (f"selected for a reason that names no changed code ({other[0].kind.value}); "
+                "nothing shows a reduced run reaches it")
     if calibration is None:
-        return Choice({}, "full workload: " + (calibration_error or "not calibrated "
-                                               "(`fastci calibrate`)"))
+        return calibration_error or "not calibrated (`fastci calibrate`)"
     if versions is None:
-        return Choice({}, "full workload: no file versions to compare the calibration with")
-    digest = declaration_digest(decl)
-    rungs = calibration.rungs(d.test)
+        return "no file versions to compare the calibration with"
+    return None
+
+
+def _current_rungs(test: TestId, decl: DeclaredTest, calibration: CalibrationStore
+                   ) -> tuple[list[Rung], Rung] | str:
+    """The test's rungs calibrated under its declaration as it is now, and the passing
+    full-workload one among them; or why there are none."""
+    rungs = calibration.rungs(test)
     if not rungs:
-        return Choice({}, "full workload: not calibrated (`fastci calibrate`)")
+        return "not calibrated (`fastci calibrate`)"
+    digest = declaration_digest(decl)
     current = [r for r in rungs if r.declaration == digest]
     if not current:
-        return Choice({}, "full workload: its calibration is stale (the declaration changed "
-                          "since); calibrate it again")
+        return "its calibration is stale (the declaration changed since); calibrate it again"
     full = next((r for r in current if r.rung == "full" and not r.overrides), None)
     if full is None or not full.usable:
-        return Choice({}, "full workload: no passing full-workload calibration rung")
+        return "no passing full-workload calibration rung"
+    return current, full
+
+
+def _needs_of(d: Decision, full: Rung, versions: Versions, base: str | None
+              ) -> list[_Need] | str:
+    """What a rung must reach for each of ``d``'s reasons; or why no rung can."""
     needs: list[_Need] = []
     for reason in d.reasons:
         need = _need(reason, full, versions, base)
         if isinstance(need, str):
-            return Choice({}, f"full workload: {need}")
+            return need
         needs.append(need)
     # The rungs describe the tree they were calibrated at: every other unit they ran (a
     # caller, a config class) must be as it was then (issue 34: a caller changed on main
     # since made a one-layer rung reach the change zero times).
-    allowed = frozenset(n.unit for n in needs)
-    stale = drift(full, versions, allowed, base)
+    stale = drift(full, versions, frozenset(n.unit for n in needs), base)
     if stale is not None:
-        return Choice({}, f"full workload: {stale}: the calibration may not describe this tree; "
-                          "calibrate again")
-    learned = learned_floors(escapes(history(d.test)) if history else [], decl)
+        return f"{stale}: the calibration may not describe this tree; calibrate again"
+    return needs
+
+
+def _cheapest(current: list[Rung], full: Rung, decl: DeclaredTest, needs: list[_Need],
+              learned: Mapping[str, tuple[Any, str]], versions: Versions,
+              base: str | None) -> Choice:
+    """The first (cheapest) rung of ``current`` that keeps the floors, constraints and
+    learned floors and reaches every need; else full workload, with the first rejection."""
+    assert decl.workload is not None
+    dims = reducible_dims(decl)
+    allowed = frozenset(n.unit for n in needs)
     workload = dict(decl.workload)
     rejected: list[str] = []
     for rung in current:
@@ -541,3 +579,11 @@ def _contexts(ctx: Iterable[str]) -> str:
 
 def _overrides_text(overrides: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(overrides.items()))
+
+
+def planned_cost(d: Decision, choices: Mapping[TestId, Choice]) -> float | None:
+    """A selected test's expected GPU-seconds at the workload the plan gives it: the chosen
+    rung's calibrated cost when reduced, else the selector's estimate (None: unknown)."""
+    c = choices.get(d.test)
+    return c.est_gpu_s if c is not None and c.reduced and c.est_gpu_s is not None \
+        else d.est_gpu_s

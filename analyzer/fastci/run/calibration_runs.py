@@ -236,9 +236,31 @@ def calibrate_with(tests: Sequence[TestId], declarations: Mapping[TestId, Declar
     tear them)."""
     started = time.perf_counter()
     report = CalibrationReport()
-    learned = learned or {}
-    # (test, its ladder, its declaration as stored with each rung, that declaration's digest)
-    plans: list[tuple[TestId, list[tuple[str, dict[str, Any]]], dict[str, Any], str]] = []
+    ladders = _ladders(tests, declarations, report, echo)
+    session = _Session(ladders, report, commit, echo, progress, every_rung, learned or {})
+    with CalibrationStore.open(store_path, create=True) as store:
+        todo = session.pending(store, resume)
+        session.run(store, todo, run_rungs)
+        session.tally(store)
+    report.wall_s = time.perf_counter() - started
+    return report
+
+
+@dataclass(frozen=True)
+class _Ladder:
+    """One test to calibrate: its ladder (:func:`fastci.plan.workload.ladder`), its
+    declaration as stored with each rung, and that declaration's digest."""
+
+    test: TestId
+    rungs: list[tuple[str, dict[str, Any]]]
+    spec: dict[str, Any]
+    digest: str
+
+
+def _ladders(tests: Sequence[TestId], declarations: Mapping[TestId, Declared],
+             report: CalibrationReport, echo: Callable[[str], None]) -> list[_Ladder]:
+    """The ladder of each test that can be calibrated; the others go to ``report.skipped``."""
+    out: list[_Ladder] = []
     for test in tests:
         decl = declarations.get(test)
         why = _not_calibrated(decl)
@@ -247,79 +269,101 @@ def calibrate_with(tests: Sequence[TestId], declarations: Mapping[TestId, Declar
             echo(f"calibrate: {test}: skipped: {why}")
             continue
         assert decl is not None and not isinstance(decl, str)
-        plans.append((test, ladder(decl), declaration_spec(decl), declaration_digest(decl)))
-    total = sum(len(rungs) for _, rungs, _, _ in plans)
-    done = 0
-    # The rungs of this commit and declaration measured so far, by test (for superseding_rung).
-    measured: dict[TestId, list[Rung]] = {}
-    workloads: dict[TestId, Mapping[str, Any]] = {}
-    with CalibrationStore.open(store_path, create=True) as store:
+        out.append(_Ladder(test, ladder(decl), declaration_spec(decl), declaration_digest(decl)))
+    return out
+
+
+class _Session:
+    """One :func:`calibrate_with` call under way: the rungs measured so far at this commit
+    and declaration, by test (what :func:`fastci.plan.reduce.superseding_rung` compares
+    with), the count of rungs done for the progress lines, and the report."""
+
+    def __init__(self, ladders: list[_Ladder], report: CalibrationReport, commit: str | None,
+                 echo: Callable[[str], None], progress: Progress | None, every_rung: bool,
+                 learned: Mapping[TestId, Mapping[str, Any]]) -> None:
+        self.ladders, self.report, self.commit = ladders, report, commit
+        self.echo, self.progress, self.every_rung, self.learned = echo, progress, every_rung, learned
+        self.specs = {lad.test: lad.spec for lad in ladders}
+        self.measured: dict[TestId, list[Rung]] = {lad.test: [] for lad in ladders}
+        self.total = sum(len(lad.rungs) for lad in ladders)
+        self.done = 0
+
+    def pending(self, store: CalibrationStore, resume: bool) -> list[Pending]:
+        """The rungs still to run; with ``resume``, one stored complete at this commit and
+        declaration, with the same overrides, counts as measured."""
         todo: list[Pending] = []
-        specs = {test: spec for test, _, spec, _ in plans}
-        for test, rungs, spec, digest in plans:
-            workloads[test] = spec["workload"]
-            stored = {r.rung: r for r in store.rungs(test)} if resume else {}
-            measured[test] = []
-            for name, overrides in rungs:
+        for lad in self.ladders:
+            stored = {r.rung: r for r in store.rungs(lad.test)} if resume else {}
+            for name, overrides in lad.rungs:
                 old = stored.get(name)
-                if (old is not None and old.complete and old.declaration == digest
-                        and old.commit == commit and dict(old.overrides) == overrides):
-                    done += 1
-                    report.resumed += 1
-                    measured[test].append(old)
-                    echo(f"calibrate [{done}/{total}] {test} {name}: already calibrated at "
-                         f"{_stamp(commit)} ({old.outcome}, {old.duration_s:.2f} s): resumed")
+                if (old is not None and old.complete and old.declaration == lad.digest
+                        and old.commit == self.commit and dict(old.overrides) == overrides):
+                    self.done += 1
+                    self.report.resumed += 1
+                    self.measured[lad.test].append(old)
+                    self.echo(f"calibrate [{self.done}/{self.total}] {lad.test} {name}: already "
+                              f"calibrated at {_stamp(self.commit)} ({old.outcome}, "
+                              f"{old.duration_s:.2f} s): resumed")
                     continue
-                todo.append(Pending(test, name, dict(overrides), digest))
+                todo.append(Pending(lad.test, name, dict(overrides), lad.digest))
+        return todo
 
-        def wanted(item: Pending) -> bool:
-            nonlocal done
-            if every_rung:
-                return True
-            full = next((r for r in measured[item.test] if r.rung == FULL), None)
-            found = None if full is None else (
-                superseding_rung(item.overrides, measured[item.test], full, workloads[item.test],
-                         learned.get(item.test))
-                or no_cheaper_floor(item.overrides, measured[item.test], full,
-                                    specs[item.test]["floors"]))
-            if found is None:
-                return True
-            done += 1
-            report.not_needed.append((item.test, item.name, found[0].rung))
-            echo(f"calibrate [{done}/{total}] {item.test} {item.name}: not run: {found[1]}")
-            if progress is not None:
-                progress.advance(note=f"{item.test} {item.name} (not needed)")
-            return False
+    def wanted(self, item: Pending) -> bool:
+        """Whether ``item`` is still worth running (asked right before it runs)."""
+        if self.every_rung:
+            return True
+        measured = self.measured[item.test]
+        full = next((r for r in measured if r.rung == FULL), None)
+        found = None if full is None else (
+            superseding_rung(item.overrides, measured, full, self.specs[item.test]["workload"],
+                             self.learned.get(item.test))
+            or no_cheaper_floor(item.overrides, measured, full,
+                                self.specs[item.test]["floors"]))
+        if found is None:
+            return True
+        self.done += 1
+        self.report.not_needed.append((item.test, item.name, found[0].rung))
+        self.echo(f"calibrate [{self.done}/{self.total}] {item.test} {item.name}: "
+                  f"not run: {found[1]}")
+        if self.progress is not None:
+            self.progress.advance(note=f"{item.test} {item.name} (not needed)")
+        return False
 
+    def run(self, store: CalibrationStore, todo: list[Pending], run_rungs: RunRungs) -> None:
+        """Run ``todo`` through ``run_rungs``, storing each rung as it finishes."""
+        progress = self.progress
         if progress is not None and todo:
             progress.set_total(len(todo))
         with progress.ticking() if progress is not None else contextlib.nullcontext():
-            for item, rung, note in run_rungs(todo, wanted):
-                done += 1
-                rung = replace(rung, spec=specs[item.test])
-                store.put(rung)
-                measured[item.test].append(rung)
-                report.ran += 1
-                if not rung.usable:
-                    report.failed.append((item.test, item.name, note or rung.outcome))
-                echo(f"calibrate [{done}/{total}] {item.test} {item.name}: {rung.outcome}"
-                     f"{'' if rung.complete else ' (incomplete)'} "
-                     f"{rung.duration_s:.2f} s, {sum(len(v) for v in rung.lines.values())} "
-                     f"line(s) in {len(rung.lines)} file(s), {len(rung.units)} unit(s)"
-                     + (f": {note}" if note else ""))
-                if progress is not None:
-                    progress.advance(note=f"{item.test} {item.name}")
+            for item, rung, note in run_rungs(todo, self.wanted):
+                self._store(store, item, replace(rung, spec=self.specs[item.test]), note)
         if progress is not None:
             progress.close()
-        for test, _rungs, _spec, digest in plans:
-            current = [r for r in store.rungs(test)
-                       if r.declaration == digest and r.commit == commit]
+
+    def _store(self, store: CalibrationStore, item: Pending, rung: Rung, note: str) -> None:
+        self.done += 1
+        store.put(rung)
+        self.measured[item.test].append(rung)
+        self.report.ran += 1
+        if not rung.usable:
+            self.report.failed.append((item.test, item.name, note or rung.outcome))
+        self.echo(f"calibrate [{self.done}/{self.total}] {item.test} {item.name}: {rung.outcome}"
+                  f"{'' if rung.complete else ' (incomplete)'} "
+                  f"{rung.duration_s:.2f} s, {sum(len(v) for v in rung.lines.values())} "
+                  f"line(s) in {len(rung.lines)} file(s), {len(rung.units)} unit(s)"
+                  + (f": {note}" if note else ""))
+        if self.progress is not None:
+            self.progress.advance(note=f"{item.test} {item.name}")
+
+    def tally(self, store: CalibrationStore) -> None:
+        """The calibrated tests and the cost of their current rungs, into the report."""
+        for lad in self.ladders:
+            current = [r for r in store.rungs(lad.test)
+                       if r.declaration == lad.digest and r.commit == self.commit]
             if current:
-                report.tests.append(test)
-                report.cost_gpu_s += sum(r.gpu_s for r in current)
-                report.full_gpu_s += sum(r.gpu_s for r in current if r.rung == FULL)
-    report.wall_s = time.perf_counter() - started
-    return report
+                self.report.tests.append(lad.test)
+                self.report.cost_gpu_s += sum(r.gpu_s for r in current)
+                self.report.full_gpu_s += sum(r.gpu_s for r in current if r.rung == FULL)
 
 
 def calibrate_bazel(workspace: Path, tests: Sequence[TestId],
@@ -357,51 +401,69 @@ def calibrate_bazel(workspace: Path, tests: Sequence[TestId],
         for item in items:
             queues.setdefault(item.test, deque()).append(item)
         number = 0
-        while True:
-            # Asked only now: every earlier rung of each test was yielded and stored.
-            chosen = []
-            for queue in queues.values():
-                while queue:
-                    item = queue.popleft()
-                    if wanted(item):
-                        chosen.append(item)
-                        break
-            if not chosen:
-                return
+        while chosen := _next_round(queues, wanted):
             number += 1
-            with tempfile.TemporaryDirectory(prefix="fastci-calibrate-") as tmp:
-                repo = write_plan_repo(Path(tmp) / "plan", {p.test: p.overrides for p in chosen},
-                                       status=f"fastci calibrate round {number}")
-                bep = Path(tmp) / "bep.json"
-                began = time.perf_counter()
-                try:
-                    res = bazel.test([p.test for p in chosen], flags=[
-                        "--config=fastci", "--config=fastci_record",
-                        f"--test_env={LINES_ENV}=1", override_flag(repo), *flags],
-                        bep_path=bep)
-                    results = results_from_bep(bep) if bep.is_file() else {}
-                    problem = "" if results or res.returncode == 0 else \
-                        f"bazel test exited {res.returncode} without test results"
-                except (BazelError, FastCIError) as exc:
-                    results, problem = {}, str(exc).splitlines()[0]
-                wall = time.perf_counter() - began
+            results, problem, wall = _run_round(bazel, chosen, number, flags)
             for item in chosen:
-                outputs = test_dir(testlogs, item.test) / "test.outputs"
-                result = results.get(item.test)
-                got = None
-                if result is not None and outputs.is_dir():
-                    got = decode_run(item.test, outputs, commit, checksums, source="bazel",
-                                  result=result)
-                    scrub_traces(outputs)
-                missing = problem or ("Bazel ran no test of that label" if result is None
-                                      else f"no trace of the test (bazel: {result.outcome})")
-                rung, note = _measured(item.test, item.name, item.overrides, item.declaration,
-                                       commit, got, wall, missing)
-                yield item, rung, note
+                yield item, *_rung_of_round(item, testlogs, results, problem, wall, commit,
+                                            checksums)
 
     return calibrate_with(tests, declarations, store_path, by_rounds, commit=commit,
                           echo=echo, resume=resume, progress=progress, every_rung=every_rung,
                           learned=learned)
+
+
+def _next_round(queues: Mapping[TestId, deque[Pending]],
+                wanted: Callable[[Pending], bool]) -> list[Pending]:
+    """The next rung still wanted of every test ([]: none left). ``wanted`` is asked only
+    now: every earlier rung of each test was yielded and stored."""
+    chosen = []
+    for queue in queues.values():
+        while queue:
+            item = queue.popleft()
+            if wanted(item):
+                chosen.append(item)
+                break
+    return chosen
+
+
+def _run_round(bazel: Bazel, chosen: Sequence[Pending], number: int, flags: Sequence[str]
+               ) -> tuple[Mapping[TestId, TestResult], str, float]:
+    """One ``bazel test`` of a round's rungs under a one-off ``@fastci_plan`` of their
+    overrides: the results by test, what went wrong ("" when nothing) and the wall time."""
+    with tempfile.TemporaryDirectory(prefix="fastci-calibrate-") as tmp:
+        repo = write_plan_repo(Path(tmp) / "plan", {p.test: p.overrides for p in chosen},
+                               status=f"fastci calibrate round {number}")
+        bep = Path(tmp) / "bep.json"
+        began = time.perf_counter()
+        try:
+            res = bazel.test([p.test for p in chosen], flags=[
+                "--config=fastci", "--config=fastci_record",
+                f"--test_env={LINES_ENV}=1", override_flag(repo), *flags],
+                bep_path=bep)
+            results = results_from_bep(bep) if bep.is_file() else {}
+            problem = "" if results or res.returncode == 0 else \
+                f"bazel test exited {res.returncode} without test results"
+        except (BazelError, FastCIError) as exc:
+            results, problem = {}, str(exc).splitlines()[0]
+        return results, problem, time.perf_counter() - began
+
+
+def _rung_of_round(item: Pending, testlogs: Path, results: Mapping[TestId, TestResult],
+                   problem: str, wall: float, commit: str | None, checksums: Checksums
+                   ) -> tuple[Rung, str]:
+    """The rung ``item`` measured in its round, from its test logs (whose traces are then
+    deleted), and a note."""
+    outputs = test_dir(testlogs, item.test) / "test.outputs"
+    result = results.get(item.test)
+    got = None
+    if result is not None and outputs.is_dir():
+        got = decode_run(item.test, outputs, commit, checksums, source="bazel", result=result)
+        scrub_traces(outputs)
+    missing = problem or ("Bazel ran no test of that label" if result is None
+                          else f"no trace of the test (bazel: {result.outcome})")
+    return _measured(item.test, item.name, item.overrides, item.declaration, commit, got, wall,
+                     missing)
 
 
 def scrub_traces(outputs: Path) -> int:

@@ -145,6 +145,59 @@ def _unit_rules(hits: Hits, changes: ChangeSet, store: EvidenceReader, base: Bas
     import-time change that only (re)binds names is resolved to the units that use
     them (:func:`fastci.changes.names.narrow`), once per group.
     """
+    grouped = _version_groups(store, base, versions)
+    diffs = _diff_groups(grouped, changes, versions, config)
+    changed_units = {u.unit for fd in diffs.diffs.values() if fd is not None for u in fd.units
+                     if ChangeKind.ADDED not in u.kinds}
+    users = {u for by_unit in diffs.narrowed.values() for r in by_unit.values() if r
+             for u in r.units}
+    users |= {w for by_unit in diffs.compiled.values() for c in by_unit.values()
+              for w in c.witnesses}
+    executed = store.tests_for_units(sorted(changed_units | users))
+    runs = store.latest_runs() if diffs.compiled else {}
+    base_diffs = {f.path: f for f in changes.files}
+    for (path, key), members in sorted(grouped.groups.items()):
+        fd = diffs.diffs[(path, key)]
+        if fd is not None:
+            narrowed = diffs.narrowed.get((path, key), {})
+            for test in members:
+                _executed(hits, test, path, fd, executed, narrowed)
+                # A failure to parse widens here too.
+                _import_time(hits, test, path, fd, narrowed, executed,
+                             (diffs.compiled.get((path, key), {}), runs.get(test)))
+        elif versions.checksums_now(path) is None:
+            for test in members:
+                add_hit(hits, test, Reason(
+                    DecisionKind.UNPARSABLE_FILE, f"touches {path}, which does not parse",
+                    path=path, change="does not parse",
+                    via="static rule: a file that does not parse widens to every test touching "
+                        "it"))
+        else:
+            _unknown_versions(hits, store, versions, path, members, base_diffs.get(path),
+                              {t: grouped.digests.get((t, path)) for t in members})
+    # Last: a test another rule already selected for the same unit needs no second reason.
+    unseen_code_rules(hits, grouped.groups, diffs.diffs, executed, store, versions)
+
+
+#: A (path, version) group: the path and ``digest:<sha>``, ``commit:<sha>`` or ``unknown``.
+GroupKey = tuple[RelPath, str]
+
+
+@dataclass(frozen=True)
+class _Grouped:
+    """The (test, file) pairs whose recorded version may differ from the head, grouped by
+    that version (``groups``); each pair's recorded digest (``digests``), and the baseline
+    commits of the tests that recorded each (path, digest) (``holders``: where to look
+    for that version)."""
+
+    groups: dict[GroupKey, list[TestId]]
+    digests: dict[tuple[TestId, RelPath], str]
+    holders: dict[tuple[RelPath, str], set[str]]
+
+
+def _version_groups(store: EvidenceReader, base: Baselines, versions: Versions) -> _Grouped:
+    """Every Python file a test touched, grouped by the version the test recorded; a file
+    it ran byte for byte as the head has it is left out."""
     python = sorted(p for p in base.everything if is_python(p))
     unknown = base.unknown()
     touching = {p: set(ts) for p, ts in store.tests_for_modules(python).items()}
@@ -159,7 +212,7 @@ def _unit_rules(hits: Hits, changes: ChangeSet, store: EvidenceReader, base: Bas
     if unknown:  # no baseline commit: every file their evidence touches is compared
         for test, uid, _ in store.recorded_units(tests=unknown):
             touching.setdefault(uid.partition("::")[0], set()).add(test)
-    groups: dict[tuple[RelPath, str], list[TestId]] = defaultdict(list)
+    groups: dict[GroupKey, list[TestId]] = defaultdict(list)
     for path, tests in sorted(touching.items()):
         now_digest = versions.digest_now(path)
         for test in sorted(tests):
@@ -175,51 +228,39 @@ def _unit_rules(hits: Hits, changes: ChangeSet, store: EvidenceReader, base: Bas
                 groups[(path, f"commit:{commit}")].append(test)
             else:
                 groups[(path, "unknown")].append(test)
-    diffs: dict[tuple[RelPath, str], FileDiff | None] = {}
-    narrowed: dict[tuple[RelPath, str], dict[UnitId, NameReach | None]] = {}
-    compiled: dict[tuple[RelPath, str], dict[UnitId, Compiled]] = {}
-    for (path, key) in groups:
+    return _Grouped(groups, digests, holders)
+
+
+@dataclass(frozen=True)
+class _GroupDiffs:
+    """Per group: the diff from its version to the head (None: the version is not found),
+    the units that use each name an import-time change (re)binds, and the compiled units."""
+
+    diffs: dict[GroupKey, FileDiff | None]
+    narrowed: dict[GroupKey, dict[UnitId, NameReach | None]]
+    compiled: dict[GroupKey, dict[UnitId, Compiled]]
+
+
+def _diff_groups(grouped: _Grouped, changes: ChangeSet, versions: Versions,
+                 config: Config) -> _GroupDiffs:
+    """Each group's version found (by digest at the commits that may hold it, or at its
+    commit) and diffed once against the head."""
+    out = _GroupDiffs({}, {}, {})
+    for (path, key) in grouped.groups:
         old: bytes | None = None
         found = False
         kind, _, value = key.partition(":")
         if kind == "digest":
-            revs = sorted(holders[(path, value)]) + [changes.base]
+            revs = sorted(grouped.holders[(path, value)]) + [changes.base]
             old = versions.find(path, value, revs)
             found = old is not None
         elif kind == "commit":
             old, found = versions.at(value, path), True
-        diffs[(path, key)] = fd = versions.diff(path, old) if found else None
+        out.diffs[(path, key)] = fd = versions.diff(path, old) if found else None
         if fd is not None and not fd.failure:
-            narrowed[(path, key)] = _narrow(fd, old, versions.now(path), changes, config)
-            compiled[(path, key)] = compiled_of(fd, old, versions)
-    changed_units = {u.unit for fd in diffs.values() if fd is not None for u in fd.units
-                     if ChangeKind.ADDED not in u.kinds}
-    users = {u for by_unit in narrowed.values() for r in by_unit.values() if r for u in r.units}
-    users |= {w for by_unit in compiled.values() for c in by_unit.values() for w in c.witnesses}
-    executed = store.tests_for_units(sorted(changed_units | users))
-    runs = store.latest_runs() if compiled else {}
-    base_diffs = {f.path: f for f in changes.files}
-    for (path, key), members in sorted(groups.items()):
-        fd = diffs[(path, key)]
-        if fd is not None:
-            for test in members:
-                _executed(hits, test, path, fd, executed, narrowed.get((path, key), {}))
-                # A failure to parse widens here too.
-                _import_time(hits, test, path, fd, narrowed.get((path, key), {}), executed,
-                             (compiled.get((path, key), {}), runs.get(test)))
-            continue
-        if versions.checksums_now(path) is None:
-            for test in members:
-                add_hit(hits, test, Reason(
-                    DecisionKind.UNPARSABLE_FILE, f"touches {path}, which does not parse",
-                    path=path, change="does not parse",
-                    via="static rule: a file that does not parse widens to every test touching "
-                        "it"))
-            continue
-        _unknown_versions(hits, store, versions, path, members, base_diffs.get(path),
-                          {t: digests.get((t, path)) for t in members})
-    # Last: a test another rule already selected for the same unit needs no second reason.
-    unseen_code_rules(hits, groups, diffs, executed, store, versions)
+            out.narrowed[(path, key)] = _narrow(fd, old, versions.now(path), changes, config)
+            out.compiled[(path, key)] = compiled_of(fd, old, versions)
+    return out
 
 
 def _executed(hits: Hits, test: TestId, path: RelPath, fd: FileDiff,
@@ -412,6 +453,38 @@ def _path_rules(hits: Hits, changes: ChangeSet, store: EvidenceReader, config: C
             add_hit(hits, test, reason)
     widen: list[Reason] = list(manifests.widen)
     notes: list[str] = list(manifests.notes)
+    _python_path_rules(hits, widen, config, base)
+    paths = sorted(p for p in base.everything if not is_python(p))
+    readers = store.tests_for_files(paths)
+    evidence_tests = sorted(base.commits)
+    n_tests = len(evidence_tests)
+    for path in paths:
+        if own_output(path, config):
+            continue
+        reached = [t for t in evidence_tests if path in base.candidates(t)]
+        rule = first_match(path, config.run_all)
+        if rule is not None:
+            _widen(hits, widen, reached, n_tests, _run_all_reason(path, rule),
+                   rule=f"run_all {rule!r}")
+            continue
+        mapped = _path_tests_rules(hits, path, config, base, tests, reached)
+        if readers.get(path) or path in manifests.handled or mapped:
+            continue
+        rule = first_match(path, config.ignore)
+        if rule is not None:
+            notes.append(f"{shown(path)}: ignored (fastci.yaml ignore {rule!r})")
+            continue
+        _widen(hits, widen, reached, n_tests, Reason(
+            DecisionKind.UNKNOWN_PATH,
+            f"{shown(path)} changed: no test recorded reading it and no rule in fastci.yaml "
+            "maps it, so everything runs", path=path,
+            via="safety rule: an unknown path widens to every test"), rule="an unknown path")
+    return widen, notes
+
+
+def _python_path_rules(hits: Hits, widen: list[Reason], config: Config, base: Baselines) -> None:
+    """Changed Python files no evidence can name (FastCI's own in-test code) or that a
+    person marked ``run_all`` (setup.py, conftest.py, build scripts): everything runs."""
     evidence_tests = sorted(base.commits)
     for path in sorted(p for p in base.everything if is_python(p)):
         own = in_test_code(path)
@@ -425,48 +498,34 @@ def _path_rules(hits: Hits, changes: ChangeSet, store: EvidenceReader, config: C
                 rule="FastCI's in-test code")
             continue
         rule = first_match(path, config.run_all)
-        if rule is not None:  # Python a person marked: setup.py, conftest.py, build scripts
+        if rule is not None:
             reached = [t for t in evidence_tests if path in base.candidates(t)]
-            _widen(hits, widen, reached, len(evidence_tests), Reason(
-                DecisionKind.RUN_ALL_PATH,
-                f"{shown(path)} changed and matches run_all {rule!r}: everything runs",
-                path=path, via=f"fastci.yaml run_all: {rule}"), rule=f"run_all {rule!r}")
-    paths = sorted(p for p in base.everything if not is_python(p))
-    readers = store.tests_for_files(paths)
-    for path in paths:
-        if own_output(path, config):
-            continue
-        reached = [t for t in evidence_tests if path in base.candidates(t)]
-        rule = first_match(path, config.run_all)
-        if rule is not None:
-            _widen(hits, widen, reached, len(evidence_tests), Reason(
-                DecisionKind.RUN_ALL_PATH,
-                f"{shown(path)} changed and matches run_all {rule!r}: everything runs",
-                path=path, via=f"fastci.yaml run_all: {rule}"), rule=f"run_all {rule!r}")
-            continue
-        matched = bool(readers.get(path)) or path in manifests.handled
-        for glob, test_globs in config.path_tests:
-            if glob_match(path, glob):
-                matched = True
-                since = set(reached)
-                for test in tests:
-                    if (test in since or test not in base.commits) and \
-                            any(fnmatch.fnmatchcase(test, g) for g in test_globs):
-                        add_hit(hits, test, Reason(
-                            DecisionKind.PATH_RULE, f"{shown(path)} changed and fastci.yaml maps "
-                            f"{glob!r} to it", path=path, via=f"fastci.yaml path_tests: {glob}"))
-        if matched:
-            continue
-        rule = first_match(path, config.ignore)
-        if rule is not None:
-            notes.append(f"{shown(path)}: ignored (fastci.yaml ignore {rule!r})")
-            continue
-        _widen(hits, widen, reached, len(evidence_tests), Reason(
-            DecisionKind.UNKNOWN_PATH,
-            f"{shown(path)} changed: no test recorded reading it and no rule in fastci.yaml "
-            "maps it, so everything runs", path=path,
-            via="safety rule: an unknown path widens to every test"), rule="an unknown path")
-    return widen, notes
+            _widen(hits, widen, reached, len(evidence_tests), _run_all_reason(path, rule),
+                   rule=f"run_all {rule!r}")
+
+
+def _run_all_reason(path: RelPath, rule: str) -> Reason:
+    return Reason(DecisionKind.RUN_ALL_PATH,
+                  f"{shown(path)} changed and matches run_all {rule!r}: everything runs",
+                  path=path, via=f"fastci.yaml run_all: {rule}")
+
+
+def _path_tests_rules(hits: Hits, path: RelPath, config: Config, base: Baselines,
+                      tests: list[TestId], reached: list[TestId]) -> bool:
+    """The tests ``path_tests`` maps ``path`` to (those recorded before it changed, or with
+    no baseline); whether any ``path_tests`` glob matches it."""
+    matched = False
+    for glob, test_globs in config.path_tests:
+        if glob_match(path, glob):
+            matched = True
+            since = set(reached)
+            for test in tests:
+                if (test in since or test not in base.commits) and \
+                        any(fnmatch.fnmatchcase(test, g) for g in test_globs):
+                    add_hit(hits, test, Reason(
+                        DecisionKind.PATH_RULE, f"{shown(path)} changed and fastci.yaml maps "
+                        f"{glob!r} to it", path=path, via=f"fastci.yaml path_tests: {glob}"))
+    return matched
 
 
 def _widen(hits: Hits, widen: list[Reason], reached: list[TestId], n_tests: int, reason: Reason,
