@@ -36,3 +36,9 @@ def lazy_exports(module: str, exports: Mapping[str, str]) -> Callable[[str], obj
         return getattr(importlib.import_module(target), name)
 
     return __getattr__
+
+
+#: The public names code under test may use, at a path that does not follow the
+#: package's layout: ``with fastci.annotate(phase="eval"): ...`` labels the contexts
+#: recorded inside (docs/EVIDENCE.md). Imported on first use only.
+__getattr__ = lazy_exports(__name__, {"annotate": "fastci.evidence.record.contexts"})
