@@ -399,8 +399,8 @@ def outer():
 
 def test_unit_qualnames_without_parsing_agree_with_the_line_index() -> None:
     # A call-event-only trace keeps the qualnames of code objects that name units
-    # (recorder._is_unit_qualname), without parsing the file: the same set as the index's.
-    from fastci.evidence.record.recorder import _is_unit_qualname
+    # (trace_files._is_unit_qualname), without parsing the file: the same set as the index's.
+    from fastci.evidence.record.trace_files import _is_unit_qualname
     from fastci.units.lines import LineIndex, line_index
 
     index = line_index("q.py", QUALNAME_SOURCE)

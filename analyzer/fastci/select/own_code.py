@@ -44,6 +44,7 @@ IN_TEST_MODULES: tuple[str, ...] = (
     "fastci.evidence.record.environment", "fastci.evidence.record.files",
     "fastci.evidence.record.inputs", "fastci.evidence.record.recorder",
     "fastci.evidence.record.scope", "fastci.evidence.record.trace",
+    "fastci.evidence.record.trace_files",
     "fastci.evidence.record.trace_pb2",
     "fastci.evidence.record.traced",
     "fastci.integrations", "fastci.integrations.bazel", "fastci.integrations.bazel.mains",

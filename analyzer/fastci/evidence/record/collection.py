@@ -53,7 +53,8 @@ from fastci.evidence.record import covplugin, environment, files as files_mod, t
 from fastci.evidence.record.contexts import ContextProfiler
 from fastci.evidence.record.covplugin import make_coverage
 from fastci.evidence.record.files import OpenRecorder, PathMapper
-from fastci.evidence.record.recorder import EVIDENCE_CODE_DIR, fill_files
+from fastci.evidence.record.recorder import EVIDENCE_CODE_DIR
+from fastci.evidence.record.trace_files import fill_files
 
 SHARED_ROLE = "shared"
 
