@@ -7,7 +7,8 @@ the selection benchmark exits 1 when a test failing under run-all was not in the
 the evidence benchmark when the recording overhead is over its target, record_py312
 when recording on Python 3.12 is over its target or was not measured, the replay
 benchmark on a miss or a re-selection, the precision replay on a miss, the store-scale
-benchmark when a size or time target is missed, the reduction benchmark on an escape.
+benchmark when a size or time target is missed, the reduction benchmark on an escape, the
+CLI start-up benchmark when ``fastci --help`` is over 0.3 s.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ MODULES = [
     "bench.reduction",
     "bench.priority",
     "bench.eval_report",
+    "bench.cli_startup",
 ]
 
 

@@ -6,7 +6,7 @@ ways, alternating, best of ``--rounds``:
 
 * ``plain``: no recorder;
 * ``recorded``: FastCI's recorder, autograd multithreading off (what records now);
-* ``no-switch``: the recorder with :class:`~fastci.evidence.autograd.AutogradSwitch`
+* ``no-switch``: the recorder with :class:`~fastci.evidence.record.autograd.AutogradSwitch`
   made a no-op (what recorded before).
 
 The time is the test's body (recorder start to stop included), not the interpreter's
@@ -36,7 +36,7 @@ from pathlib import Path
 mode, name, device, out = sys.argv[1:5]
 import harness
 import torch
-from fastci.evidence import autograd as _switch
+from fastci.evidence.record import autograd as _switch
 if mode == "no-switch":
     _switch.AutogradSwitch.start = lambda self: None
     _switch.AutogradSwitch.on_import = lambda self: None
@@ -47,7 +47,7 @@ if device != "cpu":
 t0, c0 = time.perf_counter(), time.process_time()
 rec = None
 if mode != "plain":
-    from fastci.evidence.recorder import Recorder
+    from fastci.evidence.record.recorder import Recorder
     rec = Recorder(name, Path(out), repo_root=Path.cwd().parents[1], workload=w, gpus=0)
     rec.start()
 mod.check(w)

@@ -27,15 +27,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from fastci.plan.build import analyze, bazel_declared, summarize
+from fastci.plan.planner import analyze
+from fastci.plan.inputs import bazel_declared
+from fastci.plan.summary import summarize
+from fastci.plan.inputs import Query
 from fastci.integrations.bazel.runner import Bazel
 from fastci.config import DEFAULTS, Config, first_match, load as load_config
 from fastci.errors import FastCIError
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.select.explain import explain
 from fastci.plan.model import dump_plan
 from fastci.run.runner import execute
-from fastci.select.rules import own_output
+from fastci.select.test_rules import own_output
 from fastci.integrations.git.tree import plan_tree
 from fastci.units.index import FileUnits, index_source
 
@@ -177,9 +180,9 @@ def prepare(echo: Callable[[str], None] = print, *, targets: str = TARGETS,
     store_path = cfg.path(ws, "store")
     store_path.parent.mkdir(parents=True, exist_ok=True)
     bazel = Bazel(ws, cfg.bazel, python=sys.executable)
-    from fastci.evidence.environment import current_fingerprint
+    from fastci.evidence.record.environment import current_fingerprint
 
-    from fastci.evidence.schema import SCHEMA_VERSION
+    from fastci.evidence.store.schema import SCHEMA_VERSION
 
     cached = cache / f"{digest}-{current_fingerprint()}-v{SCHEMA_VERSION}.db"
     if cached.exists() and _readable_store(cached, echo):
@@ -189,7 +192,7 @@ def prepare(echo: Callable[[str], None] = print, *, targets: str = TARGETS,
     else:
         echo(f"== recording evidence: bazel test {targets} --config=fastci_record "
              "(cold; cached for the next run)")
-        from fastci.evidence.record import record
+        from fastci.evidence.fill import record
 
         started = time.perf_counter()
         out = record(ws, [targets], store_path, bazel=bazel)
@@ -264,7 +267,7 @@ def run_demo(echo: Callable[[str], None] = print, *, keep_change: bool = False) 
         echo("== 4. fastci plan")
         with EvidenceStore.open(sc.store_path) as store:
             analysis = analyze(ws, cfg, base=sc.commit,
-                               declared=lambda root, c: bazel_declared(root, c, bazel=bazel),
+                               declared=Query(lambda root, c: bazel_declared(root, c, bazel=bazel)),
                                store=store)
             # Tie the plan to the tree it describes, as `fastci plan` does.
             analysis = dataclasses.replace(

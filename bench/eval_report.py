@@ -38,14 +38,15 @@ class ChromiumMissing(RuntimeError):
 
 
 class _RenderCheck(HTMLParser):
-    """The text of ``<pre id="render-check">`` in a dumped DOM."""
+    """The text of ``<pre id="render-check">`` (or another ``pre`` by id) in a dumped DOM."""
 
-    def __init__(self) -> None:
+    def __init__(self, pre_id: str = "render-check") -> None:
         super().__init__()
+        self.pre_id = pre_id
         self.inside, self.text = False, ""
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.inside = tag == "pre" and ("id", "render-check") in attrs
+        self.inside = tag == "pre" and ("id", self.pre_id) in attrs
 
     def handle_endtag(self, tag: str) -> None:
         self.inside = False
@@ -64,6 +65,22 @@ def chromium() -> str:
     return found
 
 
+def dump_dom(page: Path, *, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """Open ``page`` in headless Chromium; its stdout is the DOM once the page has loaded.
+
+    Raises:
+        ChromiumMissing: Chromium is not installed.
+    """
+    binary = chromium()
+    with tempfile.TemporaryDirectory(prefix="fastci-chromium-") as profile:
+        return subprocess.run(
+            [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+             "--no-first-run", "--disable-background-networking", "--disable-component-update",
+             "--disable-sync", f"--user-data-dir={profile}", "--virtual-time-budget=5000",
+             "--dump-dom", page.resolve().as_uri()],
+            capture_output=True, text=True, timeout=timeout_s, check=False)
+
+
 def render_check(page: Path, *, timeout_s: float = 60.0) -> dict[str, Any]:
     """Open ``page`` in headless Chromium and return its render check's JSON.
 
@@ -71,21 +88,20 @@ def render_check(page: Path, *, timeout_s: float = 60.0) -> dict[str, Any]:
         ChromiumMissing: Chromium is not installed.
         RuntimeError: Chromium failed, or the page wrote no render check.
     """
-    binary = chromium()
-    with tempfile.TemporaryDirectory(prefix="fastci-chromium-") as profile:
-        proc = subprocess.run(
-            [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-             "--no-first-run", "--disable-background-networking", "--disable-component-update",
-             "--disable-sync", f"--user-data-dir={profile}", "--virtual-time-budget=5000",
-             "--dump-dom", page.resolve().as_uri()],
-            capture_output=True, text=True, timeout=timeout_s, check=False)
-    parser = _RenderCheck()
-    parser.feed(proc.stdout)
-    if proc.returncode or not parser.text.strip():
+    proc = dump_dom(page, timeout_s=timeout_s)
+    text = pre_text(proc.stdout)
+    if proc.returncode or not text.strip():
         raise RuntimeError(f"chromium exit {proc.returncode}, no render check in the DOM; "
                            f"stderr: {proc.stderr[-2000:]}")
-    result: dict[str, Any] = json.loads(parser.text)
+    result: dict[str, Any] = json.loads(text)
     return result
+
+
+def pre_text(dom: str, pre_id: str = "render-check") -> str:
+    """The text of the ``<pre id=pre_id>`` in a dumped DOM ("" when there is none)."""
+    parser = _RenderCheck(pre_id)
+    parser.feed(dom)
+    return parser.text
 
 
 def _test_rows(rng: random.Random, kind: str) -> list[TestOutcome]:

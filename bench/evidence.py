@@ -77,13 +77,13 @@ if mode in ("coverage", "floor"):
     cov.start()
 elif mode == "engine-floor":
     # the recorder's own coverage engine (its fast per-file decisions) measuring no file
-    from fastci.evidence.covplugin import make_coverage
-    from fastci.evidence.recorder import _OMIT
+    from fastci.evidence.record.covplugin import make_coverage
+    from fastci.evidence.record.recorder import _OMIT
     (out / "empty-source").mkdir(exist_ok=True)
     cov = make_coverage([str(out / "empty-source")], list(_OMIT), contexts=False)
     cov.start()
 elif mode == "recorder":
-    from fastci.evidence.recorder import Recorder
+    from fastci.evidence.record.recorder import Recorder
     rec = Recorder("bench", out / "traces", repo_root=repo, workload=w, gpus=0)
     rec.start()
 work()
@@ -224,8 +224,8 @@ _COV = None
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config, parser, args):
     global _COV
-    from fastci.evidence.covplugin import make_coverage
-    from fastci.evidence.recorder import _OMIT
+    from fastci.evidence.record.covplugin import make_coverage
+    from fastci.evidence.record.recorder import _OMIT
 
     _COV = make_coverage([os.environ["FASTCI_BENCH_EMPTY"]], list(_OMIT), contexts=False)
     _COV.start()
@@ -371,9 +371,9 @@ def indexing(work: Path) -> list[str]:
 
 def ingest_speed(work: Path) -> list[str]:
     """Ingest synthetic traces into a fresh store."""
-    from fastci.evidence import trace
-    from fastci.evidence.ingest import find_traces, ingest
-    from fastci.evidence.store import EvidenceStore
+    from fastci.evidence.record import trace
+    from fastci.evidence.store.ingest import find_traces, ingest
+    from fastci.evidence.store.db import EvidenceStore
 
     tdir = work / "traces_synth"
     tdir.mkdir()

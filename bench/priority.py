@@ -14,7 +14,7 @@ In the scratch workspace of ``make demo`` (evidence recorded on its base commit)
    tests reach, planned and run the same way. The strategies were not chosen on them.
 
 Every strategy (:data:`fastci.select.priority.STRATEGIES`) orders each plan's selected
-tests from the same facts (:func:`fastci.plan.build.strategy_orders`); its APFDc takes
+tests from the same facts (:func:`fastci.plan.prioritize.strategy_orders`); its APFDc takes
 the change as one fault, found by its first failing test, over the measured costs
 (:func:`fastci.select.priority.apfdc`). Only plans with a failing test count. The report
 gives, per set, each strategy's mean and worst, and which strategy is best. Selection is
@@ -38,13 +38,16 @@ from typing import Callable, Mapping, Sequence
 
 from bench.selection import CHANGES
 from fastci.errors import FastCIError
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.eval.faults import Mutant, generate, read_sources
 from fastci.integrations.bazel.bep import parse_bep
 from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo
 from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.integrations.git.repository import Git
-from fastci.plan.build import analyze, declared_test, strategy_orders
+from fastci.plan.planner import analyze
+from fastci.plan.inputs import declared_test
+from fastci.plan.prioritize import strategy_orders
+from fastci.plan.inputs import Given
 from fastci.select.priority import DEFAULT, STRATEGIES, apfdc
 from fastci.units.index import split_unit_id
 
@@ -91,7 +94,7 @@ def measure(sc, name: str, apply: Callable[[], None], cfg, declared, gpus: Mappi
             row.note = f"does not apply: {exc}"
             return row
         with EvidenceStore.open(sc.store_path) as store:
-            analysis = analyze(sc.ws, cfg, base=sc.commit, declared=declared, store=store,
+            analysis = analyze(sc.ws, cfg, base=sc.commit, declared=Given(declared), store=store,
                                prune="off")
             orders = strategy_orders(analysis, store, Git(sc.ws), declared)
         selected = [t.id for t in analysis.plan.tests]

@@ -36,18 +36,22 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import json
 import random
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 import libcst as cst
 
-from fastci.select.rules import DeclaredTest
+from fastci.select.test_rules import DeclaredTest
 from fastci.units.index import split_unit_id
+from fastci.plan.inputs import Given, declared_test
+
+T = TypeVar("T")
 
 #: The mix has at least this many passing changes for each failing one.
 MIN_PASSING_PER_FAILING = 2
@@ -197,10 +201,10 @@ def measure(sc, name: str, kind: str, apply: Callable[[], None], cfg,  # type: i
             declared: Mapping[str, DeclaredTest], gpus: Mapping[str, int]) -> MixRow:
     """Apply a change, plan it with prune off and safe, run the off plan's tests at full
     workload (Bazel, not recorded, never cached)."""
-    from fastci.evidence.store import EvidenceStore
+    from fastci.evidence.store.db import EvidenceStore
     from fastci.integrations.bazel.bep import parse_bep
     from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo
-    from fastci.plan.build import analyze
+    from fastci.plan.planner import analyze
 
     row = MixRow(name, kind)
     try:
@@ -210,8 +214,8 @@ def measure(sc, name: str, kind: str, apply: Callable[[], None], cfg,  # type: i
             row.note = f"does not apply: {exc}"
             return row
         with EvidenceStore.open(sc.store_path) as store:
-            off = analyze(sc.ws, cfg, base=sc.commit, declared=declared, store=store, prune="off")
-            safe = analyze(sc.ws, cfg, base=sc.commit, declared=declared, store=store,
+            off = analyze(sc.ws, cfg, base=sc.commit, declared=Given(declared), store=store, prune="off")
+            safe = analyze(sc.ws, cfg, base=sc.commit, declared=Given(declared), store=store,
                            prune="safe")
         if off.plan.mode != "selective":
             row.note = f"plan {off.plan.mode}: not scored"
@@ -236,15 +240,50 @@ def measure(sc, name: str, kind: str, apply: Callable[[], None], cfg,  # type: i
     return row
 
 
+def interleave(passing: Sequence[T], others: Sequence[T], per: int) -> list[T]:
+    """``per`` of ``passing`` before each of ``others``, then the rest: any prefix of the
+    run is a mix of the same shape, so an interrupted run still scores."""
+    out: list[T] = []
+    i = 0
+    for item in others:
+        out.extend(passing[i:i + per])
+        i += per
+        out.append(item)
+    out.extend(passing[i:])
+    return out
+
+
+def save_row(path: Path, row: MixRow) -> None:
+    """Append one measured row (JSON lines) so an interrupted run keeps it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(dataclasses.asdict(row)) + "\n")
+
+
+def load_rows(path: Path) -> list[MixRow]:
+    """The rows :func:`save_row` wrote (none when the file is absent)."""
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        d = json.loads(line)
+        out.append(MixRow(name=str(d["name"]), kind=str(d["kind"]),
+                          selected=tuple(d["selected"]), pruned=tuple(d["pruned"]),
+                          failing=tuple(d["failing"]),
+                          costs={str(k): float(v) for k, v in d["costs"].items()},
+                          note=str(d.get("note", ""))))
+    return out
+
+
 def run(*, benign: int, mutants: int, seed: int, max_tests: int,
+        rows_file: Path | None = None,
         echo: Callable[[str], None] = print) -> list[MixRow]:
     """Run the benchmark (see the module docstring); returns its rows."""
     from bench.demo import prepare
     from bench.priority import PACKAGE, _apply, held_out_faults
     from bench.selection import CHANGES
-    from fastci.evidence.store import EvidenceStore
+    from fastci.evidence.store.db import EvidenceStore
     from fastci.integrations.bazel.query import list_gpu_tests
-    from fastci.plan.build import declared_test
 
     sc = prepare(echo, reuse=True)
     try:
@@ -253,25 +292,33 @@ def run(*, benign: int, mutants: int, seed: int, max_tests: int,
         gpus = {d.id: d.gpus for d in decls}
         rows: list[MixRow] = []
 
+        done = {r.name: r for r in load_rows(rows_file)} if rows_file else {}
+
         def add(name: str, kind: str, apply: Callable[[], None]) -> None:
+            if name in done:  # measured by an earlier, interrupted run of the same mix
+                rows.append(done[name])
+                return
             t0 = time.perf_counter()
             rows.append(measure(sc, name, kind, apply, sc.config, declared, gpus))
             r = rows[-1]
+            if rows_file:
+                save_row(rows_file, r)
             echo(f"-- {name}: {len(r.selected)} selected, {len(r.pruned)} pruned, "
                  f"{len(r.failing)} failing ({time.perf_counter() - t0:.0f} s)")
 
-        for patch in sorted(CHANGES.glob("*.patch")):
-            add(patch.stem, "bench", functools.partial(_apply, sc.ws, patch))
+        changes: list[tuple[str, str, Callable[[], None]]] = [
+            (patch.stem, "bench", functools.partial(_apply, sc.ws, patch))
+            for patch in sorted(CHANGES.glob("*.patch"))]
         with EvidenceStore.open(sc.store_path) as store:
             units = benign_units(store.recorded_units(), PACKAGE, count=benign, seed=seed,
                                  max_tests=max_tests)
             faults = held_out_faults(sc.ws, store, count=mutants, seed=seed, max_tests=max_tests)
-        for unit in units:
-            path, qualname = split_unit_id(unit)
-            add(f"benign-{Path(path).stem}.{qualname}", "benign",
-                functools.partial(_edit, sc.ws / path, qualname))
-        for m in faults:
-            add(m.name, "mutant", functools.partial(m.apply, sc.ws))
+        edits = [(f"benign-{Path(path).stem}.{qualname}", "benign",
+                  functools.partial(_edit, sc.ws / path, qualname))
+                 for path, qualname in map(split_unit_id, units)]
+        changes += [(m.name, "mutant", functools.partial(m.apply, sc.ws)) for m in faults]
+        for name, kind, apply in interleave(edits, changes, MIN_PASSING_PER_FAILING):
+            add(name, kind, apply)
         return rows
     finally:
         sc.bazel.shutdown()
@@ -293,9 +340,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--mutants", type=int, default=8, metavar="N", help="seeded mutants")
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--max-tests", type=int, default=16, metavar="K")
+    parser.add_argument("--rows", type=Path, default=Path("build/bench/prune_mix.jsonl"),
+                        metavar="FILE", help="measured rows, appended one per change; a rerun "
+                        "with the same mix resumes from them (default %(default)s)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="score the rows already in --rows (an interrupted run) and stop")
     args = parser.parse_args(argv)
-    rows = run(benign=args.benign, mutants=args.mutants, seed=args.seed,
-               max_tests=args.max_tests)
+    if args.report_only:
+        rows = load_rows(args.rows)
+    else:
+        rows = run(benign=args.benign, mutants=args.mutants, seed=args.seed,
+                   max_tests=args.max_tests, rows_file=args.rows)
     print("== safe pruning on a CI-shaped mix (prune off vs safe; outcomes at full workload)")
     print("\n".join(report(rows)))
     return 0

@@ -3,7 +3,7 @@
 In the scratch workspace of ``make demo`` (evidence recorded on its base commit):
 
 1. **Calibrate** the gpu_tests with ``fastci calibrate``'s Bazel path
-   (:func:`fastci.run.calibrate.calibrate_bazel`; every rung a real recorded run). The
+   (:func:`fastci.run.calibration_runs.calibrate_bazel`; every rung a real recorded run). The
    calibration is cached next to the demo's evidence cache under the same key (the
    example, the rules and FastCI's sources), so it runs once per version of them; its
    cost is reported against one full-workload run of the calibrated tests.
@@ -42,15 +42,18 @@ from typing import Callable, Mapping, Sequence
 from bench.selection import CHANGES, patch_header
 from fastci.config import Config
 from fastci.eval.workspace import parse_changed_lines
-from fastci.evidence.calibration import CalibrationStore
-from fastci.evidence.ingest import Checksums, results_from_bep
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.calibrations import CalibrationStore
+from fastci.evidence.store.ingest import Checksums, results_from_bep
+from fastci.evidence.store.db import EvidenceStore
 from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo
 from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.integrations.git.repository import Git
 from fastci.integrations.bazel.testlogs import test_dir
-from fastci.plan.build import analyze, declared_test, strategy_orders
-from fastci.run.calibrate import CalibrationReport, calibrate_bazel, decode_run, scrub_traces
+from fastci.plan.planner import analyze
+from fastci.plan.inputs import declared_test
+from fastci.plan.prioritize import strategy_orders
+from fastci.plan.inputs import Given
+from fastci.run.calibration_runs import CalibrationReport, calibrate_bazel, decode_run, scrub_traces
 from fastci.select.priority import STRATEGIES, apfdc
 
 #: Flags of every arm: recorded in line mode (lines for retention), results never cached.
@@ -147,7 +150,7 @@ def run_arm(sc, tests: Mapping[str, Mapping[str, object]], gpus: Mapping[str, in
 #: recorder, constraint evaluator and pytest plugin do): editing it cannot change what a
 #: calibration measured, so the calibration cache ignores it.
 PLAN_TIME = ("analyzer/fastci/select/**", "analyzer/fastci/changes/**",
-             "analyzer/fastci/cli/**", "analyzer/fastci/plan/build.py",
+             "analyzer/fastci/cli/**", "analyzer/fastci/plan/planner.py",
              "analyzer/fastci/plan/reduce.py", "analyzer/fastci/plan/model.py")
 
 
@@ -170,7 +173,7 @@ def calibrated(sc, decls, echo: Callable[[str], None]) -> tuple[Path, Calibratio
     one was made for the same sources, else run (and cached). Returns its path, the
     report of a calibration run now (None: cached) and its cost in GPU-seconds."""
     from bench.demo import scratch_dir
-    from fastci.evidence.environment import current_fingerprint
+    from fastci.evidence.record.environment import current_fingerprint
 
     path = sc.config.path(sc.ws, "calibration")
     digest = calibration_digest(sc.ws)
@@ -213,13 +216,13 @@ def bench_change(sc, patch: Path, cfg: Config, declared, gpus: Mapping[str, int]
             # Reduction alone; a risk-based priority so the analysis reads the line facts
             # every strategy is then ordered with (strategy_orders).
             analysis = analyze(sc.ws, dataclasses.replace(cfg, priority="risk"), base=sc.commit,
-                               declared=declared, store=store, prune="off")
+                               declared=Given(declared), store=store, prune="off")
             row.plan_s = time.perf_counter() - t0
-            with_pruning = analyze(sc.ws, cfg, base=sc.commit, declared=declared, store=store,
+            with_pruning = analyze(sc.ws, cfg, base=sc.commit, declared=Given(declared), store=store,
                                    prune="safe")
-            by_lines = analyze(sc.ws, cfg, base=sc.commit, declared=declared, store=store,
+            by_lines = analyze(sc.ws, cfg, base=sc.commit, declared=Given(declared), store=store,
                                prune="off", granularity="line")
-            lines_pruned = analyze(sc.ws, cfg, base=sc.commit, declared=declared, store=store,
+            lines_pruned = analyze(sc.ws, cfg, base=sc.commit, declared=Given(declared), store=store,
                                    prune="safe", granularity="line")
             orders = strategy_orders(analysis, store, Git(sc.ws), declared)
         plan = analysis.plan

@@ -41,10 +41,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
-from fastci.evidence import trace
-from fastci.evidence.ingest import find_traces, ingest
-from fastci.evidence.store import EvidenceStore
-from fastci.plan.build import Analysis, analyze_change
+from fastci.evidence.record import trace
+from fastci.evidence.store.ingest import find_traces, ingest
+from fastci.evidence.store.db import EvidenceStore
+from fastci.plan.planner import analyze_change
+from fastci.plan.analysis import Analysis
 from fastci.select.decisions import Decision, DecisionKind
 
 REPO = Path(__file__).resolve().parents[1]
@@ -332,7 +333,7 @@ def pytest_run_all(root: Path, paths: Sequence[str], env: Mapping[str, str],
     def run(traces: Path) -> None:
         res = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-             "-p", "fastci.integrations.pytest.plugin", "--fastci-record",
+             "-p", "fastci.pytest.plugin", "--fastci-record",
              f"--fastci-trace-dir={traces}", *extra, *paths],
             cwd=root, env=dict(env), capture_output=True, text=True, check=False)
         if res.returncode not in (0, 1):  # 1: some tests failed, which the replay expects

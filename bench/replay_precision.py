@@ -39,8 +39,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 from bench import precision_package as pkg
 from bench.replay import (Replayed, Step, _git, commit, edit, pytest_env, pytest_run_all,
                           replay_commits, scratch_work)
-from fastci.evidence.store import EvidenceStore
-from fastci.plan.build import Analysis
+from fastci.evidence.store.db import EvidenceStore
+from fastci.plan.analysis import Analysis
 from fastci.types import is_failure
 
 

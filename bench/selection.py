@@ -39,11 +39,13 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from fastci.eval.faults import Mutant, changed_units, generate, read_sources, sample_units
-from fastci.plan.build import analyze, declared_test
+from fastci.plan.planner import analyze
+from fastci.plan.inputs import declared_test
+from fastci.plan.inputs import Given
 from fastci.integrations.bazel.bep import parse_bep
 from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.errors import FastCIError
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.integrations.git.tree import plan_tree
 from fastci.plan.model import Plan, PlannedTest, dump_plan
 
@@ -165,7 +167,7 @@ def _measure(sc, name: str, kind: str, decls, declared, *, full: bool) -> Outcom
     try:
         with EvidenceStore.open(sc.store_path) as store:
             t0 = time.perf_counter()
-            analysis = analyze(sc.ws, sc.config, base=sc.commit, declared=declared, store=store)
+            analysis = analyze(sc.ws, sc.config, base=sc.commit, declared=Given(declared), store=store)
             plan_s = time.perf_counter() - t0
         planned = {t.id for t in analysis.plan.tests}
         results, note = run_all(sc, decls, full=full, tag=name)
@@ -279,7 +281,8 @@ def make_mutants(root: Path, config, *, count: int, seed: int, extra_units: int 
     extra: list[str] = []
     if extra_units and store_path is not None:
         with EvidenceStore.open(store_path) as store:
-            extra = sample_units(store.unit_checksums(), units, count=extra_units, seed=seed)
+            executed = {u for _, u, _ in store.recorded_units()}
+            extra = sample_units(executed, units, count=extra_units, seed=seed)
     echo(f"   mutating {len(units)} changed units" + (f" + {len(extra)} sampled" if extra else "")
          + f": {', '.join(u.rsplit('/', 1)[-1] for u in units + extra)}")
     return generate(read_sources(root, units + extra), units + extra, count=count, seed=seed)

@@ -43,8 +43,8 @@ def _git(root: Path, *args: str) -> str:
 
 def build(root: Path) -> dict[str, float]:
     """Create the synthetic repo and store under ``root``; return build timings."""
-    from fastci.evidence.environment import current_fingerprint
-    from fastci.evidence.store import EvidenceStore
+    from fastci.evidence.record.environment import current_fingerprint
+    from fastci.evidence.store.db import EvidenceStore
     from fastci.units.index import FileUnits, index_source
 
     t0 = time.perf_counter()
@@ -108,16 +108,18 @@ _MEASURE = r"""
 import json, resource, sys, time
 from pathlib import Path
 t0 = time.perf_counter()
-from fastci.plan.build import analyze
+from fastci.plan.planner import analyze
+from fastci.plan.inputs import Given, KnownFingerprint
 from fastci.config import Config
-from fastci.evidence.store import EvidenceStore
-from fastci.evidence.environment import current_fingerprint
+from fastci.evidence.store.db import EvidenceStore
+from fastci.evidence.record.environment import current_fingerprint
 fp = current_fingerprint()
 t_import = time.perf_counter() - t0
 repo = Path(sys.argv[1]); commit = sys.argv[2]
 t1 = time.perf_counter()
 with EvidenceStore.open(repo / ".fastci/evidence.db") as store:
-    a = analyze(repo, Config(), base=commit, declared=None, env_fingerprint=fp, store=store)
+    a = analyze(repo, Config(), base=commit, declared=Given(None), environment=KnownFingerprint(fp),
+                store=store)
     text = a.plan.to_json()
 t = time.perf_counter() - t1
 # Pruning's own cost: the same analysis with every selected test a candidate (aggressive:
@@ -129,7 +131,7 @@ with EvidenceStore.open(repo / ".fastci/evidence.db") as store:
                          "aggressive")
     prune_s = time.perf_counter() - t2
     # Each prioritization strategy's own cost on the same selection.
-    from fastci.plan.build import prioritized
+    from fastci.plan.prioritize import prioritized
     from fastci.select.priority import STRATEGIES
     order_s = {}
     for name in STRATEGIES:

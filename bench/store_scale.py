@@ -5,7 +5,7 @@ module units) and a starting store bulk-loaded with 100,000 tests, each executin
 ~500 units in a cluster of 10 files (~50 million (test, unit) pairs). Then, as a
 CI main-branch job would, one new full-suite recording is ingested on top through
 the real path: one trace file per test, as the recorder writes them, ingested as
-``fastci ingest DIR`` does (:func:`fastci.evidence.record.ingest_paths`: read, decode,
+``fastci ingest DIR`` does (:func:`fastci.evidence.fill.ingest_paths`: read, decode,
 merge into runs in worker processes, checksums from the recorded tree and its warm
 unit cache, stored in one batch); 10% of the tests executed other functions of their
 files this time, so posting lists really change. Finally 20 files are edited and
@@ -154,10 +154,10 @@ def build(root: Path, p: dict[str, Any]) -> dict[str, Any]:
     import random
 
     from bench.selection_synthetic import _source
-    from fastci.evidence.environment import current_fingerprint
-    from fastci.evidence.store import EvidenceStore
+    from fastci.evidence.record.environment import current_fingerprint
+    from fastci.evidence.store.db import EvidenceStore
 
-    from fastci.evidence.ingest import Checksums
+    from fastci.evidence.store.ingest import Checksums
     from fastci.integrations.git.repository import cache_dir
     from fastci.units.index import UnitCache
 
@@ -232,7 +232,7 @@ def recording(p: dict[str, Any], fingerprint: str, index: dict[str, list[str]],
     unit id and file digest, as the build step wrote them (``index.json``)."""
     import numpy as np
 
-    from fastci.evidence import trace
+    from fastci.evidence.record import trace
 
     digests = index["digests"]
     quals = [uid.partition("::")[2] for uid in index["units"]]
@@ -293,16 +293,16 @@ def traces_step(root: Path, p: dict[str, Any]) -> dict[str, Any]:
 
 def ingest_step(root: Path, p: dict[str, Any], jobs: int | None = None) -> dict[str, Any]:
     """Copy the starting store into the repo and ingest ``root/traces`` as ``fastci ingest
-    DIR`` does (:func:`~fastci.evidence.record.ingest_paths`: read, decode, merge into runs
+    DIR`` does (:func:`~fastci.evidence.fill.ingest_paths`: read, decode, merge into runs
     with checksums from the recorded tree and its unit cache, store in one batch).
 
     A process of its own, as ``fastci ingest`` is: the process that made the traces holds
     the unit index (505,000 names) and left 950 MB of dirty pages to write back, and
     timing the ingest there measured those too (68 s where a fresh process took 55 s).
     """
-    from fastci.evidence.ingest import worker_count
-    from fastci.evidence.record import ingest_paths
-    from fastci.evidence.store import EvidenceStore
+    from fastci.evidence.store.ingest import worker_count
+    from fastci.evidence.fill import ingest_paths
+    from fastci.evidence.store.db import EvidenceStore
 
     meta = json.loads((root / "meta.json").read_text())
     work = root / "repo" / ".fastci" / "evidence.db"

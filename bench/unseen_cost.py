@@ -28,10 +28,11 @@ from typing import Iterator
 
 from bench.microllm_suite import load_suite
 from bench.replay import EXAMPLE, REPO, pytest_run_all, scratch_example
-from fastci.evidence.ingest import find_traces, ingest
-from fastci.evidence.store import EvidenceStore
-from fastci.plan.build import analyze_change
-from fastci.select import baseline
+from fastci.evidence.store.ingest import find_traces, ingest
+from fastci.evidence.store.db import EvidenceStore
+from fastci.plan.planner import analyze_change
+from fastci.plan.inputs import Given, KnownFingerprint
+from fastci.select import change_rules
 from fastci.select.decisions import DecisionKind
 from fastci.units.index import FileUnits, UnitKind, index_source
 
@@ -41,12 +42,12 @@ CHANGES = Path(__file__).resolve().parent / "changes"
 @contextlib.contextmanager
 def net_off() -> Iterator[None]:
     """Plan without the net (for the comparison only)."""
-    saved = baseline.unseen_code_rules
-    baseline.unseen_code_rules = lambda *a, **k: None  # type: ignore[assignment]
+    saved = change_rules.unseen_code_rules
+    change_rules.unseen_code_rules = lambda *a, **k: None  # type: ignore[assignment]
     try:
         yield
     finally:
-        baseline.unseen_code_rules = saved
+        change_rules.unseen_code_rules = saved
 
 
 def gpu_seconds(store: Path) -> dict[str, float]:
@@ -108,8 +109,8 @@ def at_scale(workdir: Path, repeats: int = 3) -> None:
 
     from bench.selection_synthetic import build
     from fastci.config import Config
-    from fastci.evidence.environment import current_fingerprint
-    from fastci.plan.build import analyze
+    from fastci.evidence.record.environment import current_fingerprint
+    from fastci.plan.planner import analyze
     from fastci.select import unseen
 
     root = workdir / "synthetic"
@@ -127,8 +128,8 @@ def at_scale(workdir: Path, repeats: int = 3) -> None:
             try:
                 with EvidenceStore.open(root / "repo/.fastci/evidence.db") as s:
                     t0 = time.perf_counter()
-                    a = analyze(root / "repo", Config(), base=commit, declared=None,
-                                env_fingerprint=fp, store=s)
+                    a = analyze(root / "repo", Config(), base=commit, declared=Given(None),
+                                environment=KnownFingerprint(fp), store=s)
                     dt = time.perf_counter() - t0
             finally:
                 unseen.unseen_changes = real

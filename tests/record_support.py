@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 from fastci.config import Config
-from fastci.evidence.ingest import find_traces, ingest
-from fastci.evidence.store import EvidenceStore
-from fastci.plan.build import Analysis, analyze
+from fastci.evidence.store.ingest import find_traces, ingest
+from fastci.evidence.store.db import EvidenceStore
+from fastci.plan.planner import analyze
+from fastci.plan.analysis import Analysis
+from fastci.plan.inputs import Given, KnownFingerprint
 from selection_support import Repo, env_now
 
 
@@ -39,7 +41,7 @@ def record(root: Path, files: Mapping[str, str], *args: str,
     repo = Repo(root)
     base = repo.commit(files)
     traces = root.parent / "traces"
-    res = run_pytest(root, "-p", "fastci.integrations.pytest.plugin", "--fastci-record",
+    res = run_pytest(root, "-p", "fastci.pytest.plugin", "--fastci-record",
                      f"--fastci-trace-dir={traces}", *args)
     assert f"{passed} passed" in res.stdout, res.stdout + res.stderr
     store = EvidenceStore.open(root.parent / "e.db", create=True)
@@ -63,5 +65,5 @@ def edited(path: Path, old: str, new: str) -> Iterator[None]:
 
 def plan_now(root: Path, base: str, store: EvidenceStore) -> Analysis:
     """The plan of the working tree at ``root`` against ``base``, in this environment."""
-    return analyze(root, Config(), base=base, declared=None, env_fingerprint=env_now(),
+    return analyze(root, Config(), base=base, declared=Given(None), environment=KnownFingerprint(env_now()),
                    store=store)

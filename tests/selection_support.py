@@ -9,9 +9,10 @@ from typing import Iterable, Iterator, Mapping
 
 import pytest
 
-from fastci.plan.build import analyze
+from fastci.plan.planner import analyze
+from fastci.plan.inputs import Given, KnownFingerprint
 from fastci.config import Config
-from fastci.evidence.store import EvidenceStore, RunEvidence
+from fastci.evidence.store.db import EvidenceStore, RunEvidence
 from fastci.select import DeclaredTest, Selection
 from fastci.units.index import FileUnits, index_source
 
@@ -70,7 +71,7 @@ def model_repo(root: Path, *keep: str) -> tuple[Repo, str, dict[str, str]]:
 
 def env_now() -> str:
     """The current environment fingerprint (what the CLI compares with)."""
-    from fastci.evidence.environment import current_fingerprint
+    from fastci.evidence.record.environment import current_fingerprint
 
     return current_fingerprint()
 
@@ -132,8 +133,8 @@ class World:
 
     def plan(self, config: Config | None = None, env: str | None = None, **kw: object) -> Selection:
         declared = kw.pop("declared", self.declared)
-        a = analyze(self.root, config or Config(), base=self.base, declared=declared,  # type: ignore[arg-type]
-                    env_fingerprint=env or env_now(), store=self.store, **kw)  # type: ignore[arg-type]
+        a = analyze(self.root, config or Config(), base=self.base, declared=Given(declared),  # type: ignore[arg-type]
+                    environment=KnownFingerprint(env or env_now()), store=self.store, **kw)  # type: ignore[arg-type]
         return a.selection
 
 

@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from fastci.config import Config
-from fastci.evidence.environment import current_fingerprint
-from fastci.evidence.ingest import find_traces, ingest
-from fastci.evidence.store import EvidenceStore
-from fastci.plan.build import analyze
+from fastci.evidence.record.environment import current_fingerprint
+from fastci.evidence.store.ingest import find_traces, ingest
+from fastci.evidence.store.db import EvidenceStore
+from fastci.plan.planner import analyze
+from fastci.plan.inputs import Given, KnownFingerprint
 from fastci.types import is_tool_artifact
 from selection_support import Repo
 
@@ -65,7 +66,7 @@ def _record(repo: Repo, traces: Path) -> None:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1",
                PYTHONPATH=os.pathsep.join([str(repo.root), str(ANALYZER)]))
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p",
-                          "fastci.integrations.pytest.plugin", "--fastci-record",
+                          "fastci.pytest.plugin", "--fastci-record",
                           f"--fastci-trace-dir={traces}", "test_suite.py"],
                          cwd=repo.root, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -95,14 +96,14 @@ def test_install_artifacts_and_runner_caches_are_not_inputs(tmp_path: Path) -> N
                 ".pytest_cache/v/cache/lastfailed": '{"test_suite.py::test_data": true}\n',
                 "pkg/__pycache__/mod.cpython-311.pyc": "other bytecode",
                 "pkg/__pycache__/new.cpython-311.pyc": "new", ".coverage": "other"})
-    sel = analyze(repo.root, Config(), base=base, declared=None,
-                  env_fingerprint=current_fingerprint(), store=store).selection
+    sel = analyze(repo.root, Config(), base=base, declared=Given(None),
+                  environment=KnownFingerprint(current_fingerprint()), store=store).selection
     assert sel.mode == "selective"
     assert not sel.selected, [(d.test, [r.sentence for r in d.reasons]) for d in sel.selected]
     # A real input still counts.
     repo.write({"data.txt": "b\n"})
-    sel = analyze(repo.root, Config(), base=base, declared=None,
-                  env_fingerprint=current_fingerprint(), store=store).selection
+    sel = analyze(repo.root, Config(), base=base, declared=Given(None),
+                  environment=KnownFingerprint(current_fingerprint()), store=store).selection
     assert [d.test.rpartition("::")[2] for d in sel.selected] == ["test_data"]
     store.close()
 
@@ -118,7 +119,40 @@ def test_artifacts_recorded_by_an_older_recorder_are_not_compared(tmp_path: Path
     put(store, "t", units_of(repo.root, ["pkg/m.py"]), commit=base,
         files={"pkg.egg-info/entry_points.txt": "0" * 64})
     repo.write({"pkg.egg-info/entry_points.txt": None})
-    sel = analyze(repo.root, Config(), base=base, declared=None, env_fingerprint=env_now(),
+    sel = analyze(repo.root, Config(), base=base, declared=Given(None), environment=KnownFingerprint(env_now()),
                   store=store).selection
     assert not sel.selected
+    store.close()
+
+
+def test_a_cache_folder_of_any_name_is_not_an_input(tmp_path: Path) -> None:
+    # Issue 36: pytest's cache lives wherever ``cache_dir`` says (here ``build/pytest``,
+    # no name FastCI knows), and its collection-time read of the last-failed list was
+    # recorded as every test's input: after any local failure every test was selected.
+    # pytest tags the folder as a cache (CACHEDIR.TAG, the Cache Directory Tagging spec),
+    # as cargo, ruff and others do: such a folder is never read as input.
+    repo = Repo(tmp_path / "repo")
+    suite = ("from pathlib import Path\n\n\ndef test_reads():\n"
+             "    p = Path(__file__).parent / 'build/pytest/v/cache/lastfailed'\n"
+             "    p.read_text() if p.exists() else None\n"
+             "    assert (Path(__file__).parent / 'data.txt').read_text() == 'a\\n'\n")
+    base = repo.commit({".gitignore": ".fastci/\ntraces/\n", "data.txt": "a\n",
+                        "pytest.ini": "[pytest]\ncache_dir = build/pytest\n",
+                        "test_suite.py": suite})
+    # What an earlier local run left (pytest writes the tag and a .gitignore with it).
+    repo.write({"build/pytest/v/cache/lastfailed": '{"test_suite.py::test_x": true}\n',
+                "build/pytest/CACHEDIR.TAG": "Signature: 8a477f597d28d172789f06886806bc55\n",
+                "build/pytest/.gitignore": "*\n"})
+    _record(repo, tmp_path / "traces")
+    store = EvidenceStore.open(repo.root / ".fastci/evidence.db", create=True)
+    ingest(store, find_traces([tmp_path / "traces"]), source="pytest", commit=base,
+           root=repo.root)
+    reads = {path for path, _, _ in store.file_digests()}
+    assert "data.txt" in reads
+    assert not {p for p in reads if p.startswith("build/")}, reads
+    repo.write({"build/pytest/v/cache/lastfailed": '{"test_suite.py::test_reads": true}\n'})
+    sel = analyze(repo.root, Config(), base=base, declared=Given(None),
+                  environment=KnownFingerprint(current_fingerprint()), store=store).selection
+    assert sel.mode == "selective" and not sel.selected, \
+        [(d.test, [r.sentence for r in d.reasons]) for d in sel.selected]
     store.close()

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from fastci.evidence import trace
-from fastci.evidence.schema import SCHEMA_VERSION
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.record import trace
+from fastci.evidence.store.schema import SCHEMA_VERSION
+from fastci.evidence.store.db import EvidenceStore
 from selection_support import Repo
 from test_ingest import make, put
 

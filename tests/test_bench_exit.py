@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bench import demo, evidence, selection
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from selection_support import Repo
 
 

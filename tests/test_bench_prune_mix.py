@@ -3,6 +3,8 @@ recorded workspace): misses per failing test under the rerun rule, and the mix's
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from bench.prune_mix import MixRow, benign_edit, report, score
 
 
@@ -42,3 +44,26 @@ def test_a_benign_edit_changes_the_function_and_not_its_behaviour() -> None:
     exec(compile(out, "m.py", "exec"), ns)  # noqa: S102 - our own literal source
     assert ns["A"]().f(1) == 2  # type: ignore[operator]
     assert benign_edit(src, "A.g") is None
+
+
+def test_interleave_keeps_every_prefix_shaped_and_loses_nothing() -> None:
+    from bench.prune_mix import interleave
+
+    order = interleave(["p1", "p2", "p3", "p4", "p5"], ["f1", "f2"], 2)
+    assert order == ["p1", "p2", "f1", "p3", "p4", "f2", "p5"]
+    for cut in range(len(order) + 1):  # an interrupted run: 2 passing per other so far
+        prefix = order[:cut]
+        others = sum(x.startswith("f") for x in prefix)
+        assert len(prefix) - others >= 2 * others
+
+
+def test_rows_saved_as_measured_load_back_for_a_resumed_run(tmp_path: Path) -> None:
+    from bench.prune_mix import MixRow, load_rows, save_row
+
+    rows = [MixRow("a", "benign", ("t1", "t2"), ("t2",), (), {"t1": 1.5, "t2": 2.0}),
+            MixRow("b", "bench", ("t1",), (), ("t1",), {"t1": 3.0}, note="")]
+    path = tmp_path / "deep" / "rows.jsonl"
+    assert load_rows(path) == []
+    for r in rows:
+        save_row(path, r)
+    assert load_rows(path) == rows

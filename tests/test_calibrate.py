@@ -17,17 +17,18 @@ import pytest
 
 from fastci.changes.versions import Versions
 from fastci.cli import app
-from fastci.integrations.pytest.collect import collect
+from fastci.run.collect import collect
 from fastci.errors import StoreError
 from plan_support import tie
-from fastci.evidence.calibration import CalibrationStore, Rung, declaration_digest
+from fastci.evidence.store.calibrations import CalibrationStore, Rung, declaration_digest
 from fastci.integrations.git.repository import WORKTREE, Git
 from fastci.plan.reduce import choose
-from fastci.run.calibrate import CalibrationError, CalibrationReport, calibrate, calibrate_with
+from fastci.run.calibration_runs import CalibrationError, CalibrationReport, calibrate, calibrate_with
 from fastci.select import DecisionKind, DeclaredTest
 from fastci.select.decisions import Decision, Reason
 from calibrate_support import TRAIN_TESTS, work_source
 from selection_support import Repo
+from fastci.plan.inputs import Given, KnownFingerprint
 
 # Lines 5-6 run at every rung, lines 14-15 only when steps > 4 (calibrate_support).
 WORK = work_source(0.03)
@@ -206,16 +207,16 @@ def test_pytest_plan_reduces_from_the_calibrated_declaration(project: Project) -
     import subprocess
 
     from fastci.config import Config
-    from fastci.evidence.environment import current_fingerprint
-    from fastci.evidence.ingest import find_traces, ingest
-    from fastci.evidence.store import EvidenceStore
-    from fastci.plan.build import analyze
+    from fastci.evidence.record.environment import current_fingerprint
+    from fastci.evidence.store.ingest import find_traces, ingest
+    from fastci.evidence.store.db import EvidenceStore
+    from fastci.plan.planner import analyze
     from fastci.plan.model import dump_plan
 
     root, traces = project.root, project.root.parent / "evidence-traces"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), *sys.path]))
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "-p", "fastci.integrations.pytest.plugin", "--fastci-record",
+                          "-p", "fastci.pytest.plugin", "--fastci-record",
                           f"--fastci-trace-dir={traces}", ID], cwd=root, env=env,
                          capture_output=True, text=True, timeout=300)
     assert "1 passed" in res.stdout, res.stdout + res.stderr
@@ -229,8 +230,8 @@ def test_pytest_plan_reduces_from_the_calibrated_declaration(project: Project) -
                                ("        total = total - 1\n", "        total -= 1\n", {"steps": 5})):
             work.write_text(WORK.replace(old, new))
             with EvidenceStore.open(db) as store:
-                a = analyze(root, cfg, base=project.commit, declared=None,
-                            env_fingerprint=current_fingerprint(), store=store)
+                a = analyze(root, cfg, base=project.commit, declared=Given(None),
+                            environment=KnownFingerprint(current_fingerprint()), store=store)
             assert a.plan.mode == "selective", a.plan.reason
             (planned,) = a.plan.tests
             assert planned.id == ID and dict(planned.overrides) == want, planned.why
@@ -241,17 +242,17 @@ def test_pytest_plan_reduces_from_the_calibrated_declaration(project: Project) -
     work.write_text(WORK.replace("    base = seed * 3\n", "    base = 3 * seed\n"))
     try:
         with EvidenceStore.open(db) as store:
-            a = analyze(root, cfg, base=project.commit, declared=None,
-                        env_fingerprint=current_fingerprint(), store=store)
+            a = analyze(root, cfg, base=project.commit, declared=Given(None),
+                        environment=KnownFingerprint(current_fingerprint()), store=store)
         plan = root.parent / "plan.json"
         dump_plan(tie(a.plan, root), plan)  # tied to the tree, as `fastci plan` does
         ran = root.parent / "plan-traces"
         res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                              "-p", "fastci.integrations.pytest.plugin", f"--fastci-plan={plan}",
+                              "-p", "fastci.pytest.plugin", f"--fastci-plan={plan}",
                               "--fastci-record", f"--fastci-trace-dir={ran}", "tests"],
                              cwd=root, env=env, capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stdout + res.stderr
-        from fastci.evidence import trace
+        from fastci.evidence.record import trace
         (t,) = [m for m in (trace.decode(b.data) for b in find_traces([ran]))
                 if m.role == "main" and m.test_id == ID]
         assert json.loads(t.overrides_json) == {"steps": 2}
@@ -432,7 +433,7 @@ def test_a_hanging_rung_times_out_and_is_stored_failed(tmp_path: Path) -> None:
 
 
 def test_rung_timeouts_follow_the_full_rung_within_a_floor_and_the_cap() -> None:
-    from fastci.run.calibrate import RUNG_TIMEOUT_FLOOR_S, rung_timeout
+    from fastci.run.calibration_runs import RUNG_TIMEOUT_FLOOR_S, rung_timeout
 
     assert rung_timeout(None, 7200) == 7200  # the full rung: the cap
     assert rung_timeout(1.0, 7200) == RUNG_TIMEOUT_FLOOR_S

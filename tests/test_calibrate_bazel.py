@@ -24,19 +24,21 @@ import pytest
 
 from fastci.cli.calibrate import gpu_tests
 from fastci.config import Config
-from fastci.evidence.calibration import CalibrationStore
-from fastci.evidence.environment import current_fingerprint
-from fastci.evidence.record import record_tests
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.calibrations import CalibrationStore
+from fastci.evidence.record.environment import current_fingerprint
+from fastci.evidence.fill import record_tests
+from fastci.evidence.store.db import EvidenceStore
 from fastci.integrations.bazel import testlogs
 from fastci.integrations.bazel.plan_repo import write_plan_repo
 from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.git.tree import evidence_commit, plan_tree
-from fastci.plan.build import analyze, declared_test
+from fastci.plan.planner import analyze
+from fastci.plan.inputs import declared_test
+from fastci.plan.inputs import Given, KnownFingerprint
 from plan_support import tie
 from fastci.plan.model import dump_plan
-from fastci.run.calibrate import CalibrationError, CalibrationReport, calibrate_bazel, scrub_traces
+from fastci.run.calibration_runs import CalibrationError, CalibrationReport, calibrate_bazel, scrub_traces
 from calibrate_support import work_source
 from bazel_support import remove_tree, require_bazel
 
@@ -137,7 +139,10 @@ def test_calibration_leaves_no_plan_and_no_trace_behind(ws: Ws) -> None:
     # `fastci ingest bazel-testlogs` cannot take them for evidence.
     assert (ws.root / ".fastci" / "plan.json").read_text() == USER_PLAN
     outputs = testlogs.test_dir(ws.root / "bazel-testlogs", LABEL) / "test.outputs"
-    names = testlogs.list_outputs(ws.root / "bazel-testlogs", LABEL)
+    names = [p.name for p in outputs.rglob("*") if p.is_file()]
+    if (outputs / "outputs.zip").is_file():
+        with zipfile.ZipFile(outputs / "outputs.zip") as zf:
+            names += zf.namelist()
     assert outputs.is_dir() and not [n for n in names if n.endswith(".trace")], names
     assert "fastci_workload.json" in names  # the last rung's other outputs stay
 
@@ -166,16 +171,16 @@ def test_plan_reduces_and_bazel_runs_the_reduced_workload(ws: Ws) -> None:
                                ("        total = total - 1\n", "        total -= 1\n", {"steps": 5})):
             work.write_text(WORK.replace(old, new))
             with EvidenceStore.open(ws.root / ".fastci" / "evidence.db") as store:
-                a = analyze(ws.root, cfg, base=ws.commit, declared=decls,
-                            env_fingerprint=current_fingerprint(), store=store)
+                a = analyze(ws.root, cfg, base=ws.commit, declared=Given(decls),
+                            environment=KnownFingerprint(current_fingerprint()), store=store)
             assert a.plan.mode == "selective", a.plan.reason
             # (The fixture's other gpu_tests have no evidence: they are planned too.)
             (planned,) = [t for t in a.plan.tests if t.id == LABEL]
             assert dict(planned.overrides) == want, planned.why
         work.write_text(WORK.replace("    base = seed * 3\n", "    base = 3 * seed\n"))
         with EvidenceStore.open(ws.root / ".fastci" / "evidence.db") as store:
-            a = analyze(ws.root, cfg, base=ws.commit, declared=decls,
-                        env_fingerprint=current_fingerprint(), store=store)
+            a = analyze(ws.root, cfg, base=ws.commit, declared=Given(decls),
+                        environment=KnownFingerprint(current_fingerprint()), store=store)
         (planned,) = [t for t in a.plan.tests if t.id == LABEL]
         assert "steps 8→2" in planned.why, planned.why
         plan = ws.root / ".fastci" / "plan.json"
@@ -203,8 +208,8 @@ def test_a_declaration_changed_since_calibration_runs_full(ws: Ws) -> None:
     try:
         work.write_text(WORK.replace("    base = seed * 3\n", "    base = 3 * seed\n"))
         with EvidenceStore.open(ws.root / ".fastci" / "evidence.db") as store:
-            before = analyze(ws.root, cfg, base=ws.commit, declared=decls,
-                             env_fingerprint=current_fingerprint(), store=store)
+            before = analyze(ws.root, cfg, base=ws.commit, declared=Given(decls),
+                             environment=KnownFingerprint(current_fingerprint()), store=store)
         (planned,) = [t for t in before.plan.tests if t.id == LABEL]
         assert dict(planned.overrides) == {"steps": 2}, planned.why
         tied = dataclasses.replace(before.plan, tree=plan_tree(ws.root, None))
@@ -212,8 +217,8 @@ def test_a_declaration_changed_since_calibration_runs_full(ws: Ws) -> None:
         now = {d.id: declared_test(d) for d in list_gpu_tests(ws.bazel)}
         assert now[LABEL].floors == {"steps": 3}
         with EvidenceStore.open(ws.root / ".fastci" / "evidence.db") as store:
-            after = analyze(ws.root, cfg, base=ws.commit, declared=now,
-                            env_fingerprint=current_fingerprint(), store=store)
+            after = analyze(ws.root, cfg, base=ws.commit, declared=Given(now),
+                            environment=KnownFingerprint(current_fingerprint()), store=store)
         (planned,) = [t for t in after.plan.tests if t.id == LABEL]
         # A BUILD file is a run-everything path by default: every test at full workload.
         # (Without it, the calibration's declaration digest no longer matches: stale.)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fastci.errors import StoreError
-from fastci.evidence.calibration import CalibrationStore, Rung, declaration_digest
+from fastci.evidence.store.calibrations import CalibrationStore, Rung, declaration_digest
 from fastci.plan.workload import ladder
 from fastci.select import DeclaredTest
 

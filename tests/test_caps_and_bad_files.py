@@ -20,8 +20,9 @@ import pytest
 
 from fastci import cli
 from fastci.errors import StoreError
-from fastci.evidence import exchange, postings
-from fastci.evidence.store import EvidenceStore
+from exchange_support import import_store
+from fastci.evidence.store import exchange, postings
+from fastci.evidence.store.db import EvidenceStore
 from test_evidence_exchange import run_of
 
 
@@ -61,7 +62,7 @@ def test_run_lines_that_are_not_objects_are_one_line_errors(tmp_path: Path, body
     path = _evidence_file(tmp_path / "odd.jsonl.gz", body)
     with EvidenceStore.open(tmp_path / "s.db", create=True) as store:
         with pytest.raises(StoreError) as err:
-            exchange.import_store(store, path)
+            import_store(store, path)
         assert "\n" not in str(err.value) and "nothing imported" in str(err.value)
         assert store.test_ids() == []
 
@@ -144,8 +145,8 @@ def test_eval_from_a_deeply_nested_results_file_is_one_line(
 
 def test_a_zlib_bomb_in_a_calibration_row_leaves_the_rung_unused(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fastci.evidence import calibration
-    from fastci.evidence.calibration import CalibrationStore, Rung
+    from fastci.evidence.store import calibrations as calibration
+    from fastci.evidence.store.calibrations import CalibrationStore, Rung
 
     monkeypatch.setattr(calibration, "MAX_COVERAGE_BYTES", 1 << 20)
     path = tmp_path / "cal.db"

@@ -1,7 +1,8 @@
 """The ``fastci`` command line as a whole: entry points, ``--help``, and its shape.
 
 Each command has its own tests (``test_plan.py``, ``test_ingest.py``...); these check
-what holds for all of them: every command's ``--help`` works in a fresh process, the
+what holds for all of them: every command's ``--help`` works in a fresh process and imports
+no stage (a command imports its stage when it runs), the
 documented entry points (the console script, ``python -m fastci``, the pytest plugin
 under both names) still load, the ``on_error`` hook of :mod:`fastci.cli.app`, and that
 no command module imports another (shared pieces live in the stages).
@@ -16,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 import tomllib
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -73,6 +75,68 @@ def test_a_command_imports_only_its_own_module(tmp_path: Path) -> None:
     assert got == sorted(COMMAND_MODULES) and "invalid choice" in out
 
 
+#: What printing help may import of FastCI: the CLI's own modules and the shared leaves. A
+#: command imports its stage when it runs: ``fastci --help`` (every command's parser) took
+#: 1.3-2.1 s importing 86 modules and numpy before (issue 36).
+HELP_MAY_IMPORT = {"fastci", "fastci.errors", "fastci.types", "fastci.config", "fastci.gcpause"}
+#: Libraries no parser needs (each costs tens to hundreds of milliseconds).
+HEAVY = ("numpy", "torch", "libcst", "yaml", "coverage", "tqdm", "google", "pytest")
+
+
+def help_imports(cwd: Path, first: str = "") -> list[str]:
+    """``sys.modules`` after building the whole parser, ``fastci --help``, every ``fastci NAME
+    --help`` and the evidence actions' help, in one fresh process (``first``: Python run before)."""
+    helps = [["--help"], *([name, "--help"] for name in COMMANDS),
+             *(["evidence", action, "--help"] for action in ("show", "export", "import"))]
+    probe = textwrap.dedent(f"""
+        import contextlib, io, sys
+        {first}
+        from fastci.cli import app
+
+        app.build_parser(app._load_commands()).format_help()
+        for argv in {helps!r}:
+            with contextlib.redirect_stdout(io.StringIO()) as out:
+                try:
+                    app.main(argv)
+                except SystemExit as exc:
+                    assert exc.code == 0, (argv, exc.code)
+            assert out.getvalue().startswith("usage: fastci"), argv
+        print(" ".join(sorted(sys.modules)))
+        """)
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         cwd=cwd, env=_env(), check=False)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.split()
+
+
+def beyond_help(loaded: Sequence[str]) -> list[str]:
+    """The modules among ``loaded`` that printing help must not import."""
+    cli = {"fastci.cli", "fastci.cli.app", "fastci.cli.command", "fastci.cli.options",
+           *COMMAND_MODULES}
+    return sorted(m for m in loaded if m.split(".")[0] in HEAVY or (
+        (m == "fastci" or m.startswith("fastci.")) and m not in HELP_MAY_IMPORT | cli))
+
+
+def test_help_and_every_parser_import_no_stage(tmp_path: Path) -> None:
+    """Checked on ``sys.modules``, not by timing (``make bench`` times it: bench/cli_startup.py)."""
+    loaded = help_imports(tmp_path)
+    assert set(COMMAND_MODULES) <= set(loaded)
+    assert beyond_help(loaded) == []
+
+
+def test_the_help_import_check_sees_a_stage(tmp_path: Path) -> None:
+    """The same probe sees what an import at a command module's top level would load."""
+    assert "fastci.units.lines" in beyond_help(help_imports(tmp_path, "import fastci.units.lines"))
+    assert "yaml" in beyond_help(help_imports(tmp_path, "import yaml"))
+
+
+def test_validate_plan_help_names_the_plan_model_s_default_path() -> None:
+    from fastci.cli.validate_plan import DEFAULT_PLAN
+    from fastci.plan.model import DEFAULT_PATH
+
+    assert DEFAULT_PLAN == DEFAULT_PATH
+
+
 def eval_list(text: str) -> list[str]:
     """A printed list of module names (``['a', 'b']``), read without ``eval``."""
     return json.loads(text.replace("'", '"'))
@@ -81,7 +145,7 @@ def eval_list(text: str) -> list[str]:
 def test_evidence_show_prints_a_test_and_its_last_run(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    from fastci.evidence.store import EvidenceStore, RunEvidence
+    from fastci.evidence.store.db import EvidenceStore, RunEvidence
 
     db = tmp_path / "e.db"
     with EvidenceStore.open(db, create=True) as store:
@@ -172,7 +236,7 @@ def test_installed_fastci_script_runs(tmp_path: Path) -> None:
 def test_pytest11_entry_point_is_the_documented_plugin_module() -> None:
     (ep,) = entry_points(group="pytest11", name="fastci")
     assert ep.value == "fastci.pytest_plugin"
-    plugin = importlib.import_module("fastci.integrations.pytest.plugin")
+    plugin = importlib.import_module("fastci.pytest.plugin")
     assert ep.load() is plugin
     import fastci.pytest_plugin as shim  # the documented path is the same module object
 
@@ -189,7 +253,7 @@ def _plugin_registrations(tmp_path: Path, *p_args: str) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("p_args", [(), ("-p", "fastci.pytest_plugin"),
-                                    ("-p", "fastci.integrations.pytest.plugin")])
+                                    ("-p", "fastci.pytest.plugin")])
 def test_pytest_plugin_loads_once_under_any_name(p_args: tuple[str, ...], tmp_path: Path) -> None:
     """The entry point plus ``-p`` (either name) registers the plugin once, not twice."""
     help_out = _run(["-m", "pytest", *p_args, "-p", "no:cacheprovider", "--help"], tmp_path)
@@ -298,7 +362,7 @@ def test_the_import_scan_finds_an_import_of_a_command() -> None:
                 "from . import plan\n", "from .plan import x\n", "import fastci.cli.plan\n",
                 "def f():\n    from fastci.cli.plan import x\n"):
         assert command_imports(src, "fastci.cli.explain", cmds) == {"fastci.cli.plan"}, src
-    assert command_imports("from fastci.cli.options import x\nfrom fastci.plan.build import y\n",
+    assert command_imports("from fastci.cli.options import x\nfrom fastci.plan.planner import y\n",
                            "fastci.cli.explain", cmds) == set()
     assert command_imports("from fastci.cli.plan import x\n", "fastci.cli.plan", cmds) == set()
 

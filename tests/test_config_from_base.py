@@ -14,9 +14,11 @@ from typing import Any, Iterator, Mapping
 import pytest
 
 from fastci import config
-from fastci.plan.build import Analysis, analyze
+from fastci.plan.planner import analyze
+from fastci.plan.analysis import Analysis
+from fastci.plan.inputs import Declarations, Given, KnownFingerprint, Query
 from fastci.config import Config
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.select import DeclaredTest, DecisionKind
 from selection_support import DATA, MODEL, OTHER, Repo, env_now, ingest, units_of
 
@@ -51,10 +53,11 @@ class Suite:
                    commit=self.base, files={"data/cfg.json": "d1"} if mod == "data" else None)
         self.declared = {t: DeclaredTest(t, 1, {}, ()) for t in TESTS}
 
-    def plan(self, cfg: Config, *, head: str | None = None, declared: Any = None) -> Analysis:
+    def plan(self, cfg: Config, *, head: str | None = None,
+             declared: Declarations | None = None) -> Analysis:
         kw = {"head": head} if head else {}
-        return analyze(self.root, cfg, base=self.base, declared=declared or self.declared,
-                       env_fingerprint=env_now(), store=self.store, **kw)
+        return analyze(self.root, cfg, base=self.base, declared=declared or Given(self.declared),
+                       environment=KnownFingerprint(env_now()), store=self.store, **kw)
 
     def load(self, env: Mapping[str, str] | None = None) -> Config:
         """The configuration as ``fastci plan`` loads it: from the working tree."""
@@ -191,8 +194,8 @@ def test_targets_come_from_base_unless_the_environment_sets_them(suite: Suite) -
         return suite.declared
 
     suite.repo.write({"fastci.yaml": BASE_CONFIG + "targets: //narrow/...\n"})
-    suite.plan(suite.load(), declared=declared)
-    suite.plan(suite.load({"FASTCI_TARGETS": "//from/env/..."}), declared=declared)
+    suite.plan(suite.load(), declared=Query(declared))
+    suite.plan(suite.load({"FASTCI_TARGETS": "//from/env/..."}), declared=Query(declared))
     assert seen == ["//...", "//from/env/..."]
 
 
@@ -206,8 +209,8 @@ def test_the_bazel_program_comes_from_base_a_change_cannot_choose_it(suite: Suit
         return suite.declared
 
     suite.repo.write({"fastci.yaml": BASE_CONFIG + "bazel: ./evil.sh\n"})
-    a = suite.plan(suite.load(), declared=declared)
-    suite.plan(suite.load({"FASTCI_BAZEL": "/ci/bazel"}), declared=declared)
+    a = suite.plan(suite.load(), declared=Query(declared))
+    suite.plan(suite.load({"FASTCI_BAZEL": "/ci/bazel"}), declared=Query(declared))
     assert seen == ["bazel", "/ci/bazel"]
     assert a.selection.widen  # the rules changed: everything runs, with the base's bazel
 

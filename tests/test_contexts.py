@@ -13,10 +13,10 @@ from typing import Callable, Iterator
 import pytest
 import torch
 
-from fastci.evidence import contexts
-from fastci.evidence.contexts import ContextProfiler, abstract, annotate
-from fastci.evidence.covplugin import make_coverage
-from fastci.evidence.files import PathMapper
+from fastci.evidence.record import contexts
+from fastci.evidence.record.contexts import ContextProfiler, abstract, annotate
+from fastci.evidence.record.covplugin import make_coverage
+from fastci.evidence.record.files import PathMapper
 
 SOURCE = '''
 import dataclasses
@@ -200,7 +200,7 @@ def test_subclassed_scalars_and_dataclass_classes_keep_their_tokens(mod: ModuleT
 
 def test_the_plugin_calls_the_active_profiler_directly(mod: ModuleType, tmp_path: Path) -> None:
     """``activate`` puts the profiler's bound method on the tracers; ``stop`` takes it off."""
-    from fastci.evidence import covplugin
+    from fastci.evidence.record import covplugin
 
     prof = ContextProfiler(PathMapper(tmp_path, extra_roots=[]))
     prof.start()
@@ -252,7 +252,7 @@ def test_rank_label_is_asked_again_for_a_new_default_group() -> None:
 
 def test_coverage_skips_only_files_it_would_never_trace(tmp_path: Path) -> None:
     """The per-folder pre-filter answers "not traced" only where coverage.py would."""
-    from fastci.evidence import covplugin
+    from fastci.evidence.record import covplugin
 
     repo, outside = tmp_path / "repo", tmp_path / "elsewhere"
     (repo / ".venv" / "lib").mkdir(parents=True)

@@ -205,7 +205,7 @@ def test_the_selector_sees_the_whole_declaration() -> None:
     """Issue 13 item 0: floors, frozen, scope, constraints, check and reference reach the
     planner (``DeclaredTest``), and it is a valid ``ReductionDecl``."""
     from fastci.integrations.bazel.query import TestDecl
-    from fastci.plan.build import declared_test
+    from fastci.plan.inputs import declared_test
     from fastci.plan.workload import reducible_dims, resolve_reduction
 
     d = TestDecl(id="//p:t", gpus=2, workload={"train_iters": 8, "tp": 2},

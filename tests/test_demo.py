@@ -42,7 +42,7 @@ def test_sample_change_falls_back_to_a_function_edit(tmp_path: Path) -> None:
 
 
 def test_cached_evidence_is_restamped_to_the_new_snapshot(tmp_path: Path) -> None:
-    from fastci.evidence.store import EvidenceStore
+    from fastci.evidence.store.db import EvidenceStore
     from selection_support import ingest
 
     path = tmp_path / "e.db"

@@ -17,11 +17,12 @@ from typing import Any, Sequence
 import pytest
 
 from fastci import cli
-from fastci.plan.build import analyze
+from fastci.plan.planner import analyze
+from fastci.plan.inputs import Given, KnownFingerprint
 from fastci.integrations.bazel.runner import BazelResult
-from fastci.evidence.record import record
+from fastci.evidence.fill import record
 from fastci.config import Config
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.select import DecisionKind
 from fastci.integrations.git.tree import worktree_tree
 from selection_support import MODEL, OTHER, Repo
@@ -30,7 +31,7 @@ RUNNER = """\
 import sys
 from pathlib import Path
 sys.path.insert(0, str(Path.cwd()))
-from fastci.evidence.recorder import Recorder
+from fastci.evidence.record.recorder import Recorder
 rec = Recorder(sys.argv[2], Path(sys.argv[1]), repo_root=Path.cwd(), workload={}, gpus=1)
 rec.start()
 import pkg.model
@@ -60,7 +61,7 @@ def run_test(repo: Repo, out: Path, test: str = "//t:a") -> None:
 def plan_on_clean_head(repo: Repo, store: EvidenceStore) -> dict[str, set[DecisionKind]]:
     """Test -> reason kinds of a plan for the clean ``HEAD`` (the recorded environment)."""
     fp = store.latest_runs()["//t:a"].env_fingerprint
-    a = analyze(repo.root, Config(), base="HEAD", declared=None, env_fingerprint=fp, store=store)
+    a = analyze(repo.root, Config(), base="HEAD", declared=Given(None), environment=KnownFingerprint(fp), store=store)
     return {d.test: {r.kind for r in d.reasons} for d in a.selection.decisions}
 
 
@@ -85,7 +86,7 @@ def test_ingest_from_a_dirty_tree_is_stamped_dirty_and_compared(
     assert DecisionKind.CHANGED_UNIT in kinds["//t:a"], kinds
     with EvidenceStore.open(db) as store:
         fp = store.latest_runs()["//t:a"].env_fingerprint
-        notes = analyze(repo.root, Config(), base="HEAD", declared=None, env_fingerprint=fp,
+        notes = analyze(repo.root, Config(), base="HEAD", declared=Given(None), environment=KnownFingerprint(fp),
                         store=store).selection.notes
     assert any(n.startswith("some evidence was recorded from a modified tree (dirty:")
                for n in notes), notes

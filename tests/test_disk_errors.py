@@ -16,7 +16,7 @@ from typing import Iterator
 import pytest
 
 from fastci.errors import StoreError
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.plan.model import Plan, dump_plan, load_plan
 from test_evidence_exchange import run_of
 

@@ -1,4 +1,4 @@
-"""Third-party distributions a process imported (fastci.evidence.distributions)."""
+"""Third-party distributions a process imported (fastci.evidence.record.distributions)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,17 @@ from typing import Any, Iterator
 
 import pytest
 
-from fastci.evidence import distributions, trace
+from fastci.evidence.record import distributions, trace
 
 
 @pytest.fixture(autouse=True)
 def fresh_cache() -> Iterator[None]:
-    distributions.clear_cache()
+    caches = (distributions._ROOTS, distributions._HEADS, distributions._RUNNING)
+    for cache in caches:  # every index and answer forgotten, before and after
+        cache.clear()
     yield
-    distributions.clear_cache()
+    for cache in caches:
+        cache.clear()
 
 
 def module(name: str, file: str | None, *, package: bool = False) -> types.ModuleType:
@@ -101,7 +104,7 @@ def test_canonical_names() -> None:
 DRIVER = '''
 import sys
 from pathlib import Path
-from fastci.evidence.recorder import Recorder
+from fastci.evidence.record.recorder import Recorder
 
 rec = Recorder("//t:d_test", Path(sys.argv[1]), repo_root=Path(__file__).parent,
                workload={}, gpus=0)
@@ -145,7 +148,7 @@ def test_running_answer_for_sys_modules_equals_a_full_pass() -> None:
     # module is forgotten.
     code = textwrap.dedent('''
         import sys
-        from fastci.evidence import distributions as d
+        from fastci.evidence.record import distributions as d
         seen = []
         for name in ("json", "pluggy", "iniconfig", "mpmath", "google.protobuf"):
             __import__(name)

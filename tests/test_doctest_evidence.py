@@ -16,7 +16,7 @@ from typing import Iterator
 import pytest
 
 from fastci.changes.semantic_diff import ChangeKind
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.units.index import index_source
 
 MATHX = textwrap.dedent('''\

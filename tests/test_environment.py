@@ -15,11 +15,13 @@ from typing import Iterator
 
 import pytest
 
-from fastci.plan.build import analyze, runner_python
+from fastci.plan.planner import analyze
+from fastci.plan.inputs import runner_python
+from fastci.plan.inputs import Given
 from fastci.config import Config
 from fastci.errors import FastCIError
-from fastci.evidence import environment
-from fastci.evidence.environment import fingerprint_of_interpreter
+from fastci.evidence.record import environment
+from fastci.evidence.record.environment import environment_of_interpreter
 from fastci.select import DecisionKind
 from selection_support import World, ingest, units_of
 
@@ -76,7 +78,7 @@ def test_the_driver_version_changes_the_fingerprint(tmp_path: Path,
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
         assert fingerprint_of_interpreter(sys.executable) == prints[driver]
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-        shown = subprocess.run([sys.executable, "-m", "fastci.evidence.environment", "--json"],
+        shown = subprocess.run([sys.executable, "-m", "fastci.evidence.record.environment", "--json"],
                                capture_output=True, text=True, check=True).stdout
         assert f'"driver": "{driver}"' in shown and '"gpu_model": "Fake GPU 80GB"' in shown
     monkeypatch.setenv("PATH", path)
@@ -88,13 +90,21 @@ def test_the_same_interpreter_computes_the_same_fingerprint_in_and_out_of_proces
 
 
 def test_an_interpreter_that_cannot_run_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(FastCIError, match="cannot run the test runner's interpreter"):
+    with pytest.raises(FastCIError, match="cannot read the environment of"):
         fingerprint_of_interpreter(str(tmp_path / "no-python"))
     broken = tmp_path / "python"
     broken.write_text("#!/bin/sh\necho not a fingerprint\n")
     broken.chmod(0o755)
-    with pytest.raises(FastCIError, match="could not compute its environment fingerprint"):
+    with pytest.raises(FastCIError, match="cannot read the environment of .*python"):
         fingerprint_of_interpreter(str(broken))
+    broken.write_text('#!/bin/sh\necho \'{"fingerprint": "no"}\'\n')
+    with pytest.raises(FastCIError, match="could not describe its environment"):
+        fingerprint_of_interpreter(str(broken))
+
+
+def fingerprint_of_interpreter(python: str) -> str:
+    """The fingerprint the planner takes of a test runner's interpreter."""
+    return environment_of_interpreter(python)["fingerprint"]
 
 
 @pytest.fixture(scope="module")
@@ -123,11 +133,11 @@ def runner_world(tmp_path: Path, other_venv: str) -> Iterator[World]:
 
 def test_the_plan_compares_the_runners_fingerprint(runner_world: World, other_venv: str) -> None:
     w = runner_world
-    a = analyze(w.root, Config(runner_python=other_venv), base=w.base, declared=w.declared,
+    a = analyze(w.root, Config(runner_python=other_venv), base=w.base, declared=Given(w.declared),
                 store=w.store)
     assert a.plan.mode == "selective" and a.plan.tests == (), a.plan.reason
     # The planner's own interpreter is not where these tests ran: every test re-runs.
-    a = analyze(w.root, Config(runner_python=sys.executable), base=w.base, declared=w.declared,
+    a = analyze(w.root, Config(runner_python=sys.executable), base=w.base, declared=Given(w.declared),
                 store=w.store)
     assert len(a.plan.tests) == 3
     assert all(DecisionKind.ENVIRONMENT_CHANGED in {r.kind for r in d.reasons}
@@ -138,7 +148,7 @@ def test_an_unknown_runner_environment_reruns_every_test(runner_world: World,
                                                          tmp_path: Path) -> None:
     w = runner_world
     a = analyze(w.root, Config(runner_python=str(tmp_path / "gone/bin/python")), base=w.base,
-                declared=w.declared, store=w.store)
+                declared=Given(w.declared), store=w.store)
     assert len(a.plan.tests) == 3 and all("now unknown" in t.why for t in a.plan.tests)
 
 

@@ -90,7 +90,7 @@ def test_the_executor_hands_the_planner_what_bazel_query_declares(
     change, not two): it must be exactly what the planner's own query declares."""
     from fastci.config import load
     from fastci.eval.execute import BazelExecutor
-    from fastci.plan.build import bazel_declared
+    from fastci.plan.inputs import bazel_declared
 
     ws = evaluated[0]
     config = load(ws)

@@ -234,3 +234,58 @@ def test_render_check_reports_a_plot_that_drew_nothing(tmp_path: Path) -> None:
     page.write_text(html_report(RESULTS).replace('id="apfd-mark-', 'id="gone-'), encoding="utf-8")
     check = _render_check(page)
     assert check["bad"] == ["apfd"] and check["ok"] == [p for p in PLOTS if p != "apfd"]
+
+
+# --- Whole-number ticks, and nothing raw on the page (issue 36) --------------------------------
+
+
+def _tick_labels(svg: str, plot: str, axis: str) -> list[str]:
+    """The tick labels of one axis (``x`` or ``y``) of a plot's SVG, in order."""
+    return re.findall(rf'id="{plot}-{axis}tick_\d+">.*?<text\b[^>]*>([^<]*)</text>', svg, re.S)
+
+
+def test_change_ticks_are_whole_changes_at_most_twenty() -> None:
+    from fastci.eval.plots import change_ticks
+
+    assert change_ticks(1) == [1] and change_ticks(2) == [1, 2]
+    assert change_ticks(20) == list(range(1, 21))
+    assert change_ticks(21) == list(range(1, 22, 2))
+    for n in range(1, 200):
+        ticks = change_ticks(n)
+        assert ticks[0] == 1 and ticks[-1] <= n and len(ticks) <= 20, n
+
+
+@pytest.mark.parametrize("results", [[COMMIT], [COMMIT, FAULT], RESULTS, synthetic_results(50)],
+                         ids=["one", "two", "fixture", "synthetic-50"])
+def test_per_change_and_count_axes_have_whole_number_ticks(results: list[ChangeResult]) -> None:
+    from fastci.eval.plots import change_ticks
+
+    plots = {p.name: p.svg for p in draw_plots(results)}
+    n = sum(1 for r in results if not r.note)
+    for name in ("gpu_seconds", "eval_time"):  # x: the change's number in the table
+        assert _tick_labels(plots[name], name, "x") == [str(t) for t in change_ticks(n)], name
+    counts = _tick_labels(plots["detection"], "detection", "y")  # y: changes
+    assert counts and all(re.fullmatch(r"\d+", c) for c in counts), counts
+    # The parser reads real labels: a continuous axis keeps its fractions.
+    assert any("." in c for c in _tick_labels(plots["cost_safety"], "cost_safety", "x"))
+
+
+def test_the_page_shows_no_raw_json_but_keeps_the_render_check(tmp_path: Path) -> None:
+    from bench.eval_report import dump_dom, pre_text
+
+    _, page = write_reports(RESULTS, tmp_path)
+    # What a reader sees: the body's rendered text (hidden elements have none), read after
+    # the render check ran.
+    seen = ('<script>addEventListener("load", () => { const p = document.createElement("pre");'
+            ' p.id = "seen"; p.textContent = JSON.stringify(document.body.innerText);'
+            ' document.body.append(p); });</script></body>')
+    page.write_text(page.read_text(encoding="utf-8").replace("</body>", seen), encoding="utf-8")
+    try:
+        proc = dump_dom(page)
+    except ChromiumMissing as exc:
+        pytest.fail(f"{exc} (the browser test needs it; it is not skipped)")
+    text = json.loads(pre_text(proc.stdout, "seen"))
+    assert "Headline" in text and "Misses" in text and "not reached | skipped" in text
+    assert '"plots"' not in text and "{" not in text, text[-300:]
+    check = json.loads(pre_text(proc.stdout))
+    assert check["plots"] == len(PLOTS) and check["bad"] == []

@@ -15,8 +15,8 @@ import pytest
 
 from fastci import cli
 from fastci.integrations.bazel.runner import Bazel
-from fastci.evidence.record import record
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.fill import record
+from fastci.evidence.store.db import EvidenceStore
 from fastci.units.index import FileUnits, index_source
 from bazel_support import remove_tree, require_bazel
 
@@ -71,7 +71,8 @@ def test_units_contexts_files_and_children(recorded: tuple[Path, Path, str]) -> 
         # Checksums were computed at ingest from the (unchanged) recorded sources.
         model = index_source("lib/model.py", (REPO / "tests/evidence_fixture/lib/model.py").read_bytes())
         assert isinstance(model, FileUnits)
-        assert store.unit_checksums()["lib/model.py::step"] == model.by_qualname()["step"].checksum
+        held = {u: c for _, u, c in store.recorded_units(tests=["//suite:train_test"])}
+        assert held["lib/model.py::step"] == model.by_qualname()["step"].checksum
         runs = store.latest_runs()
         train = runs["//suite:train_test"]
         assert (train.outcome, train.complete, dict(train.workload)) == (

@@ -21,8 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fastci.errors import StoreError
-from fastci.evidence.exchange import export_store, import_store, read_manifest
-from fastci.evidence.store import EvidenceStore, RunEvidence
+from exchange_support import import_store
+from fastci.evidence.store.exchange import export_store, load_export
+from fastci.evidence.store.db import EvidenceStore, RunEvidence
+from fastci.plan.inputs import Given, KnownFingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ["//t:a", "//t:b", "//t:c"]
@@ -133,7 +135,7 @@ def test_a_bad_file_is_one_error_and_changes_nothing(tmp_path: Path) -> None:
             assert "\n" not in str(err.value)
         assert _export_bytes(b, tmp_path / "after.jsonl.gz") == before
     with pytest.raises(StoreError, match="does not match its digest"):
-        read_manifest(tmp_path / "edited.jsonl.gz")
+        load_export(tmp_path / "edited.jsonl.gz")
 
 
 def test_the_cli_exports_and_imports(tmp_path: Path) -> None:
@@ -165,7 +167,7 @@ def test_a_pr_job_with_an_older_store_still_plans_safely(tmp_path: Path) -> None
     imports the C0 store and plans its own (empty) change: //t:b, whose evidence predates
     the edit of g, runs; //t:a (only f) does not."""
     from fastci.config import Config
-    from fastci.plan.build import analyze
+    from fastci.plan.planner import analyze
     from selection_support import MODEL, Repo, env_now, units_of
 
     repo = Repo(tmp_path / "repo")
@@ -184,7 +186,8 @@ def test_a_pr_job_with_an_older_store_still_plans_safely(tmp_path: Path) -> None
     c1 = repo.commit({"pkg/model.py": MODEL.replace("return x + HIDDEN", "return x - HIDDEN")})
     with EvidenceStore.open(tmp_path / "pr.db", create=True) as pr:
         assert import_store(pr, tmp_path / "main.jsonl.gz")[0].commit == c0
-        a = analyze(repo.root, Config(), base=c1, declared=None, env_fingerprint=env_now(),
+        a = analyze(repo.root, Config(), base=c1, declared=Given(None),
+                    environment=KnownFingerprint(env_now()),
                     store=pr, reduce=False)
     planned = {t.id for t in a.plan.tests}
     assert planned == {"//t:b"}, [(d.test, d.why) for d in a.selection.decisions]

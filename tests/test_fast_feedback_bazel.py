@@ -13,7 +13,7 @@ from typing import Iterator
 
 import pytest
 
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.plan.model import Plan, PlannedTest, SkippedTest, dump_plan
 from fastci.run.runner import RunReport, execute
 from plan_support import tie

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fastci import cli
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from plan_support import tie
 from fastci.plan.model import Plan, PlannedTest, dump_plan
 from test_pytest_ids import _commit, _project

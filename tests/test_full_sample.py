@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fastci import cli
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.plan.model import Plan, PlannedTest
 from fastci.plan.reduce import escapes, learned_floors
 from fastci.run.sample import draw, sample

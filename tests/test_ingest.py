@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fastci import cli
-from fastci.evidence import trace, trace_pb2
-from fastci.evidence.ingest import (TraceUnits, find_traces, index_segments, ingest,
-                                   label_from_testlogs, merge_run)
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.record import trace, trace_pb2
+from fastci.evidence.store.ingest import (TraceUnits, find_traces, index_segments, ingest,
+                                          label_from_testlogs, merge_run)
+from fastci.evidence.store.db import EvidenceStore
 
 
 @pytest.fixture(autouse=True, params=["columns", "messages"])
@@ -193,7 +193,7 @@ def test_a_trace_found_corrupt_when_its_run_is_merged_is_reported_like_any(
     """A trace whose header reads but whose body does not (units that do not add up) is
     found when its run is merged, here or in a worker: reported, its test's run
     incomplete, its file kept; the run's other traces are merged."""
-    from fastci.evidence import ingest as ingest_mod
+    from fastci.evidence.store import ingest as ingest_mod
 
     monkeypatch.setattr(ingest_mod, "PARALLEL_FROM", 0)
     put(tmp_path, make("t::ok", "r1", 1.0, {"m.py::f": ["a"]}))
@@ -268,7 +268,7 @@ def test_ingest_into_a_store_locked_by_another_writer_is_one_line_naming_the_hol
     import subprocess
     import sys
 
-    from fastci.evidence import store as store_mod
+    from fastci.evidence.store import db as store_mod
 
     traces = tmp_path / "traces"
     put(traces, make("t::a", "r1", 1.0, {"m.py::f": []}))
@@ -379,7 +379,7 @@ def test_runs_merged_in_worker_processes_make_the_same_store(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``fastci ingest --jobs 2``: forked workers merge the runs (each into its own table,
     mirrored here) and the store holds exactly what merging them here gives."""
-    from fastci.evidence import ingest as ingest_mod
+    from fastci.evidence.store import ingest as ingest_mod
 
     monkeypatch.setattr(ingest_mod, "PARALLEL_FROM", 0)
     monkeypatch.setattr(ingest_mod, "TASK_RUNS", 3)  # many tasks, tables grow across them
@@ -410,7 +410,7 @@ def test_runs_merged_in_worker_processes_make_the_same_store(
 
 
 def test_few_runs_or_one_cpu_merge_here() -> None:
-    from fastci.evidence.ingest import PARALLEL_FROM, worker_count
+    from fastci.evidence.store.ingest import PARALLEL_FROM, worker_count
 
     assert worker_count(8, PARALLEL_FROM - 1) == 0
     assert worker_count(1, 10 * PARALLEL_FROM) == 0
@@ -418,7 +418,7 @@ def test_few_runs_or_one_cpu_merge_here() -> None:
 
 
 def test_a_mirror_table_holds_the_rows_it_is_sent_and_makes_none() -> None:
-    from fastci.evidence.columns import MirrorTable, UnitTable
+    from fastci.evidence.store.columns import MirrorTable, UnitTable
 
     worker, mirror = UnitTable(), MirrorTable()
     rows = [worker.row("m.py::f", "c"), worker.row("m.py::g", ""), worker.row("m.py::f", "c")]
@@ -439,7 +439,7 @@ def test_bazel_verdict_keeps_the_word_pytest_gave_inside_a_passing_target(
         inside: str, bazel: str, stored: str) -> None:
     """Issue 38 item 6, the Bazel path: a target whose pytest reported an expected failure
     passes in Bazel's build events; its run is stored as ``xfailed``, not ``passed``."""
-    from fastci.evidence.ingest import TestResult
+    from fastci.evidence.store.ingest import TestResult
 
     t = make("//pkg:x_test", "r1", 1.0, {"pkg/x.py::f": []}, outcome=inside)
     run = merge_run([trace.decode(trace.encode(t))], source="bazel", commit=None,

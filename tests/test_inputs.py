@@ -1,5 +1,5 @@
 """Declared inputs (``inputs:`` in fastci.yaml): files native code reads, hashed at record
-time into the evidence and compared at plan time (fastci.evidence.inputs,
+time into the evidence and compared at plan time (fastci.evidence.record.inputs,
 fastci.select.inputs).
 
 End to end with the real recorder (pytest plugin) and planner: a test reads a git-ignored
@@ -21,10 +21,12 @@ import pytest
 
 from fastci import config
 from fastci.errors import ConfigError
-from fastci.evidence import inputs
-from fastci.evidence.ingest import find_traces, ingest
-from fastci.evidence.store import EvidenceStore
-from fastci.plan.build import Analysis, analyze
+from fastci.evidence.record import inputs
+from fastci.evidence.store.ingest import find_traces, ingest
+from fastci.evidence.store.db import EvidenceStore
+from fastci.plan.planner import analyze
+from fastci.plan.analysis import Analysis
+from fastci.plan.inputs import Given, KnownFingerprint
 from fastci.select import DecisionKind
 from selection_support import Repo, env_now
 
@@ -82,7 +84,7 @@ class Project:
                    SNAPSHOT_DIR=str(self.snap))
         env.pop("FASTCI_CONFIG", None)
         res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                              "-p", "fastci.integrations.pytest.plugin", "--fastci-record",
+                              "-p", "fastci.pytest.plugin", "--fastci-record",
                               f"--fastci-trace-dir={traces}", "test_tok.py"],
                              cwd=self.root, env=env, capture_output=True, text=True, timeout=300)
         assert "2 passed" in res.stdout, res.stdout + res.stderr
@@ -92,8 +94,8 @@ class Project:
 
     def plan(self) -> Analysis:
         cfg = config.load(self.root, env={})
-        return analyze(self.root, cfg, base=self.base, declared=None,
-                       env_fingerprint=env_now(), store=self.store)
+        return analyze(self.root, cfg, base=self.base, declared=Given(None),
+                       environment=KnownFingerprint(env_now()), store=self.store)
 
     def chosen(self) -> dict[str, set[DecisionKind]]:
         a = self.plan()
@@ -193,3 +195,24 @@ def test_globs_for_joins_every_matching_declaration_in_order() -> None:
     decl = (("*", ("a",)), ("tests/*", ("b", "a")), ("other::*", ("c",)))
     assert inputs.globs_for("tests/test_tok.py::t", decl) == ("a", "b")
     assert inputs.globs_for("other::t", decl) == ("a", "c")
+
+
+def test_a_glob_never_matches_the_caches_a_test_run_writes(tmp_path: Path) -> None:
+    # Issue 36: a declared glob over a folder (``tests/**``, ``**/*``) also matched what
+    # the last run left there: pytest's last-failed list, bytecode, coverage data. Each run
+    # changed them, so after any local failure (or a child compiling a module) every
+    # declaring test was selected again.
+    for rel in ("tests/data/x.json", "tests/__pycache__/t.cpython-311.pyc",
+                ".pytest_cache/v/cache/lastfailed", "tests/.pytest_cache/v/cache/nodeids",
+                ".hypothesis/examples/a/b", ".coverage", "tests/.coverage.host.12",
+                "tests/m.pyc", "pkg.egg-info/PKG-INFO", "tests/cache/x.json"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(rel)
+    # pytest's cache_dir under another name: tagged as a cache (CACHEDIR.TAG).
+    (tmp_path / "tests/cache/CACHEDIR.TAG").write_text(
+        "Signature: 8a477f597d28d172789f06886806bc55\n")
+    assert inputs.expand("tests/**", tmp_path).files == ("tests/data/x.json",)
+    assert inputs.expand("**", tmp_path).files == ("tests/data/x.json",)
+    assert inputs.expand(f"{tmp_path}/**", tmp_path).files == (f"{tmp_path}/tests/data/x.json",)
+    # A file named in full is what the config asks for, cache or not.
+    assert inputs.expand("tests/m.pyc", tmp_path).files == ("tests/m.pyc",)

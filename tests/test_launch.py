@@ -192,9 +192,9 @@ def _record_env(tmp_path: Path) -> dict[str, str]:
 
 
 def test_recording_wraps_the_run_in_the_recorder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    module = types.ModuleType("fastci.evidence.recorder")
+    module = types.ModuleType("fastci.evidence.record.recorder")
     module.Recorder = _FakeRecorder  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "fastci.evidence.recorder", module)
+    monkeypatch.setitem(sys.modules, "fastci.evidence.record.recorder", module)
     monkeypatch.chdir(tmp_path)
     _FakeRecorder.calls = []
     assert launch.launch([], _record_env(tmp_path)) == 1
@@ -206,9 +206,9 @@ def test_recording_wraps_the_run_in_the_recorder(tmp_path: Path, monkeypatch: py
 
 
 def test_recording_without_recorder_module_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "fastci.evidence.recorder", None)  # import fails
+    monkeypatch.setitem(sys.modules, "fastci.evidence.record.recorder", None)  # import fails
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(launch.LaunchError, match="FASTCI_RECORD=1 but fastci.evidence.recorder cannot be imported"):
+    with pytest.raises(launch.LaunchError, match="FASTCI_RECORD=1 but fastci.evidence.record.recorder cannot be imported"):
         launch.launch([], _record_env(tmp_path))
 
 

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fastci.select.lines import reach_lines
+from fastci.plan.inputs import Given, KnownFingerprint
 
 # --------------------------------------------------------------------------- reach_lines
 
@@ -355,11 +356,11 @@ def test_the_plan_skips_a_test_that_ran_no_changed_line(tmp_path: Path) -> None:
     reason; //t:big runs. Unit granularity, a stale calibration, a checksum that differs
     from the test's evidence, or an edit it runs keep it."""
     from fastci.config import Config
-    from fastci.evidence.calibration import CalibrationStore, Rung, declaration_digest
-    from fastci.evidence.store import EvidenceStore
-    from fastci.plan.build import analyze
+    from fastci.evidence.store.calibrations import CalibrationStore, Rung, declaration_digest
+    from fastci.evidence.store.db import EvidenceStore
+    from fastci.plan.planner import analyze
     from fastci.select import DeclaredTest
-    from fastci.evidence.store import RunEvidence
+    from fastci.evidence.store.db import RunEvidence
     from selection_support import Repo, env_now, units_of
 
     repo = Repo(tmp_path / "repo")
@@ -395,8 +396,8 @@ def test_the_plan_skips_a_test_that_ran_no_changed_line(tmp_path: Path) -> None:
     def plan(edit_line: int, text: str, granularity: str = "line",
              declared: dict[str, Any] | None = None) -> dict[str, Any]:
         repo.write({"pkg/m.py": _edit(M, edit_line, text)})
-        a = analyze(repo.root, Config(), base=base, declared=declared or decls,
-                    env_fingerprint=env_now(), store=store, reduce=False,
+        a = analyze(repo.root, Config(), base=base, declared=Given(declared or decls),
+                    environment=KnownFingerprint(env_now()), store=store, reduce=False,
                     granularity=granularity)
         out = {t.id: "run" for t in a.plan.tests}
         out.update({s.id: s.why for s in a.plan.skipped})
@@ -407,7 +408,7 @@ def test_the_plan_skips_a_test_that_ran_no_changed_line(tmp_path: Path) -> None:
     # `fastci explain` shows it: skipped, the line rule first, then why it was affected.
     from fastci.select.explain import explain
 
-    a = analyze(repo.root, Config(), base=base, declared=decls, env_fingerprint=env_now(),
+    a = analyze(repo.root, Config(), base=base, declared=Given(decls), environment=KnownFingerprint(env_now()),
                 store=store, reduce=False, granularity="line")
     shown = explain(a.selection, "//t:small", store)
     assert shown[0] == "//t:small: SKIPPED"
@@ -441,9 +442,9 @@ def test_line_evidence_older_than_a_changed_caller_is_not_used(tmp_path: Path) -
     the calibration's commit, but main changed the caller since (it now takes the branch),
     so the old lines say nothing about this tree: the test stays selected."""
     from fastci.config import Config
-    from fastci.evidence.calibration import CalibrationStore, Rung, declaration_digest
-    from fastci.evidence.store import EvidenceStore, RunEvidence
-    from fastci.plan.build import analyze
+    from fastci.evidence.store.calibrations import CalibrationStore, Rung, declaration_digest
+    from fastci.evidence.store.db import EvidenceStore, RunEvidence
+    from fastci.plan.planner import analyze
     from fastci.select import DeclaredTest
     from selection_support import Repo, env_now, units_of
 
@@ -474,8 +475,8 @@ def test_line_evidence_older_than_a_changed_caller_is_not_used(tmp_path: Path) -
             sources={p: hashlib.sha256((repo.root / p).read_bytes()).hexdigest()
                      for p in ("pkg/m.py", "pkg/run.py")}))
         repo.write({"pkg/m.py": _edit(M, 4, "        y = y * 3")})
-        a = analyze(repo.root, Config(), base=base, declared={"//t:small": decl},
-                    env_fingerprint=env_now(), store=store, reduce=False, granularity="line")
+        a = analyze(repo.root, Config(), base=base, declared=Given({"//t:small": decl}),
+                    environment=KnownFingerprint(env_now()), store=store, reduce=False, granularity="line")
         repo.write({"pkg/m.py": M})
         return "run" if [t.id for t in a.plan.tests] == ["//t:small"] else a.plan.skipped[0].why
 

@@ -15,8 +15,8 @@ import pytest
 from fastci import config
 from fastci.changes.scan import scan
 from fastci.config import Config
-from fastci.evidence import environment
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.record import environment
+from fastci.evidence.store.db import EvidenceStore
 from fastci.integrations.git.repository import Git
 from fastci.select.decisions import DecisionKind
 from fastci.select.manifest_rules import environment_rules, manifest_rules, package_changes
@@ -226,7 +226,7 @@ PROJECT = {
 
 
 def test_reads_at_collection_and_in_fixtures_beat_metadata_ignore(tmp_path: Path) -> None:
-    from fastci.evidence.ingest import find_traces, ingest
+    from fastci.evidence.store.ingest import find_traces, ingest
 
     repo = Repo(tmp_path / "repo")
     base = repo.commit(dict(PROJECT))
@@ -234,7 +234,7 @@ def test_reads_at_collection_and_in_fixtures_beat_metadata_ignore(tmp_path: Path
     env_vars = dict(os.environ, PYTHONPATH=str(repo.root), OMP_NUM_THREADS="1",
                     PYTHONDONTWRITEBYTECODE="1")
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "-p", "fastci.integrations.pytest.plugin", "--fastci-record",
+                          "-p", "fastci.pytest.plugin", "--fastci-record",
                           f"--fastci-trace-dir={traces}", "test_meta.py"],
                          cwd=repo.root, env=env_vars, capture_output=True, text=True, timeout=300)
     assert "3 passed" in res.stdout, res.stdout + res.stderr

@@ -1,4 +1,4 @@
-"""The sys.monitoring recorder engine (fastci.evidence.monitor, Python 3.12+).
+"""The sys.monitoring recorder engine (fastci.evidence.record.monitor, Python 3.12+).
 
 What it must do: the same evidence as the coverage.py engine (units, contexts, lines
 and arcs where those are collected) in the same trace format, and code on every
@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from fastci.evidence import monitor
+from fastci.evidence.record import monitor
 
 NEEDS_MONITORING = pytest.mark.skipif(
     not monitor.available(),
@@ -34,7 +34,7 @@ WORK = textwrap.dedent('''
     import threading
     from dataclasses import dataclass
 
-    from fastci.evidence.contexts import annotate
+    from fastci.evidence.record.contexts import annotate
 
 
     @dataclass
@@ -162,10 +162,11 @@ DRIVE = textwrap.dedent('''
     import json, os, sys
     from pathlib import Path
     root, out, what = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
-    sys.path.insert(0, str(root))
+    sys.path[:0] = [str(root), sys.argv[4]]
     import pkg.work as w
-    from fastci.evidence import trace
-    from fastci.evidence.recorder import Recorder
+    from fastci.evidence.record import trace
+    from trace_support import file_units
+    from fastci.evidence.record.recorder import Recorder
     w.start_pre_thread()
     rec = Recorder("t", out, repo_root=root, workload={}, gpus=0, children=False,
                    contexts=what != "nocontexts")
@@ -182,7 +183,7 @@ DRIVE = textwrap.dedent('''
         w.run_c_thread()
     msg = trace.read(rec.stop("passed"))
     def files(fts):
-        return {ft.path: {"units": {q: sorted(c) for q, _, c in trace.file_units(msg, ft)},
+        return {ft.path: {"units": {q: sorted(c) for q, _, c in file_units(msg, ft)},
                           "lines": trace.delta_decode(list(ft.line_deltas)),
                           "arcs": len(ft.arcs) // 2} for ft in fts}
     print(json.dumps({"engine": engine, "files": files(msg.files),
@@ -208,7 +209,8 @@ def _drive(root: Path, tmp: Path, backend: str, what: str = "main",
     env.pop("FASTCI_RECORD_LINES", None)
     if lines:
         env["FASTCI_RECORD_LINES"] = "1"
-    res = subprocess.run([sys.executable, str(root / "drive.py"), str(root), str(out), what],
+    res = subprocess.run([sys.executable, str(root / "drive.py"), str(root), str(out), what,
+                          str(Path(__file__).resolve().parent)],
                          capture_output=True, text=True, env=env, timeout=120)
     assert res.returncode == 0, res.stderr
     got: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
@@ -313,7 +315,7 @@ def test_every_thread_counts(tmp_path: Path) -> None:
 @NEEDS_MONITORING
 def test_a_taken_tool_id_falls_back_to_coverage_and_says_so(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from fastci.evidence.recorder import Recorder
+    from fastci.evidence.record.recorder import Recorder
 
     mon = sys.monitoring
     taken = [t for t in monitor.TOOL_IDS if mon.get_tool(t) is None]

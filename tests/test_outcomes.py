@@ -20,6 +20,7 @@ import pytest
 from plan_support import tie
 from fastci.plan.model import Plan, PlannedTest, SkippedTest
 from fastci.types import FAILURE_OUTCOMES, OUTCOMES, Outcome, is_failure
+from fastci.plan.inputs import Given, KnownFingerprint
 
 SUITE = textwrap.dedent('''
     import sys
@@ -108,7 +109,7 @@ EXPECTED = {
 #: Records what the plugin hands the recorder (the recorder itself may narrow the label).
 SPY = textwrap.dedent('''
     import json, os
-    from fastci.evidence import recorder
+    from fastci.evidence.record import recorder
 
     _stop = recorder.Recorder.stop
 
@@ -216,7 +217,7 @@ def test_one_vocabulary() -> None:
     (["error", "passed"], "error"),
 ])
 def test_fold_outcome(phases: list[str], folded: str) -> None:
-    from fastci.integrations.pytest.plugin import fold_outcome
+    from fastci.pytest.plugin import fold_outcome
 
     out = "passed"
     for phase in phases:
@@ -230,11 +231,11 @@ def test_the_store_and_the_plan_hold_the_outcome_pytest_reports(tmp_path: Path) 
     planned for real: the store holds pytest's words, and only real failures are re-run
     for having failed."""
     from fastci.config import Config
-    from fastci.evidence.ingest import find_traces, ingest
-    from fastci.evidence.store import EvidenceStore
-    from fastci.plan.build import analyze
+    from fastci.evidence.store.ingest import find_traces, ingest
+    from fastci.evidence.store.db import EvidenceStore
+    from fastci.plan.planner import analyze
     from fastci.select import DecisionKind
-    from fastci.evidence.environment import current_fingerprint
+    from fastci.evidence.record.environment import current_fingerprint
 
     root = _project(tmp_path)
     (root / ".gitignore").write_text("plan.json\ntraces/\n.fastci/\n")
@@ -252,8 +253,8 @@ def test_the_store_and_the_plan_hold_the_outcome_pytest_reports(tmp_path: Path) 
                          for t in store.recent_outcomes(
                              [f"test_outcomes_suite.py::{n}" for n in EXPECTED], 1)])
         assert stored == EXPECTED
-        sel = analyze(root, Config(), base=head, declared=None,
-                      env_fingerprint=current_fingerprint(), store=store).selection
+        sel = analyze(root, Config(), base=head, declared=Given(None),
+                      environment=KnownFingerprint(current_fingerprint()), store=store).selection
     failed_last = {d.test.partition("::")[2] for d in sel.selected
                    if any(r.kind is DecisionKind.FAILED_LAST for r in d.reasons)}
     assert failed_last == {n for n, o in EXPECTED.items() if o in FAILURE_OUTCOMES}

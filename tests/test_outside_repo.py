@@ -19,8 +19,8 @@ from typing import Any, Sequence
 
 import pytest
 
-from fastci.evidence import trace
-from fastci.evidence.record import ingest_paths, record
+from fastci.evidence.record import trace
+from fastci.evidence.fill import ingest_paths, record
 from fastci.integrations.bazel.runner import BazelResult
 from selection_support import Repo
 
@@ -30,7 +30,7 @@ from pathlib import Path
 outside = sys.argv[3]
 if outside:
     sys.path.insert(0, outside)
-from fastci.evidence.recorder import Recorder
+from fastci.evidence.record.recorder import Recorder
 rec = Recorder(sys.argv[2], Path(sys.argv[1]), repo_root=Path.cwd(), workload={}, gpus=0)
 rec.start()
 if outside:
@@ -113,7 +113,7 @@ def test_repo_only_recording_has_no_outside_line(repo: Repo, tmp_path: Path) -> 
 CHILD_RUNNER = """\
 import subprocess, sys
 from pathlib import Path
-from fastci.evidence.recorder import Recorder
+from fastci.evidence.record.recorder import Recorder
 rec = Recorder(sys.argv[2], Path(sys.argv[1]), repo_root=Path.cwd(), workload={}, gpus=0)
 rec.start()
 subprocess.run([sys.executable, "-c", "import pkg.model; pkg.model.scale(3)"], check=True)

@@ -38,13 +38,13 @@ def test_the_list_is_the_import_closure_of_the_in_test_entry_points() -> None:
 
 def test_in_test_code_is_matched_wherever_the_sources_live() -> None:
     assert in_test_code("analyzer/fastci/run/schedule.py") == "fastci/run/schedule.py"
-    assert in_test_code("third_party/fastci/evidence/contexts.py") == "fastci/evidence/contexts.py"
+    assert in_test_code("third_party/fastci/evidence/record/contexts.py") == "fastci/evidence/record/contexts.py"
     assert in_test_code("fastci/run/launch.py") == "fastci/run/launch.py"
     assert in_test_code("analyzer/fastci/evidence/__init__.py") == "fastci/evidence/__init__.py"
     assert in_test_code("rules/private/gpu_test_main.py") == "rules/private/gpu_test_main.py"
     # Code that runs only in the planner is not core.
     assert in_test_code("analyzer/fastci/select/prune.py") is None
-    assert in_test_code("analyzer/fastci/plan/build.py") is None
+    assert in_test_code("analyzer/fastci/plan/planner.py") is None
     assert in_test_code("mypkg/run/launch.py") is None
 
 

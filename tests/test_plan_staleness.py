@@ -20,6 +20,7 @@ import pytest
 
 from fastci.plan.model import Plan, PlannedTest, SkippedTest, dump_plan
 from fastci.integrations.git.tree import head_tree, worktree_tree
+from fastci.types import is_tool_artifact
 from selection_support import Repo
 
 REPO = Path(__file__).resolve().parents[1]
@@ -173,6 +174,35 @@ def test_bazelw_passes_the_same_tree_digest_as_fastci(tmp_path: Path) -> None:
     assert not any("FASTCI_TREE_DIGEST" in line for line in _bazelw(ws, tmp_path, "info"))
 
 
+def test_bazelw_leaves_the_caches_of_a_test_run_out_of_the_tree_as_fastci_does(tmp_path: Path) -> None:
+    # Issue 36: in a repository that ignores none of them, what a run writes (bytecode,
+    # pytest's last-failed list, coverage data) must not change the digest on either side.
+    ws = tmp_path / "ws"
+    repo = _repo(ws)
+    repo.commit({"WORKSPACE": "", "pkg/a.py": "A = 1\n", ".gitignore": ""})
+    clean = head_tree(ws)
+    repo.write({"pkg/__pycache__/a.cpython-311.pyc": "b", ".pytest_cache/v/cache/lastfailed": "{}",
+                ".coverage": "d", ".coverage.h.1": "d", "x.egg-info/PKG-INFO": "n", "m.pyo": "b"})
+    assert _tree_flag(_bazelw(ws, tmp_path, "test", "//...")) == worktree_tree(ws) == clean
+
+
+def test_bazelws_artifact_pattern_is_is_tool_artifact() -> None:
+    line = next(ln for ln in (REPO / "rules/bazelw").read_text().splitlines()
+                if ln.startswith("ARTIFACTS="))
+    pattern = line.split("=", 1)[1].strip("'")
+    paths = ["a.py", "pkg/__pycache__/a.pyc", "__pycache__", "pkg/__pycache__x/a.txt",
+             ".pytest_cache/v/cache/lastfailed", "sub/.pytest_cache/README.md", ".mypy_cache/x",
+             ".hypothesis/examples/a", ".ruff_cache/x", ".tox/py/bin/python", ".nox/x", ".eggs/x",
+             ".benchmarks/x.json", "pip-wheel-metadata/x", "htmlcov/index.html",
+             "fastci.egg-info/PKG-INFO", "torch-2.4.dist-info/RECORD", "x.egg-infox/a",
+             "m.pyc", "m.pyo", "m.pyx", "a.pyc.txt", ".coverage", ".coverage.host.1", ".coveragerc",
+             "d/.coverage", "coverage.xml", "docs/htmlcov.md", "tox.ini", "data/.hypothesis2/x"]
+    res = subprocess.run(["grep", "-E", pattern], input="\n".join(paths) + "\n",
+                         capture_output=True, text=True)
+    assert set(res.stdout.split()) == {p for p in paths if is_tool_artifact(p)}
+    assert {p for p in paths if is_tool_artifact(p)} > {"m.pyc", ".coverage"}
+
+
 def test_bazelw_never_fails_over_the_digest(tmp_path: Path) -> None:
     ws = tmp_path / "nogit"
     ws.mkdir()
@@ -242,7 +272,7 @@ def test_a_change_never_chooses_its_own_plan_file(tmp_path: Path,
     import dataclasses
 
     from fastci import cli, config as config_mod
-    from fastci.plan.build import plan_file_at
+    from fastci.plan.planner import plan_file_at
 
     repo = _repo(tmp_path)
     base = repo.git("rev-parse", "HEAD")
@@ -294,7 +324,7 @@ def test_a_plan_is_stale_once_a_git_ignored_input_it_relied_on_changed(
     repo.write({"data/golden.txt": "42\n"})
     env = dict(os.environ, OMP_NUM_THREADS="1")
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "-p", "fastci.integrations.pytest.plugin", "--fastci-record",
+                          "-p", "fastci.pytest.plugin", "--fastci-record",
                           "--fastci-trace-dir=traces", "test_suite.py"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert "2 passed" in res.stdout, res.stdout + res.stderr

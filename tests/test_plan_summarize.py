@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fastci.plan.build import Analysis, summarize
+from fastci.plan.analysis import Analysis
+from fastci.plan.summary import summarize
 from fastci.plan.model import Plan
 from fastci.select.decisions import Decision, DecisionKind, Reason, Selection
 
@@ -40,7 +41,7 @@ def test_single_reason_tests_need_no_note() -> None:
 
 # --- issue 12 item 7: a CPU-only suite reports its measured test time ---------------
 
-from fastci.plan.build import Timing  # noqa: E402
+from fastci.plan.analysis import Timing  # noqa: E402
 
 
 def _timed(decisions: list[Decision], timing: dict[str, Timing],
@@ -90,8 +91,9 @@ def test_gpu_only_suite_keeps_gpu_seconds_alone() -> None:
 from pathlib import Path  # noqa: E402
 
 from fastci.config import Config  # noqa: E402
-from fastci.evidence.store import EvidenceStore  # noqa: E402
-from fastci.plan.build import analyze  # noqa: E402
+from fastci.evidence.store.db import EvidenceStore  # noqa: E402
+from fastci.plan.planner import analyze  # noqa: E402
+from fastci.plan.inputs import Given, KnownFingerprint
 from fastci.plan.reduce import Choice  # noqa: E402
 from selection_support import Repo, env_now, ingest, units_of  # noqa: E402
 
@@ -112,7 +114,7 @@ def test_the_header_names_each_tests_own_baseline_and_docs_only_files(tmp_path: 
     # The change under review: docstrings only, in two files.
     repo.write({p: (tmp_path / p).read_text().replace('"""Doc."""', '"""Docs."""')
                 for p in ("pkg/a.py", "pkg/b.py")})
-    analysis = analyze(tmp_path, Config(), base=base, declared=None, env_fingerprint=env_now(),
+    analysis = analyze(tmp_path, Config(), base=base, declared=Given(None), environment=KnownFingerprint(env_now()),
                        store=store)
     header = summarize(analysis)[0]
     assert [d.test for d in analysis.selection.selected] == ["t_a"]

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastci.evidence import postings
+from fastci.evidence.store import postings
 
 # Lists of distinct sorted ids: empty, single, short and long (long ones reach the zlib
 # threshold), with gaps of every width (below 2**8, below 2**16, up to 2**32 - 1).

@@ -17,10 +17,11 @@ from typing import Mapping
 import pytest
 
 from fastci.config import Config
-from fastci.evidence.environment import current_fingerprint
-from fastci.evidence.ingest import find_traces, ingest
-from fastci.evidence.store import EvidenceStore
-from fastci.plan.build import analyze
+from fastci.evidence.record.environment import current_fingerprint
+from fastci.evidence.store.ingest import find_traces, ingest
+from fastci.evidence.store.db import EvidenceStore
+from fastci.plan.planner import analyze
+from fastci.plan.inputs import Given, KnownFingerprint
 from fastci.select import DecisionKind, Selection
 from selection_support import Repo
 
@@ -44,7 +45,7 @@ class Suite:
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1",
                    PYTHONPATH=os.pathsep.join([str(self.root), str(ANALYZER)]))
         res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                              "-p", "fastci.integrations.pytest.plugin", "--fastci-record",
+                              "-p", "fastci.pytest.plugin", "--fastci-record",
                               f"--fastci-trace-dir={traces}", *(tests or ["."])],
                              cwd=self.root, env=env, capture_output=True, text=True,
                              timeout=300)
@@ -53,8 +54,8 @@ class Suite:
                commit=self.repo.git("rev-parse", "HEAD"), root=self.root)
 
     def plan(self, base: str | None = None) -> Selection:
-        return analyze(self.root, Config(), base=base or self.base, declared=None,
-                       env_fingerprint=current_fingerprint(), store=self.store).selection
+        return analyze(self.root, Config(), base=base or self.base, declared=Given(None),
+                       environment=KnownFingerprint(current_fingerprint()), store=self.store).selection
 
     def chosen(self, base: str | None = None) -> dict[str, set[DecisionKind]]:
         return {d.test.rpartition("::")[2]: {r.kind for r in d.reasons}

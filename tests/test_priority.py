@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from fastci.select.decisions import Decision, DecisionKind, Reason
 from fastci.select.priority import (STRATEGIES, RiskFacts, apfdc, input_rarity, input_tokens,
                                     order, risk)
+from fastci.plan.inputs import Given, KnownFingerprint
 
 
 def unit(test: str, n: int = 1) -> Decision:
@@ -94,8 +95,8 @@ def test_order_assigns_priorities_by_strategy() -> None:
 
 def test_a_plan_lists_its_tests_in_the_configured_order(tmp_path: Any) -> None:
     from fastci.config import Config
-    from fastci.evidence.store import EvidenceStore
-    from fastci.plan.build import analyze
+    from fastci.evidence.store.db import EvidenceStore
+    from fastci.plan.planner import analyze
     from fastci.select import DeclaredTest
     from selection_support import MODEL, env_now, ingest, model_repo
 
@@ -111,8 +112,8 @@ def test_a_plan_lists_its_tests_in_the_configured_order(tmp_path: Any) -> None:
                     .replace("return x + HIDDEN", "return x - HIDDEN")})
 
         def ids(strategy: str) -> list[str]:
-            plan = analyze(repo.root, Config(priority=strategy), base=base, declared=declared,
-                           env_fingerprint=env_now(), store=store).plan
+            plan = analyze(repo.root, Config(priority=strategy), base=base, declared=Given(declared),
+                           environment=KnownFingerprint(env_now()), store=store).plan
             return [t.id for t in plan.tests]
 
         assert ids("reasons") == ["//t:narrow", "//t:broad"]  # same kind: cheaper first
@@ -187,9 +188,9 @@ def test_rare_inputs_runs_the_test_on_the_unusual_path_first() -> None:
 def test_a_plan_orders_by_rare_inputs_from_the_stores_contexts(tmp_path: Any,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     from fastci.config import Config
-    from fastci.plan import build
-    from fastci.evidence.store import EvidenceStore
-    from fastci.plan.build import analyze
+    from fastci.plan import prioritize
+    from fastci.evidence.store.db import EvidenceStore
+    from fastci.plan.planner import analyze
     from fastci.select import DeclaredTest
     from selection_support import MODEL, env_now, ingest, model_repo
 
@@ -205,18 +206,18 @@ def test_a_plan_orders_by_rare_inputs_from_the_stores_contexts(tmp_path: Any,
         repo.write({"pkg/model.py": MODEL.replace("return x * 2", "return x * 3")})
 
         def ids(strategy: str) -> list[str]:
-            plan = analyze(repo.root, Config(priority=strategy), base=base, declared=declared,
-                           env_fingerprint=env_now(), store=store).plan
+            plan = analyze(repo.root, Config(priority=strategy), base=base, declared=Given(declared),
+                           environment=KnownFingerprint(env_now()), store=store).plan
             return [t.id for t in plan.tests]
 
         assert ids("reasons")[-1] == "//t:z_odd"  # same kind: cheaper first
         assert ids("rare_inputs") == ["//t:z_odd", "//t:a", "//t:b", "//t:c"]
         # strategy_orders (fastci eval) reads once what every strategy reads: the same orders.
-        analysis = analyze(repo.root, Config(), base=base, declared=declared,
-                           env_fingerprint=env_now(), store=store)
-        assert build.strategy_orders(analysis, store) == {n: ids(n) for n in STRATEGIES}
+        analysis = analyze(repo.root, Config(), base=base, declared=Given(declared),
+                           environment=KnownFingerprint(env_now()), store=store)
+        assert prioritize.strategy_orders(analysis, store) == {n: ids(n) for n in STRATEGIES}
         # Above the bound on selected tests nothing per test is read: reasons' order.
-        monkeypatch.setattr(build, "INPUTS_MAX_TESTS", 3)
+        monkeypatch.setattr(prioritize, "INPUTS_MAX_TESTS", 3)
         assert ids("rare_inputs") == ids("reasons") == ["//t:a", "//t:b", "//t:c", "//t:z_odd"]
     finally:
         store.close()
@@ -248,10 +249,10 @@ def test_cofailure_is_the_smoothed_failure_rate_when_the_same_files_changed() ->
 
 def test_a_plan_runs_first_the_test_that_failed_when_the_same_file_changed(tmp_path: Any) -> None:
     from fastci.config import Config
-    from fastci.evidence.store import EvidenceStore
+    from fastci.evidence.store.db import EvidenceStore
     from fastci.integrations.git.repository import Git
-    from fastci.plan import build
-    from fastci.plan.build import analyze
+    from fastci.plan import prioritize
+    from fastci.plan.planner import analyze
     from fastci.select import DeclaredTest
     from selection_support import MODEL, env_now, ingest, model_repo
 
@@ -280,15 +281,15 @@ def test_a_plan_runs_first_the_test_that_failed_when_the_same_file_changed(tmp_p
         repo.write({"pkg/model.py": MODEL.replace("return x * 2", "return x * 3")})
 
         def ids(strategy: str) -> list[str]:
-            plan = analyze(repo.root, Config(priority=strategy), base=base, declared=declared,
-                           env_fingerprint=env_now(), store=store).plan
+            plan = analyze(repo.root, Config(priority=strategy), base=base, declared=Given(declared),
+                           environment=KnownFingerprint(env_now()), store=store).plan
             return [t.id for t in plan.tests]
 
         assert ids("reasons") == ["//t:cheap", "//t:costly"]  # same kind: cheaper first
         assert ids("risk") == ids("rare_inputs") == ["//t:costly", "//t:cheap"]
-        analysis = analyze(repo.root, Config(), base=base, declared=declared,
-                           env_fingerprint=env_now(), store=store)
-        assert build.strategy_orders(analysis, store, Git(repo.root))["risk"] == ids("risk")
+        analysis = analyze(repo.root, Config(), base=base, declared=Given(declared),
+                           environment=KnownFingerprint(env_now()), store=store)
+        assert prioritize.strategy_orders(analysis, store, Git(repo.root))["risk"] == ids("risk")
     finally:
         store.close()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bazel_support import fixture_workspace, remove_tree, require_bazel
-from fastci.evidence.record import record_tests
+from fastci.evidence.fill import record_tests
 from fastci.integrations.bazel.runner import Bazel
 from fastci.progress import Progress
 from test_progress import FINAL

@@ -10,10 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastci.plan.build import to_plan
+from fastci.plan.planner import to_plan
 from fastci.select import DecisionKind, DeclaredTest
 from fastci.select.decisions import Decision, Reason, Selection
 from fastci.select.prune import CONTEXT_CAP, prune
+from fastci.plan.inputs import Given, KnownFingerprint
 
 U1, U2 = "pkg/m.py::f", "pkg/m.py::g"
 
@@ -208,8 +209,8 @@ def test_every_pruned_pair_keeps_a_running_stand_in(tests: list[Any]) -> None:
 
 def test_a_plan_prunes_from_real_evidence_with_the_configured_mode(tmp_path: Path) -> None:
     from fastci.config import Config
-    from fastci.evidence.store import EvidenceStore
-    from fastci.plan.build import analyze
+    from fastci.evidence.store.db import EvidenceStore
+    from fastci.plan.planner import analyze
     from selection_support import MODEL, env_now, ingest, model_repo
 
     repo, base, scale = model_repo(tmp_path / "repo", "::scale", "::<module>")
@@ -224,8 +225,8 @@ def test_a_plan_prunes_from_real_evidence_with_the_configured_mode(tmp_path: Pat
         repo.write({"pkg/model.py": MODEL.replace("return x * 2", "return x * 3")})
 
         def plan(cfg: Config, **kw: Any) -> Any:
-            return analyze(repo.root, cfg, base=base, declared=declared,
-                           env_fingerprint=env_now(), store=store, **kw).plan
+            return analyze(repo.root, cfg, base=base, declared=Given(declared),
+                           environment=KnownFingerprint(env_now()), store=store, **kw).plan
 
         assert [t.id for t in plan(Config(prune="off")).tests] == ["//t:small", "//t:big"]
         for p in (plan(Config(prune="safe")), plan(Config(), prune="safe")):
@@ -242,7 +243,7 @@ def test_a_plan_prunes_from_real_evidence_with_the_configured_mode(tmp_path: Pat
 
 
 def test_contexts_of_units_equals_units_of_test_restricted(tmp_path: Path) -> None:
-    from fastci.evidence.store import EvidenceStore
+    from fastci.evidence.store.db import EvidenceStore
     from selection_support import ingest
 
     store = EvidenceStore.open(tmp_path / "e.db", create=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.plan.model import Plan, PlannedTest, SkippedTest, dump_plan
 from test_fast_feedback_pytest import RAN, ordered_project, run_plan
 

@@ -11,7 +11,7 @@ import pytest
 
 from fastci import cli
 from fastci.config import Config
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.integrations.bazel.mains import conventional_main, labels_by_main, main_path, same_test
 from fastci.integrations.bazel import query
 from fastci.integrations.git.tree import plan_tree

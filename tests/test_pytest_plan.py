@@ -15,7 +15,7 @@ import pytest
 
 from plan_support import tie
 from fastci.plan.model import Plan, PlannedTest, SkippedTest
-from fastci.integrations.pytest.plan import PlanPlugin
+from fastci.pytest.plan import PlanPlugin
 
 SUITE = '''
 import json, os
@@ -38,7 +38,7 @@ def test_unplanned():
 
 def run_with(tmp_path: Path, plan: Plan, suite: str = SUITE) -> str:
     (tmp_path / "test_suite.py").write_text(suite)
-    conftest = ("import json\nfrom fastci.plan.model import Plan\nfrom fastci.integrations.pytest.plan import PlanPlugin\n"
+    conftest = ("import json\nfrom fastci.plan.model import Plan\nfrom fastci.pytest.plan import PlanPlugin\n"
                 "def pytest_configure(config):\n"
                 f"    config.pluginmanager.register(PlanPlugin(Plan.from_json({plan.to_json()!r})))\n")
     (tmp_path / "conftest.py").write_text(conftest)
@@ -108,7 +108,7 @@ def test_plugin_restores_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_fastci_plan_option_end_to_end(tmp_path: Path) -> None:
-    """`pytest --fastci-plan PATH` (the plugin of fastci.integrations.pytest.plugin) applies the plan."""
+    """`pytest --fastci-plan PATH` (the plugin of fastci.pytest.plugin) applies the plan."""
     (tmp_path / "test_suite.py").write_text(SUITE)
     plan = Plan(mode="selective", tests=(PlannedTest("test_suite.py::test_b"),),
                 skipped=(SkippedTest("test_suite.py::test_a", "not affected"),
@@ -135,7 +135,7 @@ def test_repo_relative_plan_ids_match_from_a_sub_rootdir(tmp_path: Path) -> None
                 skipped=(SkippedTest("suite/test_suite.py::test_b", "not affected by the change"),))
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(tie(plan, tmp_path, plan_file).to_json())
-    res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "fastci.integrations.pytest.plugin",
+    res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "fastci.pytest.plugin",
                           "-s", "-v", "--fastci-plan", str(plan_file), "--fastci-list-deselected",
                           "test_suite.py"],
                          cwd=suite, capture_output=True, text=True)

@@ -1,4 +1,4 @@
-"""pytest -p fastci.integrations.pytest.plugin --fastci-record: per-node-id evidence, children, outcomes."""
+"""pytest -p fastci.pytest.plugin --fastci-record: per-node-id evidence, children, outcomes."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Iterator
 import pytest
 
 from fastci import cli
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.plan.model import Plan
 from plan_support import tie
 
@@ -66,7 +66,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run_pytest(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1")
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "-p", "fastci.integrations.pytest.plugin", *args, "test_proj.py"],
+                           "-p", "fastci.pytest.plugin", *args, "test_proj.py"],
                           cwd=root, env=env, capture_output=True, text=True, timeout=300)
 
 

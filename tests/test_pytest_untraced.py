@@ -1,6 +1,6 @@
 """pytest's assertion rewriting runs untraced while a session records, and the
-evidence stays the same (fastci.integrations.pytest.untraced); FastCI's own modules
-are not assertion-rewritten (fastci.integrations.pytest._not_rewritten)."""
+evidence stays the same (fastci.pytest.untraced); FastCI's own modules
+are not assertion-rewritten (fastci.pytest._not_rewritten)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from fastci.evidence.files import PathMapper
-from fastci.evidence.store import EvidenceStore
-from fastci.integrations.pytest import _not_rewritten, untraced
+from fastci.evidence.record.files import PathMapper
+from fastci.evidence.store.db import EvidenceStore
+from fastci.pytest import _not_rewritten, untraced
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: What the plug-in passes: the recorder's map of file names to repo paths.
@@ -200,14 +200,14 @@ FILES = {
 
 
 def _record(root: Path, name: str, *extra: str) -> tuple[EvidenceStore, bool]:
-    from fastci.evidence.ingest import find_traces, ingest
+    from fastci.evidence.store.ingest import find_traces, ingest
 
     traces = root.parent / f"traces-{name}"
     probe = root.parent / f"probe-{name}.json"
     env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1",
                PYTHONDONTWRITEBYTECODE="1", UNTRACED_PROBE=str(probe))
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          *extra, "-p", "fastci.integrations.pytest.plugin", "--fastci-record",
+                          *extra, "-p", "fastci.pytest.plugin", "--fastci-record",
                           f"--fastci-trace-dir={traces}", "test_a.py", "test_b.py"],
                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
     assert "3 passed" in res.stdout, res.stdout + res.stderr

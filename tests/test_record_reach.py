@@ -24,11 +24,12 @@ from pathlib import Path
 import pytest
 
 from fastci.config import Config
-from fastci.evidence.children import ENV_DIR, ENV_TEST, SITE_DIR_PREFIX, python_start
-from fastci.evidence.autograd import AutogradSwitch
-from fastci.evidence.ingest import find_traces, ingest as ingest_traces
-from fastci.evidence.store import EvidenceStore
-from fastci.plan.build import analyze
+from fastci.evidence.record.children import ENV_DIR, ENV_TEST, SITE_DIR_PREFIX, python_start
+from fastci.evidence.record.autograd import AutogradSwitch
+from fastci.evidence.store.ingest import find_traces, ingest as ingest_traces
+from fastci.evidence.store.db import EvidenceStore
+from fastci.plan.planner import analyze
+from fastci.plan.inputs import Given
 from fastci.select import DeclaredTest
 from fastci.select.explain import explain
 from selection_support import Repo
@@ -36,7 +37,7 @@ from selection_support import Repo
 # Run one check of checks/suite.py, recorded into argv[2]; print its outcome last.
 RUNNER = '''import importlib, sys, traceback
 from pathlib import Path
-from fastci.evidence.recorder import Recorder
+from fastci.evidence.record.recorder import Recorder
 name = sys.argv[1]
 rec = Recorder("//checks:" + name, Path(sys.argv[2]), repo_root=Path.cwd(), workload={}, gpus=1)
 rec.start()
@@ -75,7 +76,7 @@ def _plan(repo: Repo, base: str, names: list[str], edit: tuple[str, str, str]) -
     (repo.root / path).write_text(text.replace(old, new, 1))
     declared = {f"//checks:{n}": DeclaredTest(f"//checks:{n}", 1, {}) for n in names}
     with EvidenceStore.open(repo.root / ".fastci/evidence.db") as store:
-        a = analyze(repo.root, Config(), base=base, declared=declared, store=store)
+        a = analyze(repo.root, Config(), base=base, declared=Given(declared), store=store)
         return {t.id: "\n".join(explain(a.selection, t.id, store)) for t in a.plan.tests}
 
 
@@ -94,7 +95,7 @@ def _units(repo: Repo, test: str) -> set[str]:
 SWITCH = '''import sys
 from pathlib import Path
 import torch
-from fastci.evidence.recorder import Recorder
+from fastci.evidence.record.recorder import Recorder
 before = torch._C._is_multithreading_enabled()
 rec = Recorder("t", Path(sys.argv[1]), repo_root=Path.cwd(), workload={}, gpus=0)
 rec.start()
@@ -108,7 +109,7 @@ print(before, inside, child, torch._C._is_multithreading_enabled())
 '''
 NO_TORCH = '''import sys
 from pathlib import Path
-from fastci.evidence.recorder import Recorder
+from fastci.evidence.record.recorder import Recorder
 rec = Recorder("t", Path(sys.argv[1]), repo_root=Path.cwd(), workload={}, gpus=0)
 rec.start()
 x = sum(range(10))
@@ -312,9 +313,9 @@ def test_which_python_children_cannot_record(monkeypatch: pytest.MonkeyPatch,
 
 COUNTED = '''import sys
 from pathlib import Path
-from fastci.evidence.children import PythonStart
-from fastci.evidence.recorder import Recorder
-from fastci.evidence import trace
+from fastci.evidence.record.children import PythonStart
+from fastci.evidence.record.recorder import Recorder
+from fastci.evidence.record import trace
 rec = Recorder("t", Path(sys.argv[1]), repo_root=Path.cwd(), workload={}, gpus=0)
 rec.start()
 # A start that should have recorded (its environment was FastCI's) but left no trace.

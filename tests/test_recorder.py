@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from fastci.evidence import trace
-from fastci.evidence.files import PathMapper
-from fastci.evidence.ingest import Checksums, merge_run
+from fastci.evidence.record import trace
+from trace_support import file_units
+from fastci.evidence.record.files import PathMapper
+from fastci.evidence.store.ingest import Checksums, merge_run
 from fastci.units.index import FileUnits, index_source
 
 ANALYZER = Path(__file__).resolve().parents[1] / "analyzer"
@@ -63,7 +64,7 @@ def reduce_grads(t):
 DRIVER = '''
 import os, signal, subprocess, sys
 from pathlib import Path
-from fastci.evidence.recorder import Recorder
+from fastci.evidence.record.recorder import Recorder
 
 
 def main():
@@ -134,7 +135,7 @@ def traces(out: Path) -> list[trace.Trace]:
 
 
 def units_of(t: trace.Trace) -> dict[str, list[str]]:
-    return {f"{f.path}::{q}": sigs for f in t.files for q, _, sigs in trace.file_units(t, f)}
+    return {f"{f.path}::{q}": sigs for f in t.files for q, _, sigs in file_units(t, f)}
 
 
 def test_records_units_files_and_environment(repo: Path, tmp_path: Path) -> None:
@@ -153,7 +154,7 @@ def test_records_units_files_and_environment(repo: Path, tmp_path: Path) -> None
     work = next(f for f in t.files if f.path == "pkg/work.py")
     source = (repo / "pkg" / "work.py").read_bytes()
     assert work.digest == hashlib.sha256(source).hexdigest()
-    assert not any(c for _, c, _ in trace.file_units(t, work))  # computed at ingest
+    assert not any(c for _, c, _ in file_units(t, work))  # computed at ingest
     run = merge_run([t], source="bazel", commit=None, checksums=Checksums(repo))
     full = index_source("pkg/work.py", source)
     assert isinstance(full, FileUnits)
@@ -226,7 +227,7 @@ def test_runfiles_symlinks_map_to_repo_paths(repo: Path, tmp_path: Path) -> None
     (ws / "external" / "dep" / "d.py").write_text("")
     (runfiles / "pypi" / "site-packages").mkdir(parents=True)
     env = {"RUNFILES_DIR": str(runfiles), "TEST_WORKSPACE": "fastci"}
-    from fastci.evidence import files
+    from fastci.evidence.record import files
 
     roots = files.runfiles_roots(env)
     assert str(ws) in roots
@@ -240,7 +241,7 @@ def test_runfiles_symlinks_map_to_repo_paths(repo: Path, tmp_path: Path) -> None
 
 
 def test_environment_fingerprint_tracks_packages_not_cwd(tmp_path: Path) -> None:
-    from fastci.evidence import environment
+    from fastci.evidence.record import environment
 
     site = tmp_path / "site-packages"
     (site / "torch-2.13.0.dist-info").mkdir(parents=True)
@@ -250,7 +251,7 @@ def test_environment_fingerprint_tracks_packages_not_cwd(tmp_path: Path) -> None
     (site / "torch-2.13.0.dist-info").rename(site / "torch-2.14.0.dist-info")
     third = environment.packages_digest([str(site)])
     assert len({first, second, third}) == 3
-    code = "from fastci.evidence.environment import current_fingerprint as f; print(f())"
+    code = "from fastci.evidence.record.environment import current_fingerprint as f; print(f())"
     prints = {subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True,
                              text=True, check=True).stdout for cwd in (tmp_path, Path.cwd())}
     assert len(prints) == 1
@@ -268,16 +269,16 @@ def test_segments_take_what_runs_between_begin_and_end(repo: Path, tmp_path: Pat
     assert set(segs) == {"sess/fx1:setup", "sess/fx2:setup"}
     outer, inner = segs["sess/fx1:setup"], segs["sess/fx2:setup"]
     assert list(outer.includes) == ["sess/fx2:setup"] and not inner.includes
-    assert {q for f in outer.files for q, _, _ in trace.file_units(t, f)} == {"child_only"}
+    assert {q for f in outer.files for q, _, _ in file_units(t, f)} == {"child_only"}
     assert [r.path for r in outer.reads] == ["data/seg.txt"]
-    assert {q for f in inner.files for q, _, _ in trace.file_units(t, f)} == {"helper"}
-    (sig,) = [s for f in inner.files for _, _, sigs in trace.file_units(t, f) for s in sigs]
+    assert {q for f in inner.files for q, _, _ in file_units(t, f)} == {"helper"}
+    (sig,) = [s for f in inner.files for _, _, sigs in file_units(t, f) for s in sigs]
     assert sig.startswith("args(i=7)|caller=drive.py::main")  # not the test's own calls
     assert list(t.shared) == ["sess/c3"]
 
 
 def test_files_a_test_writes_or_removes_are_not_its_inputs(tmp_path: Path) -> None:
-    from fastci.evidence.files import OpenRecorder, PathMapper
+    from fastci.evidence.record.files import OpenRecorder, PathMapper
 
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "in.txt").write_text("input\n")
@@ -324,7 +325,7 @@ def run():
 LINE_MODE_DRIVE = '''
 import sys
 from pathlib import Path
-from fastci.evidence.recorder import Recorder
+from fastci.evidence.record.recorder import Recorder
 rec = Recorder("t::line_mode", Path(sys.argv[1]), repo_root=Path("."), workload={}, gpus=0)
 rec.start()
 import lm
@@ -398,8 +399,8 @@ def outer():
 
 def test_unit_qualnames_without_parsing_agree_with_the_line_index() -> None:
     # A call-event-only trace keeps the qualnames of code objects that name units
-    # (recorder._is_unit_qualname), without parsing the file: the same set as the index's.
-    from fastci.evidence.recorder import _is_unit_qualname
+    # (trace_files._is_unit_qualname), without parsing the file: the same set as the index's.
+    from fastci.evidence.record.trace_files import _is_unit_qualname
     from fastci.units.lines import LineIndex, line_index
 
     index = line_index("q.py", QUALNAME_SOURCE)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from fastci.evidence import environment, recorder, trace
+from fastci.evidence.record import environment, recorder, trace
 
 
 def _units(path: Path) -> dict[str, list[str]]:
@@ -123,7 +123,7 @@ def test_a_recorded_child_process_starts_without_numpy(tmp_path: Path) -> None:
     """What a child recorder imports at start-up is paid in every recorded process:
     numpy (~70 ms) and importlib.metadata are only needed by readers of traces."""
     analyzer = Path(__file__).resolve().parents[1] / "analyzer"
-    code = ("import sys\nfrom fastci.evidence import child_start\n"
+    code = ("import sys\nfrom fastci.evidence.record import child_start\n"
             "print(sorted(m for m in ('numpy', 'torch') if m in sys.modules))")
     env = {k: v for k, v in os.environ.items() if not k.startswith("FASTCI_")}
     env["PYTHONPATH"] = str(analyzer)

@@ -17,14 +17,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fastci.changes.versions import Versions
-from fastci.evidence.calibration import CalibrationStore, Rung, declaration_digest
-from fastci.evidence.store import RunRecord
+from fastci.evidence.store.calibrations import CalibrationStore, Rung, declaration_digest
+from fastci.evidence.store.db import RunRecord
 from fastci.integrations.git.repository import WORKTREE, Git
-from fastci.plan.reduce import (choose, escapes, reaches_all_of, stand_in, varying_numbers,
+from fastci.plan.reduce import (choose, escapes, reaches_all_of, superseding_rung, varying_numbers,
                                without_data_values, without_reduced_values)
 from fastci.select import DeclaredTest, DecisionKind
 from fastci.select.decisions import Decision, Reason
 from selection_support import Repo
+from fastci.plan.inputs import Given, KnownFingerprint
 
 # Line numbers matter: f's body is lines 2-7.
 M = '''def f(x, steps):
@@ -350,8 +351,8 @@ def test_the_plan_reduces_from_a_real_calibration_file(tmp_path: Path) -> None:
     """Wired into ``analyze``: a selective plan carries the overrides and the reason; a
     calibration the change itself writes is not trusted."""
     from fastci.config import Config
-    from fastci.evidence.store import EvidenceStore
-    from fastci.plan.build import analyze
+    from fastci.evidence.store.db import EvidenceStore
+    from fastci.plan.planner import analyze
     from selection_support import env_now, ingest, units_of
 
     w = World(tmp_path)
@@ -366,19 +367,19 @@ def test_the_plan_reduces_from_a_real_calibration_file(tmp_path: Path) -> None:
     units = units_of(w.repo.root, ["pkg/m.py"])
     ingest(store, "//t:a", {UNIT: units[UNIT]}, commit=base, workload=DECL.workload)
     w.edit(2, "    y = x + 2")
-    a = analyze(w.repo.root, Config(), base=base, declared={"//t:a": DECL},
-                env_fingerprint=env_now(), store=store)
+    a = analyze(w.repo.root, Config(), base=base, declared=Given({"//t:a": DECL}),
+                environment=KnownFingerprint(env_now()), store=store)
     (t,) = a.plan.tests
     assert t.overrides == {"steps": 1}, t.why
     assert "reduced: steps 8\u21921" in t.why and t.est_gpu_s == 2.0
     assert a.choices["//t:a"].rung == "steps=1"  # what `fastci explain` prints
-    a = analyze(w.repo.root, Config(), base=base, declared={"//t:a": DECL},
-                env_fingerprint=env_now(), store=store, reduce=False)
+    a = analyze(w.repo.root, Config(), base=base, declared=Given({"//t:a": DECL}),
+                environment=KnownFingerprint(env_now()), store=store, reduce=False)
     assert a.plan.tests[0].overrides == {}
     # Committed into the repository, the calibration is not trusted.
     w.repo.git("add", "-f", ".fastci/calibration.db")
-    a = analyze(w.repo.root, Config(), base=base, declared={"//t:a": DECL},
-                env_fingerprint=env_now(), store=store)
+    a = analyze(w.repo.root, Config(), base=base, declared=Given({"//t:a": DECL}),
+                environment=KnownFingerprint(env_now()), store=store)
     assert a.plan.tests[0].overrides == {} and "not trusted" in a.plan.tests[0].why
     store.close()
 
@@ -403,7 +404,7 @@ def test_targets_shows_learned_floors(tmp_path: Path) -> None:
     import time
 
     from fastci.cli.targets import learned
-    from fastci.evidence.store import EvidenceStore
+    from fastci.evidence.store.db import EvidenceStore
     from fastci.integrations.bazel.query import TestDecl
 
     decl = TestDecl(id="//t:a", gpus=1, workload=dict(DECL.workload or {}),
@@ -540,7 +541,7 @@ def test_changes_a_calibration_never_ran_leave_it_usable(tmp_path: Path) -> None
     assert c.overrides == {} and "pkg/model.py::<module>" in c.why, c.why
 
 
-# --- Rungs a calibration need not run (fastci.plan.reduce.stand_in) ---------------------
+# --- Rungs a calibration need not run (fastci.plan.reduce.superseding_rung) ---------------------
 
 TWO = DeclaredTest("//t:a", 1, {"steps": 8, "layers": 4, "tp": 2},
                    floors={"steps": 1, "layers": 1}, frozen=("tp",), scope=("parity",),
@@ -549,26 +550,26 @@ WORKLOAD = dict(TWO.workload or {})
 ALL = {2, 3, 4, 5, 6, 7}
 
 
-def test_a_rung_reaching_all_of_the_full_run_stands_in_for_bigger_ones(tmp_path: Path) -> None:
+def test_a_rung_reaching_all_of_the_full_run_supersedes_bigger_ones(tmp_path: Path) -> None:
     w = World(tmp_path)
     full = w.rung("full", {}, 10.0, ALL, decl=TWO, arcs={"pkg/m.py": frozenset({(2, 3)})})
     floors = w.rung("floors", {"steps": 1, "layers": 1}, 2.0, ALL, decl=TWO,
                     arcs={"pkg/m.py": frozenset({(2, 3), (3, 5)})})
     assert reaches_all_of(floors, full, WORKLOAD) is None
     for bigger in ({"steps": 4}, {"layers": 2}, {"steps": 1}, {"steps": 1, "layers": 1}):
-        found = stand_in(bigger, [full, floors], full, WORKLOAD)
+        found = superseding_rung(bigger, [full, floors], full, WORKLOAD)
         assert found is not None and found[0] is floors, bigger
         assert "reaches every line, arc and context" in found[1]
-    # A rung reducing less than the candidate stands in for nothing below it.
+    # A rung reducing less than the candidate supersedes nothing below it.
     steps4 = w.rung("steps=4", {"steps": 4}, 5.0, ALL, decl=TWO,
                     arcs={"pkg/m.py": frozenset({(2, 3)})})
     assert reaches_all_of(steps4, full, WORKLOAD) is None
-    assert stand_in({"layers": 2}, [full, steps4], full, WORKLOAD) is None
-    assert stand_in({"steps": 1}, [full, steps4], full, WORKLOAD) is None
-    assert stand_in({"layers": 1}, [full, steps4], full, WORKLOAD) is None
-    # Floors learned from escapes: a rung at or under one stands in for nothing.
-    assert stand_in({"steps": 4}, [full, floors], full, WORKLOAD, {"steps": 1}) is None
-    assert stand_in({"steps": 4}, [full, floors], full, WORKLOAD, {"layers": 0}) is not None
+    assert superseding_rung({"layers": 2}, [full, steps4], full, WORKLOAD) is None
+    assert superseding_rung({"steps": 1}, [full, steps4], full, WORKLOAD) is None
+    assert superseding_rung({"layers": 1}, [full, steps4], full, WORKLOAD) is None
+    # Floors learned from escapes: a rung at or under one supersedes nothing.
+    assert superseding_rung({"steps": 4}, [full, floors], full, WORKLOAD, {"steps": 1}) is None
+    assert superseding_rung({"steps": 4}, [full, floors], full, WORKLOAD, {"layers": 0}) is not None
 
 
 @pytest.mark.parametrize("change", [
@@ -580,7 +581,7 @@ def test_a_rung_reaching_all_of_the_full_run_stands_in_for_bigger_ones(tmp_path:
     dict(commit="0" * 40),                                       # another calibration
     dict(digests={"pkg/m.py": "0" * 64}),                        # another version
 ])
-def test_a_rung_missing_anything_stands_in_for_nothing(tmp_path: Path, change: dict[str, Any]) -> None:
+def test_a_rung_missing_anything_supersedes_nothing(tmp_path: Path, change: dict[str, Any]) -> None:
     w = World(tmp_path)
     full = w.rung("full", {}, 10.0, ALL, decl=TWO, arcs={"pkg/m.py": frozenset({(2, 3)})})
     kw: dict[str, Any] = dict(arcs={"pkg/m.py": frozenset({(2, 3)})}, duration_s=2.0)
@@ -589,7 +590,7 @@ def test_a_rung_missing_anything_stands_in_for_nothing(tmp_path: Path, change: d
     contexts = kw.pop("contexts", {"fp32"})
     floors = w.rung("floors", {"steps": 1, "layers": 1}, kw.pop("duration_s"), lines,
                     contexts=contexts, decl=TWO, **kw)
-    assert stand_in({"steps": 4}, [full, floors], full, WORKLOAD) is None
+    assert superseding_rung({"steps": 4}, [full, floors], full, WORKLOAD) is None
 
 
 # The ladder of TWO in calibration order, each rung's cost its steps x layers.
@@ -607,7 +608,7 @@ LADDER = [("floors", {"steps": 1, "layers": 1}), ("steps=1", {"steps": 1}),
 def test_leaving_out_stood_in_rungs_never_makes_a_plan_costlier(
         tmp_path_factory: Any, measured: list[Any], edited: int) -> None:
     # Calibrate as `fastci calibrate` does (ladder order, a rung left out when a measured
-    # one stands in for it) into one store, and every rung into another: the plan from
+    # one supersedes it) into one store, and every rung into another: the plan from
     # the first reduces wherever the plan from the second does, and costs no more.
     w = World(tmp_path_factory.mktemp("s"))
     every = CalibrationStore.open(w.store.path.parent / "every.db", create=True)
@@ -623,7 +624,7 @@ def test_leaving_out_stood_in_rungs_never_makes_a_plan_costlier(
                         UNIT: ("c", frozenset(contexts)), "pkg/m.py::<module>": ("m", frozenset())},
                     digests={"pkg/m.py": w.digest})
         every.put(rung)
-        if stand_in(overrides, kept, full, WORKLOAD) is None:
+        if superseding_rung(overrides, kept, full, WORKLOAD) is None:
             w.store.put(rung)
             kept.append(rung)
     original = M.splitlines()[edited - 1]

@@ -16,13 +16,15 @@ from typing import Iterator
 import pytest
 
 from fastci import cli
-from fastci.plan.build import analyze, bazel_declared
+from fastci.plan.planner import analyze
+from fastci.plan.inputs import bazel_declared
+from fastci.plan.inputs import Query
 from fastci.integrations.bazel.bep import parse_bep
 from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.git.tree import plan_tree
-from fastci.evidence.record import record
+from fastci.evidence.fill import record
 from fastci.config import Config
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.plan.model import Plan, PlannedTest, SkippedTest, dump_plan
 from fastci.run.runner import RunReport, execute
 from plan_support import tie
@@ -55,7 +57,7 @@ class Ws:
     def plan(self) -> Plan:
         with EvidenceStore.open(self.store_path) as store:
             a = analyze(self.root, self.config, base=self.base,
-                        declared=lambda root, cfg: bazel_declared(root, cfg, bazel=self.bazel),
+                        declared=Query(lambda root, cfg: bazel_declared(root, cfg, bazel=self.bazel)),
                         store=store)
         plan = dataclasses.replace(a.plan, tree=plan_tree(self.root))  # as `fastci plan` does
         dump_plan(plan, self.root / ".fastci/plan.json")

@@ -19,12 +19,13 @@ import pytest
 
 from fastci.integrations.bazel import bep
 from fastci.errors import StoreError
-from fastci.evidence.schema import SCHEMA, SCHEMA_VERSION
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.schema import SCHEMA, SCHEMA_VERSION
+from fastci.evidence.store.db import EvidenceStore
 from fastci.plan.model import Plan, PlannedTest
 from fastci.run.runner import _record
 from fastci.select import DeclaredTest, DecisionKind, Selection
 from selection_support import World, world  # noqa: F401 (fixture)
+from fastci.plan.inputs import Given
 
 A = "//t:a"
 DECLARED = {"train_iters": 8, "hidden_size": 64}
@@ -114,10 +115,10 @@ def test_old_store_is_refused_and_the_plan_widens(tmp_path: Path, world: World) 
     for suffix in ("-wal", "-shm"):
         (world.root / ".fastci" / f"evidence.db{suffix}").unlink(missing_ok=True)
     (world.root / ".fastci" / "evidence.db").write_bytes(before)
-    from fastci.plan.build import analyze
+    from fastci.plan.planner import analyze
     from fastci.config import Config
 
-    a = analyze(world.root, Config(), base=world.base, declared=world.declared)
+    a = analyze(world.root, Config(), base=world.base, declared=Given(world.declared))
     assert a.plan.mode == "all" and "schema version 1" in a.plan.reason
     world.store = EvidenceStore.open(tmp_path / "fresh.db", create=True)  # for the teardown
 
@@ -241,7 +242,7 @@ def test_without_an_answer_from_git_the_failure_stands(hist: World) -> None:
 
 
 def test_a_reduced_pass_at_a_descendant_does_not_clear_a_full_failure() -> None:
-    from fastci.evidence.store import HistoryRun
+    from fastci.evidence.store.db import HistoryRun
     from fastci.select.history import uncleared
 
     parents = {"c2": ("c1",), "c1": ("c0",), "c0": ()}

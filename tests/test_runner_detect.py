@@ -17,8 +17,8 @@ import pytest
 from fastci import cli
 from fastci.config import Config, load
 from fastci.errors import ConfigError
-from fastci.evidence.store import EvidenceStore
-from fastci.plan.build import choose_runner
+from fastci.evidence.store.db import EvidenceStore
+from fastci.plan.inputs import choose_runner
 from selection_support import MODEL, OTHER, Repo, ingest, units_of
 
 SCALE = "tests/test_model.py::test_scale"

@@ -20,10 +20,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fastci.plan.build import analyze
+from fastci.plan.planner import analyze
+from fastci.plan.inputs import Given, KnownFingerprint, Query
 from fastci.config import Config
-from fastci.evidence.ingest import find_traces, ingest as ingest_traces
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.ingest import find_traces, ingest as ingest_traces
+from fastci.evidence.store.db import EvidenceStore
 from fastci.select import DeclaredTest, DecisionKind
 from selection_support import MODEL, Repo, World, env_now, ingest, units_of, world  # noqa: F401
 
@@ -37,7 +38,7 @@ def test_corrupt_store_widens(tmp_path: Path) -> None:
     store.parent.mkdir()
     store.write_bytes(b"this is not sqlite" * 100)
     declared = {"//t:a": DeclaredTest("//t:a")}
-    a = analyze(tmp_path, Config(), base=base, declared=declared, env_fingerprint="e")
+    a = analyze(tmp_path, Config(), base=base, declared=Given(declared), environment=KnownFingerprint("e"))
     assert a.plan.mode == "all" and "not a readable evidence store" in a.plan.reason
     assert [t.id for t in a.plan.tests] == ["//t:a"]
 
@@ -49,15 +50,15 @@ def test_missing_store_and_failing_query_widen(tmp_path: Path) -> None:
     def broken_query(root: Path, config: Config) -> dict[str, DeclaredTest]:
         raise RuntimeError("bazel exploded")
 
-    a = analyze(tmp_path, Config(), base=base, declared=broken_query, env_fingerprint="e")
+    a = analyze(tmp_path, Config(), base=base, declared=Query(broken_query), environment=KnownFingerprint("e"))
     assert a.plan.mode == "all" and "RuntimeError: bazel exploded" in a.plan.reason
-    a = analyze(tmp_path, Config(), base=base, declared={}, env_fingerprint="e")
+    a = analyze(tmp_path, Config(), base=base, declared=Given({}), environment=KnownFingerprint("e"))
     assert a.plan.mode == "all" and "no evidence store" in a.plan.reason
 
 
 def test_missing_revision_unknown_path_environment(world: World) -> None:
-    a = analyze(world.root, Config(), base="gone", declared=world.declared,
-                env_fingerprint=env_now(), store=world.store)
+    a = analyze(world.root, Config(), base="gone", declared=Given(world.declared),
+                environment=KnownFingerprint(env_now()), store=world.store)
     assert a.plan.mode == "all" and "'gone' does not exist" in a.plan.reason
     world.repo.write({"weird/path.xyz": "?"})
     sel = world.plan()
@@ -76,8 +77,8 @@ def test_unparsable_file_widens_to_touching_tests(world: World) -> None:
 def test_stale_evidence_is_compared_with_recorded_checksums(world: World) -> None:
     # main moved on after recording (evidence commit = world.base); plan from the new main.
     new_main = world.repo.commit({"pkg/model.py": MODEL.replace("x * 2", "x * 5")})
-    a = analyze(world.root, Config(), base=new_main, declared=world.declared,
-                env_fingerprint=env_now(), store=world.store)
+    a = analyze(world.root, Config(), base=new_main, declared=Given(world.declared),
+                environment=KnownFingerprint(env_now()), store=world.store)
     assert [t.id for t in a.plan.tests] == ["//t:a"]
 
 
@@ -189,7 +190,7 @@ from pathlib import Path
 name = sys.argv[1]
 rec = None
 if len(sys.argv) > 2:
-    from fastci.evidence.recorder import Recorder
+    from fastci.evidence.record.recorder import Recorder
     rec = Recorder("//checks:" + name, Path(sys.argv[2]), repo_root=Path.cwd(), workload={}, gpus=1)
     rec.start()
 outcome = "passed"
@@ -254,7 +255,7 @@ def _check(repo: Repo, base: str, names: list[str]) -> tuple[set[str], set[str]]
         failing = {f"//checks:{c}" for c in CHECK_NAMES if _run(root, c) != "passed"}
         declared = {t: DeclaredTest(t, 1, {}) for t in TESTS}
         with EvidenceStore.open(root / ".fastci/evidence.db") as store:
-            a = analyze(root, Config(), base=base, declared=declared, store=store)
+            a = analyze(root, Config(), base=base, declared=Given(declared), store=store)
         planned = {t.id for t in a.plan.tests}
     finally:
         repo.git("checkout", "-q", "--", ".")

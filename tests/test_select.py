@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fastci.plan.build import analyze
+from fastci.plan.planner import analyze
+from fastci.plan.inputs import Given, KnownFingerprint
 from fastci.config import Config
 from fastci.select import DeclaredTest, DecisionKind, Selection
 from selection_support import MODEL, OTHER, World, env_now, ingest, units_of, world  # noqa: F401 (fixture)
@@ -131,16 +132,16 @@ def test_undeclared_recorded_test_is_skipped_with_reason(world: World) -> None:
 
 
 def test_missing_revision_widens(world: World) -> None:
-    a = analyze(world.root, Config(), base="no-such-rev", declared=world.declared,
-                env_fingerprint=env_now(), store=world.store)
+    a = analyze(world.root, Config(), base="no-such-rev", declared=Given(world.declared),
+                environment=KnownFingerprint(env_now()), store=world.store)
     assert a.plan.mode == "all" and "no-such-rev" in a.plan.reason
     assert len(a.selection.selected) == 3
 
 
 def test_plan_model_round_trip(world: World) -> None:
     world.repo.write({"pkg/model.py": MODEL.replace("x * 2", "x * 3")})
-    a = analyze(world.root, Config(), base=world.base, declared=world.declared,
-                env_fingerprint=env_now(), store=world.store)
+    a = analyze(world.root, Config(), base=world.base, declared=Given(world.declared),
+                environment=KnownFingerprint(env_now()), store=world.store)
     d = a.plan.to_dict()
     assert d["mode"] == "selective" and [t["id"] for t in d["tests"]] == ["//t:a"]
     assert d["tests"][0]["est_gpu_s"] == 10.0 and d["tests"][0]["overrides"] == {}
@@ -151,7 +152,7 @@ def test_plan_model_round_trip(world: World) -> None:
 def test_label_to_path() -> None:
     import pytest
 
-    from fastci.plan.build import label_to_path
+    from fastci.plan.inputs import label_to_path
     from fastci.types import LabelError
 
     assert label_to_path("//examples/microllm/tests:tp_parity_test.py") == \

@@ -12,12 +12,13 @@ from typing import Iterator, Mapping, Sequence
 
 import pytest
 
-from fastci.plan.build import analyze
+from fastci.plan.planner import analyze
+from fastci.plan.inputs import Given, KnownFingerprint
 from fastci.changes.semantic_diff import ChangeKind, diff_sources
 from fastci.config import Config
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.select import DecisionKind, Selection
-from fastci.changes.compiled_code import compiled_functions
+from fastci.changes.compiled_code import compiled_units
 from fastci.changes.static_facts import (discovers_files, open_namespace, parse,
                                  registrable_classes)
 from selection_support import Repo, env_now, ingest, units_of
@@ -44,8 +45,8 @@ class Scene:
         ingest(self.store, test, units, commit=self.base, files=reads)
 
     def plan(self) -> Selection:
-        return analyze(self.root, Config(), base=self.base, declared=None,
-                       env_fingerprint=env_now(), store=self.store).selection
+        return analyze(self.root, Config(), base=self.base, declared=Given(None),
+                       environment=KnownFingerprint(env_now()), store=self.store).selection
 
     def chosen(self) -> dict[str, set[DecisionKind]]:
         return {d.test: {r.kind for r in d.reasons} for d in self.plan().selected}
@@ -221,7 +222,7 @@ def test_a_compile_wrapper_or_partial_used_as_decorator(scene_dir: Path, src: st
 
 def test_compile_is_not_re_compile() -> None:
     src = "import re\n\n\ndef f(p):\n    return p\n\n\nx = re.compile(f('a'))\n"
-    assert compiled_functions(src) == {}
+    assert compiled_units(src) == {}
 
 
 def test_numba_njit_edit(scene_dir: Path) -> None:
@@ -303,11 +304,11 @@ class M:
     def eager(self, x):
         return x
 '''
-    got = compiled_functions(src)
+    got = {q: c.how for q, c in compiled_units(src).items()}
     assert set(got) == {"k1", "helper", "c1", "c1.<locals>.inner", "c2", "c3", "c4", "plain",
                         "M._fwd"}
     assert got["k1"] == "@triton.jit" and "compiled k1" in got["helper"]
-    assert compiled_functions("def f(x):\n    return x\n") == {}
+    assert compiled_units("def f(x):\n    return x\n") == {}
 
 
 def test_compiled_kind_and_reason_text() -> None:
@@ -490,4 +491,4 @@ def test_git_ignored_read_file_changed_or_deleted(scene_dir: Path) -> None:
 def test_compile_of_a_call_result_marks_classes_only() -> None:
     src = ("def select(x):\n    return x\n\n\nclass Net:\n    def forward(self, x):\n"
            "        return x\n\n\nq = select(1).compile()\nn = Net().compile()\n")
-    assert set(compiled_functions(src)) == {"Net.forward"}
+    assert set(compiled_units(src)) == {"Net.forward"}

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastci.errors import StoreError
-from fastci.evidence.schema import SCHEMA_VERSION
-from fastci.evidence.store import EvidenceStore, RunEvidence, RunRecord, pack_ids, unpack_ids
+from fastci.evidence.store.schema import SCHEMA_VERSION
+from fastci.evidence.store.db import EvidenceStore, RunEvidence, RunRecord, pack_ids, unpack_ids
 
 
 def run(test: str, at: float, units: dict[str, set[str]], *, key: str | None = None,
@@ -44,7 +44,8 @@ def test_read_api(store: EvidenceStore) -> None:
         "data/cfg.json": {"//t:a"}, "other": set()}
     assert store.units_of_test("//t:a") == {"m.py::f": ["bf16|tp=2", "f32"], "m.py::<module>": []}
     assert store.files_of_test("//t:a") == ["data/cfg.json"]
-    assert store.unit_checksums() == {"m.py::f": "c1", "m.py::<module>": "c1", "n.py::g": "c1"}
+    assert {(u, c) for _, u, c in store.recorded_units()} == {
+        ("m.py::f", "c1"), ("m.py::<module>", "c1"), ("n.py::g", "c1")}
     latest = store.latest_runs()
     a = latest["//t:a"]
     assert (a.commit, a.env_fingerprint, dict(a.workload), a.duration_s, a.gpus, a.outcome,
@@ -190,7 +191,6 @@ def test_runs_keep_declared_workload_and_overrides_apart(store: EvidenceStore) -
     r = store.latest_runs()["//t:a"]
     # An override equal to the declared value changes nothing: it is dropped.
     assert (dict(r.workload), r.overrides, r.full) == (declared, {"train_iters": 2}, False)
-    assert r.effective_workload == {"train_iters": 2, "hidden_size": 64}
     assert r.last_full is None
     store.ingest(RunEvidence(test="//t:a", run_key="k2", outcome="failed", complete=True,
                              duration_s=1.0, gpus=1, workload=declared, recorded_at=2.0,
@@ -288,7 +288,7 @@ def test_a_locked_store_names_the_holder_after_a_bounded_wait(tmp_path: Path) ->
     import sys
     import time
 
-    from fastci.evidence.store import StoreLockedError, lock_holders
+    from fastci.evidence.store.db import StoreLockedError, lock_holders
 
     path = tmp_path / "evidence.db"
     EvidenceStore.open(path, create=True).close()
@@ -326,7 +326,7 @@ time.sleep(60)
 def test_lock_holders_reads_write_locks_of_the_file_from_the_lock_table(tmp_path: Path) -> None:
     import os
 
-    from fastci.evidence.store import lock_holders
+    from fastci.evidence.store.db import lock_holders
 
     path = tmp_path / "evidence.db"
     path.write_bytes(b"x")
@@ -411,7 +411,7 @@ def test_recent_outcomes_are_the_last_runs_of_test_newest_first(
 def test_run_json_keeps_values_of_equal_hash_apart() -> None:
     """The canonical JSON of workloads and environments is kept by content: 1, 1.0 and
     True are equal and hash alike in Python, and must still be written as they are."""
-    from fastci.evidence.store import _json
+    from fastci.evidence.store.writes import _json
 
     assert _json({"a": 1}) == '{"a": 1}'
     assert _json({"a": True}) == '{"a": true}'

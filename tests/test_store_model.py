@@ -20,11 +20,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastci.errors import StoreError
-from fastci.evidence import batch as batch_mod
-from fastci.evidence.columns import UnitTable
-from fastci.evidence.exchange import export_store, import_store
-from fastci.evidence.schema import SCHEMA_VERSION
-from fastci.evidence.store import EvidenceStore, RunEvidence
+from fastci.evidence.store import batch as batch_mod
+from fastci.evidence.store.columns import UnitTable
+from exchange_support import import_store
+from fastci.evidence.store.exchange import export_store
+from fastci.evidence.store.schema import SCHEMA_VERSION
+from fastci.evidence.store.db import EvidenceStore, RunEvidence
 
 TESTS = ["//t:a", "//t:b", "//t:c", "p/test_x.py::test_y"]
 UNITS = ["m.py::f", "m.py::g", "m.py::<module>", "n.py::h", "pkg/o.py::C.m"]
@@ -40,7 +41,6 @@ class Model:
     tests: set[str] = field(default_factory=set)
     held: dict[str, tuple[float, str]] = field(default_factory=dict)
     evidence: dict[str, Units] = field(default_factory=dict)
-    checksums: dict[str, str] = field(default_factory=dict)
     # The held run's files read, Python sources and distributions, per test.
     reads: dict[str, dict[str, str]] = field(default_factory=dict)
     sources: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -58,8 +58,6 @@ class Model:
         self.reads[run.test] = dict(run.files)
         self.sources[run.test] = dict(run.sources)
         self.dists[run.test] = dict(run.distributions)
-        # unit.checksum: the last winning recording's, in ingestion order.
-        self.checksums.update((u, c) for u, (c, _) in run.units.items())
         return True
 
     def pairs(self) -> list[tuple[str, str, str]]:
@@ -90,7 +88,6 @@ files_st = st.dictionaries(st.sampled_from(PATHS[:3]), st.sampled_from(["d1", "d
 
 def check(store: EvidenceStore, model: Model) -> None:
     assert store.test_ids() == sorted(model.tests)
-    assert store.unit_checksums() == model.checksums
     asked = [*UNITS, "zz.py::nope"]
     assert store.tests_for_units(asked) == {
         u: {t for t, ev in model.evidence.items() if u in ev} for u in asked}

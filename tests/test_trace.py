@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from fastci.errors import TraceError
-from fastci.evidence import trace, trace_pb2
+from fastci.evidence.record import trace, trace_pb2
+from trace_support import file_units
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -69,12 +70,12 @@ def test_long_test_ids_get_hashed_names() -> None:
 
 
 def test_generated_module_is_in_sync_with_proto(tmp_path: Path) -> None:
-    proto = REPO / "analyzer" / "fastci" / "evidence" / "trace.proto"
+    proto = REPO / "analyzer" / "fastci" / "evidence" / "record" / "trace.proto"
     subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{REPO / 'analyzer'}",
                     f"--python_out={tmp_path}", str(proto)], check=True)
     for name in ("trace_pb2.py",):
-        fresh = (tmp_path / "fastci" / "evidence" / name).read_bytes()
-        committed = (REPO / "analyzer" / "fastci" / "evidence" / name).read_bytes()
+        fresh = (tmp_path / "fastci" / "evidence" / "record" / name).read_bytes()
+        committed = (REPO / "analyzer" / "fastci" / "evidence" / "record" / name).read_bytes()
         assert fresh == committed, f"{name} is stale: regenerate it (see trace.proto)"
 
 
@@ -94,14 +95,14 @@ def columns_sample() -> trace_pb2.Trace:
 
 def test_format_2_units_round_trip_with_shared_sets() -> None:
     t = trace.decode(trace.encode(columns_sample()))
-    assert trace.file_units(t, t.files[0]) == [
+    assert file_units(t, t.files[0]) == [
         ("<module>", "", []), ("f", "", ["bf16", "tp=2"]), ("C.g", "", ["bf16", "tp=2"])]
-    assert trace.file_units(t, t.segments[0].files[0]) == [("h", "", ["tp=1"])]
+    assert file_units(t, t.segments[0].files[0]) == [("h", "", ["tp=1"])]
     assert len(trace.u32_column(t.set_sizes)) == 3  # {}, {bf16, tp=2} once, {tp=1}
     old = sample()  # format 1, as older recorders wrote: still read
     old.format_version = 1
     back = trace.decode(trace.encode(old))
-    assert trace.file_units(back, back.files[0]) == [("f", "x", ["c0", "c1"])]
+    assert file_units(back, back.files[0]) == [("f", "x", ["c0", "c1"])]
 
 
 @pytest.mark.parametrize("damage, problem", [

@@ -1,4 +1,4 @@
-"""Frames dynamo traces are evidence (fastci.evidence.traced), recorded with pytest for
+"""Frames dynamo traces are evidence (fastci.evidence.record.traced), recorded with pytest for
 real and planned: a model compiled with ``torch.compile(model)``, one compiled with
 ``model.compile()``, one run through ``torch._dynamo.explain``, a function compiled by a
 project decorator defined in another module, and a helper reached only inside a
@@ -16,8 +16,8 @@ from typing import Iterator
 
 import pytest
 
-from fastci.evidence.store import EvidenceStore
-from fastci.evidence.traced import TRACED_CONTEXT
+from fastci.evidence.store.db import EvidenceStore
+from fastci.evidence.record.traced import TRACED_CONTEXT
 
 pytest.importorskip("torch")
 
@@ -216,8 +216,8 @@ def test_a_function_compiled_by_a_decorator_of_another_module_is_selected(
 CHILD = '''
 import sys
 from pathlib import Path
-from fastci.evidence.files import PathMapper
-from fastci.evidence.traced import DynamoWatch, units_of_codes
+from fastci.evidence.record.files import PathMapper
+from fastci.evidence.record.traced import DynamoWatch, units_of_codes
 from fastci.units.lines import line_index
 
 root = Path(sys.argv[1])
@@ -266,8 +266,8 @@ def test_dynamo_without_the_hook_counts_every_loaded_repo_module(
 
     import torch
 
-    from fastci.evidence import traced
-    from fastci.evidence.files import PathMapper
+    from fastci.evidence.record import traced
+    from fastci.evidence.record.files import PathMapper
     from fastci.units.lines import line_index
 
     (tmp_path / "failsafe_mod.py").write_text(MOD.replace("* 2", "* 3"))
@@ -321,7 +321,7 @@ class _Run:
 def test_evidence_that_cannot_tell_keeps_the_wide_rule() -> None:
     from fastci.changes.semantic_diff import ChangeKind, UnitChange
     from fastci.changes.compiled_code import Compiled
-    from fastci.evidence.traced import TRACED_BY_DYNAMO, TRACED_FRAMES_KEY
+    from fastci.evidence.record.traced import TRACED_BY_DYNAMO, TRACED_FRAMES_KEY
     from fastci.select.compiled import compiled_reason
 
     u = UnitChange("d.py::sample", "d.py", "sample", (ChangeKind.BODY, ChangeKind.COMPILED),

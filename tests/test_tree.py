@@ -66,3 +66,26 @@ def test_an_ignored_fastci_folder_and_a_same_second_edit(tmp_path: Path) -> None
     repo.write({"a.py": "A = 2\n"})
     assert evidence_commit(tmp_path) == DIRTY_PREFIX + worktree_tree(tmp_path)
     assert worktree_tree(tmp_path) != head_tree(tmp_path)
+
+
+def test_caches_a_test_run_writes_are_not_part_of_the_tree(tmp_path: Path) -> None:
+    # Issue 36: a repository that ignores none of them. A recorded child process writes
+    # __pycache__/*.pyc, pytest its last-failed list, coverage its data file: before,
+    # each made another tree, so the plan made before the run no longer matched the tree
+    # at run time and every runner ran everything, and evidence was stamped dirty.
+    repo = Repo(tmp_path)
+    head = repo.commit({"pkg/a.py": "A = 1\n", "tests/test_a.py": "def test_a(): pass\n"})
+    clean = tree_state(tmp_path)
+    assert not clean.dirty
+    repo.write({"pkg/__pycache__/a.cpython-311.pyc": "\x00bytecode",
+                ".pytest_cache/v/cache/lastfailed": '{"tests/test_a.py::test_a": true}',
+                ".pytest_cache/CACHEDIR.TAG": "Signature: 8a477f597d28d172789f06886806bc55",
+                ".mypy_cache/3.11/a.meta.json": "{}", ".hypothesis/examples/x": "y",
+                ".coverage": "data", ".coverage.host.123": "data",
+                "fastci.egg-info/PKG-INFO": "Name: fastci"})
+    state = tree_state(tmp_path)
+    assert state.tree == clean.tree and not state.dirty
+    assert evidence_commit(tmp_path) == head
+    # A real file beside them still counts.
+    repo.write({"pkg/b.py": "B = 1\n"})
+    assert worktree_tree(tmp_path) != clean.tree

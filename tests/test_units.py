@@ -12,8 +12,8 @@ from typing import Any, Callable
 import pytest
 
 from fastci.changes.semantic_diff import diff_sources
-from fastci.evidence.ingest import ingest
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.ingest import ingest
+from fastci.evidence.store.db import EvidenceStore
 from fastci.units.index import (CHECKSUM_ALGORITHM, MODULE_QUALNAME, FileUnits, LineIndex, ParseFailure,
                           UnitCache, _cache_key, index_files, index_source, index_tree, line_index,
                           split_unit_id, unit_id)

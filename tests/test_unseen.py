@@ -16,8 +16,10 @@ from typing import Iterator
 import pytest
 
 from fastci.config import Config
-from fastci.evidence.store import EvidenceStore
-from fastci.plan.build import Analysis, analyze
+from fastci.evidence.store.db import EvidenceStore
+from fastci.plan.planner import analyze
+from fastci.plan.analysis import Analysis
+from fastci.plan.inputs import Given, KnownFingerprint
 from fastci.select import DecisionKind
 from record_support import edited, plan_now, record
 from selection_support import Repo, env_now, ingest, units_of
@@ -155,7 +157,7 @@ def test_a_module_whose_functions_no_test_ran_falls_back_to_its_importers(
                commit=base)
         ingest(store, "t_other", {"pkg/other.py::f": units["pkg/other.py::f"]}, commit=base)
         repo.write({"pkg/cb.py": src.replace("return x", "return -x")})
-        a = analyze(repo.root, Config(), base=base, declared=None, env_fingerprint=env_now(),
+        a = analyze(repo.root, Config(), base=base, declared=Given(None), environment=KnownFingerprint(env_now()),
                     store=store)
     chosen = {d.test: d for d in a.selection.selected}
     assert set(chosen) == {"t_imports"}

@@ -47,14 +47,6 @@ def test_override_corpus(case: dict[str, Any]) -> None:
     assert len(problems) == len(case["problems"]), problems
     for got, prefix in zip(problems, case["problems"]):
         assert got.startswith(prefix), (got, prefix)
-    reduced, why = wl.apply_overrides(case["workload"], case["floors"], case["constraints"], case["overrides"])
-    if case["problems"]:
-        assert (reduced, why) == (case["workload"], problems)
-    else:
-        assert why == []
-        assert reduced == case["reduced"]
-        # Types survive: an int override of a float dimension becomes a float.
-        assert {k: type(v) for k, v in reduced.items()} == {k: type(v) for k, v in case["reduced"].items()}
 
 
 def test_corpus_covers_both_outcomes_and_every_error_kind() -> None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Python 3.12 CI leg (`make test-py312`; .ci/run runs it after the main leg).
 #
-# FastCI records with sys.monitoring on Python 3.12+ (fastci/evidence/monitor.py) and with
+# FastCI records with sys.monitoring on Python 3.12+ (fastci/evidence/record/monitor.py) and with
 # coverage.py's C tracer on 3.11 (the main leg). This leg keeps the 3.12 path from rotting:
 # a venv of pinned packages (third_party/requirements-py312.txt; no torch, no Bazel) and
 # the test modules listed in tests/py312_leg.txt. The interpreter: $FASTCI_PY312, else

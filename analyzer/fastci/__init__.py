@@ -3,10 +3,11 @@
 The package is laid out in pipeline order, one folder per stage: ``units`` (what
 code is), ``evidence`` (what tests executed), ``changes`` (what a diff touched),
 ``select`` (which tests it reaches), ``plan`` (what must run, and how), ``run``
-(running it); ``integrations`` holds the adapters to git and Bazel (below every
-stage) and the pytest plugin (above them), ``cli`` the ``fastci`` command.
-``errors``, ``types`` and ``config`` are shared leaves; ``pytest_plugin`` is the
-documented plugin path (docs/ARCHITECTURE.md).
+(running it), ``eval`` (measuring plans); ``integrations`` holds the adapters to
+git and Bazel (below every stage). The front ends sit above them all: ``cli`` the
+``fastci`` command, ``pytest`` the pytest plugin. ``errors``, ``types`` and
+``config`` are shared leaves; ``pytest_plugin`` is the documented plugin path
+(docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations
@@ -35,3 +36,9 @@ def lazy_exports(module: str, exports: Mapping[str, str]) -> Callable[[str], obj
         return getattr(importlib.import_module(target), name)
 
     return __getattr__
+
+
+#: The public names code under test may use, at a path that does not follow the
+#: package's layout: ``with fastci.annotate(phase="eval"): ...`` labels the contexts
+#: recorded inside (docs/EVIDENCE.md). Imported on first use only.
+__getattr__ = lazy_exports(__name__, {"annotate": "fastci.evidence.record.contexts"})

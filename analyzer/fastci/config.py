@@ -11,7 +11,7 @@ Every key and every environment variable is documented in ``docs/CONFIG.md``.
 
 The *decision keys* (:data:`DECISION_KEYS`: what decides which tests run) and the
 *tool keys* (:data:`TOOL_KEYS`: programs the planner runs) are
-not taken from the change being planned: :mod:`fastci.plan.build` rebuilds them
+not taken from the change being planned: :mod:`fastci.plan.planner` rebuilds them
 from the base revision's ``fastci.yaml`` with :func:`with_rules_from`, keeping
 whatever the environment or command line set, so a change cannot rewrite the
 rules that judge it.
@@ -160,7 +160,7 @@ DECISION_KEYS: tuple[str, ...] = ("run_all", "ignore", "path_tests", "targets", 
 #: script of its own choosing.
 TOOL_KEYS: tuple[str, ...] = ("bazel",)
 #: Values of ``runner`` (``auto``: Bazel in a Bazel workspace with ``bazel`` found, else
-#: pytest; :func:`fastci.plan.build.choose_runner`).
+#: pytest; :func:`fastci.plan.inputs.choose_runner`).
 RUNNERS: tuple[str, ...] = ("auto", "bazel", "pytest")
 #: Values of ``prune`` (:mod:`fastci.select.prune`).
 PRUNE_MODES: tuple[str, ...] = ("off", "safe", "aggressive")

@@ -1,6 +1,6 @@
 """The documented plugin path: ``pytest -p fastci.pytest_plugin`` (entry point ``pytest11: fastci``).
 
-The plugin lives in :mod:`fastci.integrations.pytest.plugin`; this module makes the
+The plugin lives in :mod:`fastci.pytest.plugin`; this module makes the
 documented name *be* that module, so pytest registers one plugin object whichever
 name loaded it.
 """
@@ -9,6 +9,6 @@ from __future__ import annotations
 
 import sys
 
-from fastci.integrations.pytest import plugin as _plugin
+from fastci.pytest import plugin as _plugin
 
 sys.modules[__name__] = _plugin

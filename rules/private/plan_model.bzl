@@ -299,7 +299,7 @@ def conditional_prunes(plan, decoded, rerun):
     `--repo_env=FASTCI_PRUNES=rerun` (`rerun` True). Otherwise (plain `bazel test
     --config=fastci`, `rules/bazelw`) each pruned test moves from `skipped` to
     `pruned` and runs at full workload (`decide_test`). Python twin:
-    `PlanPlugin(prunes_rerun=...)` in `fastci.integrations.pytest.plan`.
+    `PlanPlugin(prunes_rerun=...)` in `fastci.pytest.plan`.
     """
     if rerun or not plan["ok"] or plan["mode"] != "selective" or type(decoded) != "dict":
         return plan

@@ -266,7 +266,7 @@ def stage_floors(ctx: Ctx) -> dict[str, Any]:
     lines = ctx.out / "floors.jsonl"
     lines.unlink(missing_ok=True)
     got = run([ctx.python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-               "-p", "fastci.integrations.pytest.plugin", "--fastci-results", str(lines),
+               "-p", "fastci.pytest.plugin", "--fastci-results", str(lines),
                *node_ids(ctx.root, names), "--at-floors"],
               cwd=ctx.root, env=ctx.env(), timeout=ctx.left(600))
     rows = read_result_lines(lines)
@@ -359,7 +359,7 @@ def stage_record(ctx: Ctx) -> dict[str, Any]:
     lines = ctx.out / "record.jsonl"
     lines.unlink(missing_ok=True)
     got = run([ctx.python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-               "-p", "fastci.integrations.pytest.plugin", "--fastci-record",
+               "-p", "fastci.pytest.plugin", "--fastci-record",
                "--fastci-trace-dir", str(traces), "--fastci-results", str(lines),
                *node_ids(scratch, ctx.tests)], cwd=scratch, env=ctx.env(scratch), timeout=ctx.left(600))
     rows = read_result_lines(lines)
@@ -498,7 +498,7 @@ def summarize_plans(results: Sequence[Any]) -> dict[str, Any]:
 
 
 #: Asks the host's Python which engine its recorder uses and its version (issue 35).
-_ENGINE_QUERY = ("import sys; from fastci.evidence.monitor import backend; "
+_ENGINE_QUERY = ("import sys; from fastci.evidence.record.monitor import backend; "
                  "print(backend(), '%d.%d' % sys.version_info[:2])")
 
 
@@ -536,7 +536,7 @@ def stage_overhead(ctx: Ctx) -> dict[str, Any]:
                 lines = Path(tmp) / "r.jsonl"
                 extra = ["--fastci-record", "--fastci-trace-dir", str(Path(tmp) / "t")] if mode == "recorded" else []
                 got = run([ctx.python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "-p", "fastci.integrations.pytest.plugin", "--fastci-results", str(lines),
+                           "-p", "fastci.pytest.plugin", "--fastci-results", str(lines),
                            *extra, node], cwd=ctx.root, env=ctx.env(), timeout=ctx.left(300))
                 rows = read_result_lines(lines)
                 if got.rc != 0 or not rows or rows[0].get("outcome") != "passed":

@@ -27,7 +27,7 @@ from fastci.units.lines import MODULE_QUALNAME
 
 
 #: Compilers that trace with dynamo: the frames they trace are recorded at run time
-#: (:mod:`fastci.evidence.traced`), so evidence can say which tests ran such code.
+#: (:mod:`fastci.evidence.record.traced`), so evidence can say which tests ran such code.
 DYNAMO_COMPILERS = frozenset({"torch.compile", "torch._dynamo.optimize", "torch._dynamo.explain",
                               "torch.compiler.compile"})
 _PARTIALS = frozenset({"functools.partial", "partial"})
@@ -234,20 +234,14 @@ def compile_facts(tree: ast.Module | None, wrappers: dict[str, str] | None = Non
     return CompileFacts(tuple(out), wrappers_here)
 
 
-def compiled_functions(source: bytes | str | None) -> dict[str, str]:
-    """Function qualname -> how it is compiled or traced (``@triton.jit``), for one file.
-
-    Methods and nested functions included; functions nested in a compiled one and
-    helpers of this file that a compiled body references (transitively) count too,
-    since the compiler traces through them. :func:`compiled_units` says more.
-    """
-    return {q: c.how for q, c in compiled_units(source).items()}
-
-
 def compiled_units(source: bytes | str | None, path: str = "", *,
                    wrappers: dict[str, str] | None = None,
                    external: dict[str, Compiled] | None = None) -> dict[str, Compiled]:
-    """Function qualname -> :class:`Compiled`, for one file (see :func:`compiled_functions`).
+    """Function qualname -> how it is compiled or traced (:class:`Compiled`), for one file.
+
+    Methods and nested functions included; functions nested in a compiled one and
+    helpers of this file that a compiled body references (transitively) count too,
+    since the compiler traces through them.
 
     Args:
         source: the file.
@@ -259,91 +253,117 @@ def compiled_units(source: bytes | str | None, path: str = "", *,
     if source is None:
         return {}
     text = source if isinstance(source, bytes) else source.encode()
-    if not external and not wrappers and not any(
-            m in text for m in (b"jit", b"compile", b"optimize", b"vectorize", b"autotune",
-                                b"heuristics", b"script", b"trace", b"fuse", b"rawkernel",
-                                b"explain")):
+    if not external and not wrappers and not any(m in text for m in _COMPILE_WORDS):
         return {}
     tree = parse(source)
     if tree is None:
         return {}
-    comp = _Compilers(tree, wrappers or {})
-    defs = list(_defs(tree.body))
-    owners = _owners(defs, tree)
-    out: dict[str, Compiled] = {}
+    found = _Found(tree, path, wrappers or {})
+    found.decorated()
+    found.compile_calls()
+    found.compiled_elsewhere(external or {})
+    found.traced_through()
+    return found.out
 
-    def uid(qual: str) -> str:
-        return f"{path}::{qual}"
 
-    def add(qual: str, c: Compiled) -> None:
-        out[qual] = out[qual].join(c) if qual in out else c
+#: A file that names none of these (and is not compiled from elsewhere) compiles nothing.
+_COMPILE_WORDS = (b"jit", b"compile", b"optimize", b"vectorize", b"autotune", b"heuristics",
+                  b"script", b"trace", b"fuse", b"rawkernel", b"explain")
 
-    def methods(cls: str) -> list[str]:
-        return [m.qualname for m in defs if m.qualname.startswith(cls + ".")
+
+class _Found:
+    """The compiled units of one file (``out``: qualname -> :class:`Compiled`), as
+    :func:`compiled_units` finds them, one kind of evidence per method."""
+
+    def __init__(self, tree: ast.Module, path: str, wrappers: dict[str, str]) -> None:
+        self.tree, self.path = tree, path
+        self.comp = _Compilers(tree, wrappers)
+        self.defs = list(_defs(tree.body))
+        self.out: dict[str, Compiled] = {}
+
+    def uid(self, qual: str) -> str:
+        return f"{self.path}::{qual}"
+
+    def add(self, qual: str, c: Compiled) -> None:
+        self.out[qual] = self.out[qual].join(c) if qual in self.out else c
+
+    def methods(self, cls: str) -> list[str]:
+        return [m.qualname for m in self.defs if m.qualname.startswith(cls + ".")
                 and not isinstance(m.node, ast.ClassDef)]
 
-    for d in defs:
-        for deco in d.node.decorator_list:
-            how = comp.of(deco)
-            if how is None:
+    def decorated(self) -> None:
+        """Functions under a compiler's decorator, and every method of a decorated class."""
+        for d in self.defs:
+            for deco in d.node.decorator_list:
+                how = self.comp.of(deco)
+                if how is None:
+                    continue
+                if isinstance(d.node, ast.ClassDef):  # every method of a scripted class
+                    for m in self.methods(d.qualname):
+                        self.add(m, Compiled(f"@{how} on class {d.qualname}", _is_lazy(how),
+                                             frozenset({self.uid(m)})))
+                else:
+                    self.add(d.qualname, Compiled(f"@{how}", _is_lazy(how),
+                                                  frozenset({self.uid(d.qualname)})))
+
+    def compile_calls(self) -> None:
+        """What a compile call of this file compiles (``torch.compile(fn)``; a class's
+        methods for ``torch.compile(Model(...))``), witnessed by the unit that calls it."""
+        owners = _owners(self.defs, self.tree)
+        by_name: dict[str, list[_Def]] = {}
+        for d in self.defs:
+            by_name.setdefault(d.node.name, []).append(d)
+        instances = _instances(self.tree)
+        for how, target, call, _ in _compile_sites(self.tree, self.comp, self.defs):
+            if isinstance(target, ast.Call):  # torch.compile(Model(...)): the class's methods
+                target = target.func
+            name = target.id if isinstance(target, ast.Name) else \
+                target.attr if isinstance(target, ast.Attribute) else None
+            if name in instances:
+                name = instances[name].rsplit(".", 1)[-1]
+            site = owners.get(id(call))
+            shown = ast.unparse(call.args[0]) if call.args else ast.unparse(call.func)
+            for d in by_name.get(name or "", []):
+                if how == MODULE_COMPILE and not isinstance(d.node, ast.ClassDef):
+                    continue  # x.compile() compiles a module instance, never a function
+                quals = self.methods(d.qualname) if isinstance(d.node, ast.ClassDef) \
+                    else [d.qualname]
+                for q in quals:
+                    self.add(q, Compiled(f"{how}({shown}) at line {call.lineno}", _is_lazy(how),
+                                         frozenset({self.uid(q)} |
+                                                   ({self.uid(site)} if site else set()))))
+
+    def compiled_elsewhere(self, external: dict[str, Compiled]) -> None:
+        """Functions and classes of this file that another file compiles."""
+        for qual, c in external.items():
+            for d in (d for d in self.defs if d.qualname == qual):
+                for m in (self.methods(qual) if isinstance(d.node, ast.ClassDef) else [qual]):
+                    self.add(m, Compiled(c.how, c.lazy, c.witnesses | {self.uid(m)}))
+
+    def traced_through(self) -> None:
+        """Nested functions and same-file helpers a compiled body references, transitively
+        (the compiler traces through them)."""
+        out = self.out
+        todo = list(out)
+        while todo:
+            qual = todo.pop()
+            node = next((d.node for d in self.defs if d.qualname == qual), None)
+            if node is None:
                 continue
-            if isinstance(d.node, ast.ClassDef):  # every method of a scripted class
-                for m in methods(d.qualname):
-                    add(m, Compiled(f"@{how} on class {d.qualname}", _is_lazy(how),
-                                    frozenset({uid(m)})))
-            else:
-                add(d.qualname, Compiled(f"@{how}", _is_lazy(how), frozenset({uid(d.qualname)})))
-    by_name: dict[str, list[_Def]] = {}
-    for d in defs:
-        by_name.setdefault(d.node.name, []).append(d)
-    instances = _instances(tree)
-    for how, target, call, _ in _compile_sites(tree, comp, defs):
-        if isinstance(target, ast.Call):  # torch.compile(Model(...)): the class's methods
-            target = target.func
-        name = target.id if isinstance(target, ast.Name) else \
-            target.attr if isinstance(target, ast.Attribute) else None
-        if name in instances:
-            name = instances[name].rsplit(".", 1)[-1]
-        site = owners.get(id(call))
-        shown = ast.unparse(call.args[0]) if call.args else ast.unparse(call.func)
-        for d in by_name.get(name or "", []):
-            if how == MODULE_COMPILE and not isinstance(d.node, ast.ClassDef):
-                continue  # x.compile() compiles a module instance, never a function
-            if isinstance(d.node, ast.ClassDef):
-                for m in methods(d.qualname):
-                    add(m, Compiled(f"{how}({shown}) at line {call.lineno}", _is_lazy(how),
-                                    frozenset({uid(m)} | ({uid(site)} if site else set()))))
-            else:
-                add(d.qualname, Compiled(f"{how}({shown}) at line {call.lineno}", _is_lazy(how),
-                                         frozenset({uid(d.qualname)} |
-                                                   ({uid(site)} if site else set()))))
-    for qual, c in (external or {}).items():
-        hits = [d for d in defs if d.qualname == qual]
-        for d in hits:
-            for m in (methods(qual) if isinstance(d.node, ast.ClassDef) else [qual]):
-                add(m, Compiled(c.how, c.lazy, c.witnesses | {uid(m)}))
-    # Traced through: nested functions and same-file helpers a compiled body references.
-    todo = list(out)
-    while todo:
-        qual = todo.pop()
-        node = next((d.node for d in defs if d.qualname == qual), None)
-        if node is None:
-            continue
-        for d in defs:
-            if isinstance(d.node, ast.ClassDef):
-                continue
-            if d.qualname.startswith(qual + ".<locals>.") or d.node.name in _referenced(node):
-                how = f"called or traced from compiled {qual} ({out[qual].how})"
-                got = Compiled(how, out[qual].lazy, out[qual].witnesses | {uid(d.qualname)})
-                if d.qualname not in out:
-                    out[d.qualname] = got
-                    todo.append(d.qualname)
-                elif not (got.witnesses <= out[d.qualname].witnesses) or \
-                        (out[d.qualname].lazy and not got.lazy):
-                    out[d.qualname] = out[d.qualname].join(got)
-                    todo.append(d.qualname)
-    return out
+            for d in self.defs:
+                if isinstance(d.node, ast.ClassDef):
+                    continue
+                if d.qualname.startswith(qual + ".<locals>.") or d.node.name in _referenced(node):
+                    how = f"called or traced from compiled {qual} ({out[qual].how})"
+                    got = Compiled(how, out[qual].lazy, out[qual].witnesses | {self.uid(d.qualname)})
+                    if d.qualname not in out:
+                        out[d.qualname] = got
+                        todo.append(d.qualname)
+                    elif not (got.witnesses <= out[d.qualname].witnesses) or \
+                            (out[d.qualname].lazy and not got.lazy):
+                        out[d.qualname] = out[d.qualname].join(got)
+                        todo.append(d.qualname)
 
 
 __all__ = ["DYNAMO_COMPILERS", "MODULE_COMPILE", "Compiled", "CompileFacts", "compile_facts",
-           "compiled_functions", "compiled_units"]
+           "compiled_units"]

@@ -32,7 +32,7 @@ from typing import Any, Iterable, Mapping
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from fastci.evidence.distributions import canonical
+from fastci.evidence.record.distributions import canonical
 from fastci.types import RelPath
 
 #: ``[tool.<name>]`` tables of tools that only lint, format or release: no test reads them.

@@ -68,11 +68,6 @@ class ChangeSet:
         return [u for f in self.files for u in f.units]
 
     @property
-    def failures(self) -> list[FileDiff]:
-        """Python files that do not parse."""
-        return [f for f in self.files if f.failure]
-
-    @property
     def paths(self) -> list[RelPath]:
         """Every changed path (old paths of renames included)."""
         out = set()

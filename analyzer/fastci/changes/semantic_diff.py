@@ -430,23 +430,5 @@ def _pair_changes(path: RelPath, pairs: list[tuple[Unit, Unit]], old: bytes,
     return out
 
 
-def stale_changes(path: RelPath, recorded: dict[UnitId, Checksum], current: FileUnits | None,
-                  already: set[UnitId]) -> list[UnitChange]:
-    """Recorded units of ``path`` whose checksum differs from the current index."""
-    now = {u.id: u for u in current.units} if current else {}
-    out = []
-    for uid, checksum in sorted(recorded.items()):
-        if uid in already:
-            continue
-        unit = now.get(uid)
-        if unit is None:
-            qual = uid.partition("::")[2]
-            out.append(UnitChange(uid, path, qual, (ChangeKind.DELETED,), (), checksum, None))
-        elif unit.checksum != checksum:
-            out.append(UnitChange(uid, path, unit.qualname, (ChangeKind.STALE,), (), checksum,
-                                  unit.checksum))
-    return out
-
-
 __all__ = ["ChangeKind", "UnitChange", "FileDiff", "diff_sources", "diff_units",
-           "stale_changes", "scope_facts", "ScopeFacts", "unit_id", "IMPORT_TIME_KINDS"]
+           "scope_facts", "ScopeFacts", "unit_id", "IMPORT_TIME_KINDS"]

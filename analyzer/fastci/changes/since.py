@@ -1,6 +1,6 @@
 """Whether a calibration still describes the tree a plan is made for (issue 34 item 1).
 
-A calibrated rung (:class:`fastci.evidence.calibration.Rung`) says which lines, arcs and
+A calibrated rung (:class:`fastci.evidence.store.calibrations.Rung`) says which lines, arcs and
 contexts a test ran at one workload, at the commit it was calibrated at. Reduction
 (:mod:`fastci.plan.reduce`) and line granularity (:mod:`fastci.select.lines`) diff the
 *changed unit's* calibrated version against the head, but a rung also depends on every
@@ -33,7 +33,7 @@ from fastci.types import RelPath, UnitId
 
 if TYPE_CHECKING:
     from fastci.changes.versions import Versions
-    from fastci.evidence.calibration import Rung
+    from fastci.evidence.store.calibrations import Rung
 
 LOG = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Coverage only records Python line events, and only for code that runs as Python.
 This module reads one file's syntax tree for what that misses:
 
 - **compiled or traced functions** (:func:`compiler_of`; the per-function answer is
-  :func:`fastci.changes.compiled_code.compiled_functions`): bodies under
+  :func:`fastci.changes.compiled_code.compiled_units`): bodies under
   ``@triton.jit``, ``torch.jit.script``, ``torch.compile`` / ``torch._dynamo.optimize``,
   numba, jax and cupy decorators or call sites (``f2 = torch.compile(f)``,
   ``self.fwd = torch.compile(self._fwd)``), through ``functools.partial`` and compile

@@ -5,7 +5,7 @@
 ``validate-plan``, ``targets``) parses its options and calls the stage that does
 the work. Commands never import each other: options two of them share are declared
 in ``options``, and the work they share lives in the stages
-(:mod:`fastci.evidence.record`, :func:`fastci.plan.build.analyze_change`).
+(:mod:`fastci.evidence.fill`, :func:`fastci.plan.planner.analyze_change`).
 """
 
 from __future__ import annotations

@@ -20,7 +20,6 @@ from fastci import __version__
 from fastci.cli.command import (COMMAND_MODULES, COMMANDS, Command, printable,
                                 printable_stdout, quiet_stdout)
 from fastci.errors import FastCIError
-from fastci.integrations import procs
 
 OK = 0
 ERR = 2
@@ -129,6 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="fastci: %(levelname)s: %(message)s",
         stream=sys.stderr,
     )
+    from fastci.integrations import procs  # not needed to parse or print help
+
     try:
         # A cancelling signal (a CI's cancel button) stops every child first.
         with procs.cancellable(), printable_stdout():

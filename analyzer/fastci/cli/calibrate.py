@@ -1,11 +1,11 @@
 """``fastci calibrate``: run tests at the rungs of their workload ladder.
 
-The runner is chosen as ``fastci plan`` chooses it (:func:`fastci.plan.build.choose_runner`).
+The runner is chosen as ``fastci plan`` chooses it (:func:`fastci.plan.inputs.choose_runner`).
 Bazel: the gpu_tests and their declarations come from ``bazel query`` (every gpu_test
 under config ``targets``, or the labels and patterns given), and
-:func:`fastci.run.calibrate.calibrate_bazel` runs the rungs in rounds of ``bazel test``.
+:func:`fastci.run.calibration_runs.calibrate_bazel` runs the rungs in rounds of ``bazel test``.
 pytest: ``pytest --collect-only`` in the tests' interpreter reads each item's
-``fastci_workload`` and ``gpus`` markers, and :func:`fastci.run.calibrate.calibrate`
+``fastci_workload`` and ``gpus`` markers, and :func:`fastci.run.calibration_runs.calibrate`
 runs one process per rung. Either way the rungs go into the calibration store
 (config ``calibration``, never the evidence store). docs/CALIBRATION.md. One line per rung
 on stdout as before, and the progress of the rungs to run, with an ETA, on stderr
@@ -21,23 +21,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from fastci import config
 from fastci.cli.command import Command
-from fastci.evidence.calibration import CalibrationStore
-from fastci.integrations.git.repository import repo_root
-from fastci.integrations.git.tree import evidence_commit
-from fastci.integrations.bazel.query import list_gpu_tests
-from fastci.integrations.bazel.runner import Bazel
-from fastci.integrations.pytest.collect import collect
-from fastci.plan.build import choose_runner, declared_test, runner_python
-from fastci.plan.reduce import learned_floors_at
-from fastci.progress import Progress
-from fastci.run.calibrate import (CalibrationError, CalibrationReport, Declared, calibrate,
-                                  calibrate_bazel)
-from fastci.select import DeclaredTest
 from fastci.types import TestId, normalize_test_id
+
+if TYPE_CHECKING:
+    from fastci.integrations.bazel.runner import Bazel
+    from fastci.run.calibration_runs import CalibrationReport, Declared
 
 __all__ = ["COMMAND", "add_arguments", "run"]
 
@@ -90,6 +82,10 @@ def gpu_tests(bazel: Bazel, targets: Sequence[str], *, universe: str) -> dict[Te
         CalibrationError: a label is not a gpu_test, or a pattern holds none.
         BazelError: the query failed.
     """
+    from fastci.integrations.bazel.query import list_gpu_tests
+    from fastci.plan.inputs import declared_test
+    from fastci.run.calibration_runs import CalibrationError
+
     found: dict[TestId, Declared] = {}
     if not targets:
         for d in list_gpu_tests(bazel, universe):
@@ -118,6 +114,9 @@ def learned_floors_of(store_path: Path, declared: Mapping[TestId, Declared]) -> 
     for the tests that have any. No store: none. An unreadable store stops the command
     (:class:`~fastci.errors.StoreError`): a rung below a learned floor must not stand in
     for others."""
+    from fastci.plan.reduce import learned_floors_at
+    from fastci.select import DeclaredTest
+
     found = learned_floors_at(store_path, {test: decl for test, decl in declared.items()
                                            if isinstance(decl, DeclaredTest)})
     return {test: {dim: value for dim, (value, _why) in floors.items()}
@@ -128,6 +127,15 @@ def run(args: argparse.Namespace) -> int:
     """Collect, calibrate, print one line per rung (progress on stderr) and the cost summary.
 
     Exits 1 when a rung run now did not pass (it is stored, and never chosen)."""
+    from fastci.evidence.store.calibrations import CalibrationStore
+    from fastci.integrations.bazel.runner import Bazel
+    from fastci.integrations.git.repository import repo_root
+    from fastci.integrations.git.tree import evidence_commit
+    from fastci.run.collect import collect
+    from fastci.plan.inputs import choose_runner, runner_python
+    from fastci.progress import Progress
+    from fastci.run.calibration_runs import calibrate, calibrate_bazel
+
     root = repo_root(args.root.resolve())
     cfg = config.load(root, overrides={"calibration": str(args.store) if args.store else None,
                                        "runner": args.runner})

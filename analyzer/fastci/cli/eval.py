@@ -15,11 +15,12 @@ import argparse
 import os
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from fastci.cli.command import Command
-from fastci.eval.results import ChangeResult, merge, read_results, totals
-from fastci.integrations.git.repository import repo_root
+
+if TYPE_CHECKING:
+    from fastci.eval.results import ChangeResult
 
 OK, MISSED = 0, 1
 
@@ -76,6 +77,8 @@ def _report(results: Sequence[ChangeResult], out: Path, title: str) -> float:
 
 
 def _headline(results: Sequence[ChangeResult]) -> None:
+    from fastci.eval.results import totals
+
     t = totals(results)
     print(f"{t.changes} change(s): GPU-s {t.fastci_gpu_s:.0f} vs {t.all_gpu_s:.0f} run-all "
           f"({100 * t.gpu_saved:.1f}% saved); latency {t.fastci_latency_s:.0f} vs "
@@ -88,7 +91,8 @@ def _headline(results: Sequence[ChangeResult]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from fastci.eval.results import write_results
+    from fastci.eval.results import merge, read_results, write_results
+    from fastci.integrations.git.repository import repo_root
 
     root = repo_root(args.root.resolve())
     out = args.out if args.out.is_absolute() else root / args.out

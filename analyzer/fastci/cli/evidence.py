@@ -11,8 +11,6 @@ from pathlib import Path
 from fastci import config
 from fastci.cli.command import Command
 from fastci.errors import FastCIError
-from fastci.evidence.store import EvidenceStore
-from fastci.integrations.git.repository import repo_root
 from fastci.types import normalize_test_id
 
 
@@ -38,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _exchange(args: argparse.Namespace, path: Path) -> int:
-    from fastci.evidence.exchange import export_store, import_runs, load_export
+    from fastci.evidence.store.exchange import export_store, import_runs, load_export
+    from fastci.evidence.store.db import EvidenceStore
 
     if args.action == "export":
         out = args.out.expanduser().resolve()
@@ -69,6 +68,9 @@ def _exchange(args: argparse.Namespace, path: Path) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Print the evidence of one test, or export / import the store."""
+    from fastci.evidence.store.db import EvidenceStore
+    from fastci.integrations.git.repository import repo_root
+
     root = repo_root(Path.cwd())
     if args.action in ("export", "import"):
         return _exchange(args, args.store or config.load(root).path(root, "store"))

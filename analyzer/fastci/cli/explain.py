@@ -8,8 +8,6 @@ from pathlib import Path
 from fastci.cli.command import Command
 from fastci.config import Config
 from fastci.cli.options import add_change_arguments
-from fastci.plan.build import analyze_change
-from fastci.select.explain import explain, resolve
 from fastci.types import RelPath, TestId, normalize_test_id, shown
 
 
@@ -20,6 +18,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from fastci.plan.planner import analyze_change
+    from fastci.select.explain import explain, resolve
+
     args.test = normalize_test_id(args.test)  # `@//p:t` and `//p` name `//p:t` and `//p:p`
     root = args.root.resolve()
     cfg, analysis = analyze_change(root, base=args.base, head=args.head, store=args.store,
@@ -27,7 +28,7 @@ def _run(args: argparse.Namespace) -> int:
                                    granularity=args.granularity)
     store = None
     try:
-        from fastci.evidence.store import EvidenceStore
+        from fastci.evidence.store.db import EvidenceStore
 
         store = EvidenceStore.open(cfg.path(root, "store"))
     except Exception:  # noqa: BLE001 - contexts are optional detail; the decision is known
@@ -51,7 +52,7 @@ def _run(args: argparse.Namespace) -> int:
 def _declared_mains(root: Path, cfg: Config) -> dict[TestId, RelPath] | None:
     """Label -> main file of every declared gpu_test (None: no Bazel answer; the default main is assumed).
 
-    Asked only when the runner is Bazel (:func:`fastci.plan.build.choose_runner`).
+    Asked only when the runner is Bazel (:func:`fastci.plan.inputs.choose_runner`).
     """
     try:
         from fastci.integrations.bazel.mains import mains

@@ -1,6 +1,6 @@
 """``fastci ingest``: merge trace files (bazel-testlogs, pytest trace dirs) into the store.
 
-The work is :func:`fastci.evidence.record.ingest_paths`, which also says how the
+The work is :func:`fastci.evidence.fill.ingest_paths`, which also says how the
 evidence is stamped (``HEAD``, or ``dirty:<tree>`` for a modified tree).
 """
 
@@ -11,9 +11,6 @@ from pathlib import Path
 
 from fastci import config
 from fastci.cli.command import Command
-from fastci.evidence.record import dirty_note, ingest_paths, summary
-from fastci.evidence.trace import remove_ingested
-from fastci.integrations.git.repository import repo_root
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,6 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Ingest and print a summary; exit 1 if a trace was corrupt."""
+    from fastci.evidence.fill import dirty_note, ingest_paths, summary
+    from fastci.evidence.record.trace import remove_ingested
+    from fastci.integrations.git.repository import repo_root
+
     root = repo_root(Path.cwd())
     notes: list[str] = []  # e.g. code executed from outside the repository (not evidence)
     report, commit = ingest_paths(

@@ -1,7 +1,7 @@
 """Options shared by more than one command (not a command itself).
 
 ``fastci plan`` and ``fastci explain`` both take a change — base, head, store,
-root — and hand it to :func:`fastci.plan.build.analyze_change`; declaring the
+root — and hand it to :func:`fastci.plan.planner.analyze_change`; declaring the
 options once keeps their spelling and defaults the same in both.
 """
 

@@ -25,10 +25,6 @@ from fastci.cli.command import Command, echo
 from fastci.cli.options import add_change_arguments
 from fastci.errors import FastCIError
 from fastci.gcpause import no_gc
-from fastci.integrations.git.repository import WORKTREE, repo_root
-from fastci.integrations.git.tree import committed_plan_problem, plan_tree
-from fastci.plan.build import analyze, change_config, plan_file_at, summarize
-from fastci.plan.model import DEFAULT_PATH, Plan, dump_plan
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,6 +36,12 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _plan(args: argparse.Namespace, echo: Callable[[str], None]) -> int:
+    from fastci.integrations.git.repository import WORKTREE
+    from fastci.integrations.git.tree import committed_plan_problem, plan_tree
+    from fastci.plan.planner import analyze, change_config, plan_file_at
+    from fastci.plan.summary import summarize
+    from fastci.plan.model import Plan, dump_plan
+
     root = args.root.resolve()
     head = args.head or WORKTREE
     # The tree is taken before the analysis reads any file, and again after: an edit
@@ -82,6 +84,7 @@ def _unignored(root: Path, paths: Sequence[Path]) -> list[str]:
     store configured elsewhere is, unless ignored: writing it would make the tree
     differ from the plan's, and every runner would run everything.
     """
+    from fastci.integrations.git.repository import repo_root
     from fastci.integrations.git.tree import OWN_DIR
 
     try:
@@ -111,6 +114,8 @@ def intended_plan_path(root: Path, out: str | None = None) -> Path:
     The effective config when it loads; else ``--out``, ``$FASTCI_PLAN``, the
     ``plan`` key of a ``fastci.yaml`` that still parses, or the default.
     """
+    from fastci.plan.model import DEFAULT_PATH
+
     try:
         return config_mod.load(root, overrides={"plan": out}).path(root, "plan")
     except FastCIError:
@@ -136,6 +141,8 @@ def withdraw_plan(path: Path, why: str, echo: Callable[[str], None]) -> None:
     No file is created where there was none: without a plan every runner runs
     everything already.
     """
+    from fastci.plan.model import Plan, dump_plan
+
     if not path.is_file() and not path.is_symlink():
         return
     reason = f"fastci plan failed: {why}"

@@ -1,6 +1,6 @@
 """``fastci record``: run tests under the recorder with Bazel, then ingest the traces.
 
-The work is :func:`fastci.evidence.record.record_tests`; the evidence is stamped
+The work is :func:`fastci.evidence.fill.record_tests`; the evidence is stamped
 with the workspace's tree as it was before the tests ran (``HEAD``, or
 ``dirty:<tree id>`` for a modified tree). A test that fails while recording makes
 the command exit 1 (the evidence is still ingested, its outcome marked), so CI notices.
@@ -15,10 +15,6 @@ from pathlib import Path
 
 from fastci import config
 from fastci.cli.command import Command
-from fastci.evidence.record import record_tests
-from fastci.integrations.bazel.runner import Bazel
-from fastci.integrations.git.repository import repo_root
-from fastci.progress import Progress
 
 __all__ = ["COMMAND", "add_arguments", "run"]
 
@@ -38,6 +34,11 @@ EXIT_TESTS_FAILED = 1
 
 def run(args: argparse.Namespace) -> int:
     """Record and ingest; print the summary. Exits 1 when a test failed while recording."""
+    from fastci.evidence.fill import record_tests
+    from fastci.integrations.bazel.runner import Bazel
+    from fastci.integrations.git.repository import repo_root
+    from fastci.progress import Progress
+
     root = repo_root(Path.cwd())
     workspace = (args.workspace or root).resolve()
     cfg = config.load(workspace)

@@ -11,9 +11,6 @@ from pathlib import Path
 from fastci import config as config_mod
 from fastci.cli.command import Command
 from fastci.errors import PlanError, StoreError
-from fastci.plan.model import Plan, load_plan
-from fastci.progress import Progress
-from fastci.run.runner import execute
 
 OK, FAIL = 0, 1
 
@@ -34,6 +31,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from fastci.plan.model import Plan, load_plan
+    from fastci.progress import Progress
+    from fastci.run.runner import execute
+
     root = args.root.resolve()
     rate = args.full_sample if args.full_sample != "config" else None
     cfg = config_mod.load(root, overrides={"plan": args.plan, "store": args.store,
@@ -46,7 +47,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"fastci run: {exc}: running every test at full workload")
         plan = Plan.run_all(str(exc))
     if plan.mode != "all" and plan.base is not None:
-        from fastci.plan.build import plan_file_at
+        from fastci.plan.planner import plan_file_at
 
         _, moved = plan_file_at(root, cfg, plan.base)
         if moved is not None:
@@ -55,7 +56,7 @@ def _run(args: argparse.Namespace) -> int:
             plan = Plan.run_all(f"plan not obeyed: {problem}")
     store = None
     if not args.no_record:
-        from fastci.evidence.store import EvidenceStore
+        from fastci.evidence.store.db import EvidenceStore
 
         try:
             store = EvidenceStore.open(cfg.path(root, "store"), create=True)

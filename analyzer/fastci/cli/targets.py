@@ -6,18 +6,20 @@ import argparse
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fastci.integrations.bazel.query import TestDecl, list_gpu_tests
-from fastci.integrations.bazel.runner import Bazel
 from fastci.cli.command import Command
-from fastci.plan.workload import reducible_dims, reduction_problems, resolve_reduction
+
+if TYPE_CHECKING:
+    from fastci.integrations.bazel.query import TestDecl
 
 
 def format_decl(decl: TestDecl) -> str:
     """One line per test: id, GPUs, scope, check, reference, and per dimension its full value
     and whether it shrinks (to its floor) or is frozen; "(default)" marks what the test left
     undeclared, and a declaration the rules would reject ends with its problem."""
+    from fastci.plan.workload import reducible_dims, reduction_problems, resolve_reduction
+
     problems = reduction_problems(decl)
     red = None if problems else resolve_reduction(decl)
     shrinks = reducible_dims(decl)
@@ -46,6 +48,8 @@ def decl_json(decl: TestDecl) -> dict[str, Any]:
     """A test's declaration as JSON: the TestDecl's fields with frozen, check and reference
     resolved (defaults applied), plus ``reducible`` (dimension -> floor and full value) and
     ``problems`` (why the declaration is invalid; then nothing is reducible)."""
+    from fastci.plan.workload import reducible_dims, reduction_problems, resolve_reduction
+
     data = asdict(decl)
     problems = reduction_problems(decl)
     if not problems:
@@ -70,7 +74,7 @@ def learned(root: Path, decls: list[TestDecl]) -> dict[str, dict[str, tuple[Any,
     Read from the evidence store's run history (:func:`fastci.plan.reduce.escapes`);
     empty when there is no store (nothing was learned)."""
     from fastci import config
-    from fastci.plan.build import declared_test
+    from fastci.plan.inputs import declared_test
     from fastci.plan.reduce import learned_floors_at
 
     return learned_floors_at(config.load(root).path(root, "store"),
@@ -79,6 +83,9 @@ def learned(root: Path, decls: list[TestDecl]) -> dict[str, dict[str, tuple[Any,
 
 def run(args: argparse.Namespace) -> int:
     """Print every gpu_test's declaration, and the floors escapes raised."""
+    from fastci.integrations.bazel.query import list_gpu_tests
+    from fastci.integrations.bazel.runner import Bazel
+
     root = args.workspace.resolve()
     decls = list_gpu_tests(Bazel(root), args.universe)
     try:

@@ -15,15 +15,19 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from fastci.integrations.bazel.query import TestDecl
 from fastci.cli.command import Command
 from fastci.errors import PlanError
-from fastci.plan.workload import override_problems as workload_problems
-from fastci.plan.model import (DEFAULT_PATH, Plan, inputs_problem, load_plan, normalize_test_id,
-                               tree_problem)
-from fastci.integrations.git.tree import committed_plan_problem, current_tree
+from fastci.types import normalize_test_id
+
+if TYPE_CHECKING:
+    from fastci.integrations.bazel.query import TestDecl
+    from fastci.plan.model import Plan
+
+#: :data:`fastci.plan.model.DEFAULT_PATH` for ``--help``, spelled out so that building the
+#: parser imports no stage (``tests/test_cli.py`` checks that the two agree).
+DEFAULT_PLAN = Path(".fastci/plan.json")
 
 
 def override_problems(plan: Plan, decls: Sequence[TestDecl]) -> list[str]:
@@ -34,6 +38,8 @@ def override_problems(plan: Plan, decls: Sequence[TestDecl]) -> list[str]:
     reducible, to ``floor <= value <= full`` of the full value's type, and every
     constraint must hold on the reduced workload.
     """
+    from fastci.plan.workload import override_problems as workload_problems
+
     by_id = {d.id: d for d in decls}
     problems = []
     for i, test in enumerate(plan.tests):
@@ -50,6 +56,8 @@ def override_problems(plan: Plan, decls: Sequence[TestDecl]) -> list[str]:
 
 def tree_line(plan: Plan, tree: str | None) -> str:
     """One line: does ``plan`` describe the tree ``tree`` (the current one; None = unknown)? (pure)"""
+    from fastci.plan.model import tree_problem
+
     if plan.mode == "all":
         return "tree: not checked (mode all: every test runs at full workload)"
     problem = tree_problem(plan, tree)
@@ -61,7 +69,7 @@ def tree_line(plan: Plan, tree: str | None) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare ``PATH`` and ``--targets``."""
-    parser.add_argument("path", nargs="?", type=Path, default=None, help=f"plan file (default: {DEFAULT_PATH})")
+    parser.add_argument("path", nargs="?", type=Path, default=None, help=f"plan file (default: {DEFAULT_PLAN})")
     parser.add_argument("--workspace", type=Path, default=Path("."), help="Bazel workspace root (default: .)")
     parser.add_argument(
         "--targets", action="store_true", help="also check overrides against gpu_test declarations (bazel query)"
@@ -70,6 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Validate the plan; print ``<path>: ok: ...`` and return 0, or raise PlanError."""
+    from fastci.integrations.git.tree import committed_plan_problem, current_tree
+    from fastci.plan.model import DEFAULT_PATH, inputs_problem, load_plan
+
     path = args.path or args.workspace / DEFAULT_PATH
     plan = load_plan(path)
     if args.targets:

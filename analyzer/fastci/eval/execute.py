@@ -35,14 +35,14 @@ from typing import Any, Mapping, Protocol
 from fastci.integrations import procs
 from fastci.config import Config
 from fastci.errors import BazelError, FastCIError
-from fastci.evidence.ingest import Checksums, results_from_bep
+from fastci.evidence.store.ingest import Checksums, results_from_bep
 from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo
 from fastci.integrations.bazel.query import list_gpu_tests
 from fastci.integrations.bazel.runner import Bazel
 from fastci.integrations.bazel.testlogs import test_dir
-from fastci.evidence.recorder import LINES_ENV
-from fastci.plan.build import declared_tests
-from fastci.run.calibrate import PLUGIN, decode_run, node_arg
+from fastci.evidence.record.recorder import LINES_ENV
+from fastci.plan.inputs import declared_tests
+from fastci.run.calibration_runs import PLUGIN, decode_run, node_arg
 from fastci.select import DeclaredTest
 from fastci.types import RelPath, TestId
 
@@ -105,7 +105,7 @@ class BazelExecutor:
         self._declared: dict[TestId, DeclaredTest] | None = None
 
     def universe(self) -> dict[TestId, int]:
-        # What analyze's own `bazel query` (plan.build.bazel_declared) would read.
+        # What analyze's own `bazel query` (plan.inputs.bazel_declared) would read.
         self._declared = declared_tests(list_gpu_tests(self.bazel, self.config.targets))
         return {t: d.gpus for t, d in self._declared.items()}
 
@@ -161,7 +161,7 @@ class PytestExecutor:
         self.pytest_args = pytest_args
 
     def universe(self) -> dict[TestId, int]:
-        from fastci.integrations.pytest.collect import collect
+        from fastci.run.collect import collect
 
         found = collect(self.root, [], python=self.python, pytest_args=self.pytest_args)
         return {t: int(getattr(d, "gpus", 0) or 0) for t, d in found.items()}

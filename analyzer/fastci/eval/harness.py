@@ -4,7 +4,7 @@ For each change (:mod:`fastci.eval.changes`), in the scratch worktree
 (:mod:`fastci.eval.workspace`):
 
 1. put the change's tree in place;
-2. **plan** it as ``fastci plan`` would (:func:`fastci.plan.build.analyze` against the
+2. **plan** it as ``fastci plan`` would (:func:`fastci.plan.planner.analyze` against the
    change's base, with the evaluation's copy of the evidence store and the
    calibration), timed: that is FastCI's analysis time;
 3. **run-all**: every test at full workload, recorded in line mode — or its results
@@ -50,12 +50,14 @@ from fastci.eval.faults import Mutant, changed_units_of, generate
 from fastci.eval.results import (ChangeResult, TestOutcome, Arm, EvalResultsError, merge,
                                  read_results, write_results)
 from fastci.eval.workspace import Snapshot, WorkspaceError, Worktree, check_workdir
-from fastci.evidence.ingest import TestResult, find_traces, ingest
+from fastci.evidence.store.ingest import TestResult, find_traces, ingest
 from fastci.errors import FastCIError
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.db import EvidenceStore
 from fastci.integrations.git.repository import WORKTREE, Git
 from fastci.integrations.git.tree import evidence_commit
-from fastci.plan.build import BY_RUNNER, analyze, choose_runner, runner_python, strategy_orders
+from fastci.plan.inputs import BY_RUNNER, Given, choose_runner, runner_python
+from fastci.plan.planner import analyze
+from fastci.plan.prioritize import strategy_orders
 from fastci.plan.model import Plan, by_priority
 from fastci.select import DeclaredTest
 from fastci.types import RelPath, TestId
@@ -188,7 +190,7 @@ class Evaluator:
         runner = options.runner or choose_runner(self.tree.path, self.config)[0]
         self.executor: Executor = executor_for(self.tree.path, self.config, runner,
                                                python=self.python)
-        from fastci.evidence.environment import current_fingerprint
+        from fastci.evidence.record.environment import current_fingerprint
 
         self.cache = BaselineCache(self.out / "baseline", current_fingerprint())
         #: What the tree of each evaluated change looked like (its faults' sources).
@@ -271,7 +273,7 @@ class Evaluator:
             with EvidenceStore.open(self.store_path, create=True) as store:
                 analysis = analyze(self.tree.path, self.config, base=change.base, head=WORKTREE,
                                    store=store,
-                                   declared=BY_RUNNER if declared is None else declared)
+                                   declared=BY_RUNNER if declared is None else Given(declared))
                 plan, analysis_s = analysis.plan, time.perf_counter() - t0
                 try:
                     orders = strategy_orders(analysis, store, Git(self.tree.path), declared)
@@ -394,13 +396,38 @@ def compare(change: Change, plan: Plan, tests: Mapping[TestId, int], base: Basel
                                    [r.lines for r in plan_runs.values()])
     whys = {t.id: t.why for t in plan.tests}
     whys.update({s.id: s.why for s in plan.skipped})
-    missed = []
-    for t in metrics.misses(all_arm.failing, plan_arm.failing):
-        if t not in planned:
-            why = f"not run: {whys.get(t) or 'skipped by the plan'}"
-        else:
-            why = f"ran at {dict(planned[t])} and {plan_runs[t].outcome}"
-        missed.append({"test": t, "change": change.id, "why": why})
+    missed = [{"test": t, "change": change.id, "why": _why_missed(t, planned, plan_runs, whys)}
+              for t in metrics.misses(all_arm.failing, plan_arm.failing)]
+    not_run = [t for t, r in all_runs.items() if r.outcome == "not run"]
+    note = (f"run-all did not run {len(not_run)} test(s) ({not_run[0]}...): the runner "
+            "failed before them" if not_run and len(not_run) == len(all_runs) else "")
+    fault = dict(change.fault)
+    if known_failing:
+        fault["failing_on_parent"] = sorted(known_failing)
+    return ChangeResult(
+        change=change.id, kind=change.kind, title=change.title, base=change.base,
+        head=change.commit if change.kind == "commit" and change.commit else "",
+        settings=dict(settings), plan_mode=plan.mode, plan_reason=plan.reason,
+        analysis_s=round(analysis_s, 3), run_all=_arm(all_arm, len(all_runs)),
+        fastci=_arm(plan_arm, len(plan_runs)), changed_lines=seen, retained_lines=kept,
+        missed=tuple(missed), tests=_outcomes(tests, planned, all_runs, plan_runs, whys),
+        parent=change.parent, strategies=strategy_apfdc(orders or {}, all_jobs, all_arm.failing),
+        fault=fault, run_all_cached=base.cached, recorded_at=time.time(),
+        fastci_version=__version__, note=note)
+
+
+def _why_missed(test: TestId, planned: Mapping[TestId, Mapping[str, Any]],
+                plan_runs: Mapping[TestId, TestRun], whys: Mapping[TestId, str]) -> str:
+    """Why the plan did not catch a failure run-all caught: not run, or run reduced."""
+    if test not in planned:
+        return f"not run: {whys.get(test) or 'skipped by the plan'}"
+    return f"ran at {dict(planned[test])} and {plan_runs[test].outcome}"
+
+
+def _outcomes(tests: Mapping[TestId, int], planned: Mapping[TestId, Mapping[str, Any]],
+              all_runs: Mapping[TestId, TestRun], plan_runs: Mapping[TestId, TestRun],
+              whys: Mapping[TestId, str]) -> tuple[TestOutcome, ...]:
+    """One row per test, the planned ones first: its run in each arm, and why."""
     rows = []
     for t in [*planned, *(t for t in sorted(tests) if t not in planned)]:
         r = all_runs[t]
@@ -410,28 +437,13 @@ def compare(change: Change, plan: Plan, tests: Mapping[TestId, int], base: Basel
             planned=p is not None, overrides=dict(planned.get(t, {})),
             plan_outcome=p.outcome if p else "", plan_s=round(p.duration_s, 3) if p else 0.0,
             reused=p is not None and not planned[t], why=whys.get(t, "")))
-    not_run = [t for t, r in all_runs.items() if r.outcome == "not run"]
-    note = (f"run-all did not run {len(not_run)} test(s) ({not_run[0]}...): the runner "
-            "failed before them" if not_run and len(not_run) == len(all_runs) else "")
-    fault = dict(change.fault)
-    if known_failing:
-        fault["failing_on_parent"] = sorted(known_failing)
+    return tuple(rows)
 
-    def arm(m: metrics.ArmMeasure, n: int) -> Arm:
-        return Arm(n, round(m.gpu_s, 3), round(m.latency_s, 3), m.failing,
-                   None if m.ttff_s is None else round(m.ttff_s, 3),
-                   None if m.apfdc is None else round(m.apfdc, 4))
 
-    return ChangeResult(
-        change=change.id, kind=change.kind, title=change.title, base=change.base,
-        head=change.commit if change.kind == "commit" and change.commit else "",
-        settings=dict(settings), plan_mode=plan.mode, plan_reason=plan.reason,
-        analysis_s=round(analysis_s, 3), run_all=arm(all_arm, len(all_runs)),
-        fastci=arm(plan_arm, len(plan_runs)), changed_lines=seen, retained_lines=kept,
-        missed=tuple(missed), tests=tuple(rows), parent=change.parent,
-        strategies=strategy_apfdc(orders or {}, all_jobs, all_arm.failing),
-        fault=fault, run_all_cached=base.cached, recorded_at=time.time(),
-        fastci_version=__version__, note=note)
+def _arm(m: metrics.ArmMeasure, n: int) -> Arm:
+    return Arm(n, round(m.gpu_s, 3), round(m.latency_s, 3), m.failing,
+               None if m.ttff_s is None else round(m.ttff_s, 3),
+               None if m.apfdc is None else round(m.apfdc, 4))
 
 
 def strategy_apfdc(orders: Mapping[str, Sequence[TestId]], jobs: Sequence[metrics.Job],

@@ -1,5 +1,7 @@
 """The plots of ``report.html``, drawn with matplotlib as inline SVG.
 
+Axes that number changes, or count them, have whole-number ticks only.
+
 Five plots, each from the evaluated results (lines without a ``note``):
 
 - ``cost_safety`` — per change, FastCI's GPU-seconds as a fraction of run-all's
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import io
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -30,7 +33,7 @@ import matplotlib
 from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FixedLocator, MaxNLocator, NullLocator
 from matplotlib.typing import RcKeyType
 
 from fastci.eval.results import ChangeResult
@@ -48,6 +51,8 @@ _NO_METADATA = {"Date": None, "Creator": None, "Format": None, "Type": None}
 _PROLOG = re.compile(r"\A.*?(?=<svg\b)", re.DOTALL)
 _IDS = re.compile(r'(\bid="|href="#|url\(#)')
 _MEAN_GRID = 201
+#: At most this many labelled changes along a per-change axis (every k-th beyond it).
+_CHANGE_TICKS = 20
 
 
 @dataclass(frozen=True)
@@ -107,10 +112,24 @@ def _width(n: int) -> float:
     return min(12.0, max(6.0, 0.16 * n + 1.5))
 
 
+def change_ticks(n: int) -> list[int]:
+    """The change numbers a per-change axis labels: 1..n, every k-th when there are more
+    than :data:`_CHANGE_TICKS` (a change is a whole number: no tick between two)."""
+    step = max(1, math.ceil(n / _CHANGE_TICKS))
+    return list(range(1, n + 1, step))
+
+
 def _per_change_axis(ax: Axes, n: int) -> None:
     ax.set_xlim(0.4, n + 0.6)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=min(n, 20)))
+    ax.xaxis.set_major_locator(FixedLocator(change_ticks(n)))
+    ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("change (# in the table)")
+
+
+def _count_axis(ax: Axes) -> None:
+    """Whole-number ticks on the y axis of a count (``min_n_ticks=1``: matplotlib would
+    fall back to fractions when fewer than 2 whole numbers are in view)."""
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
 
 
 def _cost_safety(ok: Sequence[ChangeResult]) -> Plot:
@@ -174,7 +193,7 @@ def _detection(ok: Sequence[ChangeResult]) -> Plot:
                   for k in kinds]
         d.mark(*ax.bar(kinds, counts, 0.6, bottom=bottom, color=colour, label=label))
         bottom = [b + c for b, c in zip(bottom, counts)]
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    _count_axis(ax)
     ax.set_ylabel("changes")
     ax.set_ylim(0, max(bottom) * 1.35)
     ax.legend(loc="upper right", fontsize=7)

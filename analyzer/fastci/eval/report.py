@@ -9,8 +9,9 @@ Both render a list of :class:`~fastci.eval.results.ChangeResult` (``results.json
 - :func:`html_report` — one self-contained HTML file (nothing fetched at view time):
   the same tables plus the plots of :mod:`fastci.eval.plots` as inline SVG, and a
   small script that checks after load that every plot drew something and writes the
-  verdict as JSON into ``<pre id="render-check">`` (the tests read it back from a
-  headless browser);
+  verdict as JSON into the hidden ``<pre id="render-check">`` (the tests read it back
+  from a headless browser's DOM; a reader never sees it, and the data behind the page
+  is ``results.jsonl``);
 - :func:`write_reports` — both files into a directory, atomically.
 
 Every string that comes from results is escaped (HTML, or Markdown table cells).
@@ -207,7 +208,7 @@ td.n{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
 code{font-size:.92em}tr.missed td{background:#fdf0e6}
 figure.plot{display:inline-block;vertical-align:top;margin:.5em 1em 1em 0;max-width:100%}
 figure.plot svg{max-width:100%;height:auto}figcaption{max-width:36em;font-size:.9em;color:#444}
-p.no-plot{color:#666;font-style:italic}pre#render-check{font-size:.75em;color:#999}
+p.no-plot{color:#666;font-style:italic}
 """
 
 # After load: every figure.plot holds an <svg> with a non-empty box, at least one data
@@ -318,7 +319,7 @@ def html_report(results: Sequence[ChangeResult], *, title: str = DEFAULT_TITLE) 
     if noted:
         parts += [f"<h2>Not evaluated ({len(noted)})</h2>", _html_list(
             [f"<code>{_h(r.change)}</code>: {_h(r.note)}" for r in noted])]
-    parts += ['<pre id="render-check"></pre>', f"<script>{_RENDER_CHECK}</script>",
+    parts += ['<pre id="render-check" hidden></pre>', f"<script>{_RENDER_CHECK}</script>",
               "</body></html>"]
     return "\n".join(parts) + "\n"
 

@@ -1,9 +1,9 @@
-"""The tools FastCI plugs into, beside the pipeline.
+"""Adapters to the tools FastCI drives, below every stage.
 
-``git`` and ``bazel`` are thin adapters to those command lines and their files
-(the lowest layer: every stage may use them); ``pytest`` is the pytest plugin that
-records evidence and obeys a plan (the highest: it uses the recorder and the plan
-model). The Bazel *rules* themselves are in ``rules/``.
+``git`` and ``bazel`` are thin adapters to those command lines and their files, and
+``procs`` starts child processes that end with FastCI (the lowest layer: every stage
+may use them; they import no stage). The pytest plugin is a front end, beside the
+CLI (:mod:`fastci.pytest`); the Bazel *rules* themselves are in ``rules/``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,14 @@
-"""Stage 5, the plan: a selection in, ``.fastci/plan.json`` out.
+"""Stage 5, the plan: a change in, ``.fastci/plan.json`` out.
 
-``model`` is the versioned plan format (frozen ``Plan``/``PlannedTest``/
-``SkippedTest``, JSON read and atomic write, one-line ``PlanError``s) that every
-runner obeys; ``build`` is the application behind ``fastci plan``: it gathers the
-change, the evidence and the declared tests, runs selection, and turns any error
-into a plan that runs everything.
+``planner`` is the application behind ``fastci plan``, a pipeline of named steps:
+gather its typed inputs (``inputs``: the declared tests, the runner's environment),
+scan the change, select, narrow by lines and reduce (``calibrated``: the calibration
+as a plan may use it; ``reduce``: each test's workload), prune, prioritize
+(``prioritize``), and any error turns into a plan that runs everything. ``analysis``
+is what it returns and ``summary`` what ``fastci plan`` prints of it. ``model`` is
+the versioned plan format (frozen ``Plan``/``PlannedTest``/``SkippedTest``, JSON read
+and atomic write, one-line ``PlanError``s) that every runner obeys; ``workload`` the
+safe evaluator of workload constraints and overrides.
 """
 
 from __future__ import annotations
@@ -22,10 +26,8 @@ if TYPE_CHECKING:
         dump_plan as dump_plan,
         normalize_test_id as normalize_test_id,
     )
-    from fastci.plan.build import (
-        Analysis as Analysis,
-        analyze as analyze,
-    )
+    from fastci.plan.analysis import Analysis as Analysis
+    from fastci.plan.planner import analyze as analyze
 
 __all__ = [
     "Plan",
@@ -45,6 +47,6 @@ __getattr__ = lazy_exports(__name__, {
     "load_plan": "fastci.plan.model",
     "dump_plan": "fastci.plan.model",
     "normalize_test_id": "fastci.plan.model",
-    "Analysis": "fastci.plan.build",
-    "analyze": "fastci.plan.build",
+    "Analysis": "fastci.plan.analysis",
+    "analyze": "fastci.plan.planner",
 })

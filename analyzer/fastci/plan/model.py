@@ -487,6 +487,23 @@ def _check_stand_ins(where: str, raw: object) -> None:
 def _parse(data: object, source: str) -> Plan:
     if not isinstance(data, dict):
         raise PlanError(f"{source}: expected a JSON object at the top level, got {_tname(data)}")
+    _check_top(source, data)
+    inputs = _parse_inputs(source, data.get("inputs", {}))
+    tests, skipped = _parse_listed(source, data)
+    return Plan(
+        mode=data["mode"],
+        reason=data.get("reason", ""),
+        tests=tuple(tests),
+        skipped=tuple(skipped),
+        base=data.get("base"),
+        head=data.get("head"),
+        tree=data.get("tree"),
+        inputs=inputs,
+    )
+
+
+def _check_top(source: str, data: dict[str, Any]) -> None:
+    """The plan's version, keys, mode and string fields (before its entries)."""
     if "version" not in data:
         raise PlanError(f"{source}: missing key 'version'")
     version = data["version"]
@@ -501,7 +518,12 @@ def _parse(data: object, source: str) -> Plan:
         problem = _too_long(f"{source}: {key}", data[key]) if key in data else None
         if problem:
             raise PlanError(problem)
-    inputs = _parse_inputs(source, data.get("inputs", {}))
+
+
+def _parse_listed(source: str, data: dict[str, Any]
+                  ) -> tuple[list[PlannedTest], list[SkippedTest]]:
+    """The ``tests`` and ``skipped`` entries: at most :data:`MAX_ENTRIES` together, each id
+    listed once."""
     seen: dict[str, str] = {}
     tests: list[PlannedTest] = []
     skipped: list[SkippedTest] = []
@@ -523,28 +545,17 @@ def _parse(data: object, source: str) -> Plan:
                 raise PlanError(f"{where}.id: {label} is listed twice (also in {seen[label]})")
             seen[label] = f"{key}[{i}]"
             if key == "tests":
-                tests.append(
-                    PlannedTest(
-                        id=test_id,
-                        overrides=_parse_overrides(f"{where}.overrides", entry.get("overrides", {})),
-                        priority=entry.get("priority"),
-                        why=entry.get("why", ""),
-                        est_gpu_s=entry.get("est_gpu_s"),
-                    )
-                )
+                tests.append(PlannedTest(
+                    id=test_id,
+                    overrides=_parse_overrides(f"{where}.overrides", entry.get("overrides", {})),
+                    priority=entry.get("priority"),
+                    why=entry.get("why", ""),
+                    est_gpu_s=entry.get("est_gpu_s"),
+                ))
             else:
                 skipped.append(SkippedTest(id=test_id, why=entry.get("why", ""),
                                            stand_ins=tuple(entry.get("stand_ins", ()))))
-    return Plan(
-        mode=data["mode"],
-        reason=data.get("reason", ""),
-        tests=tuple(tests),
-        skipped=tuple(skipped),
-        base=data.get("base"),
-        head=data.get("head"),
-        tree=data.get("tree"),
-        inputs=inputs,
-    )
+    return tests, skipped
 
 
 def _parse_inputs(source: str, raw: object) -> tuple[tuple[str, str], ...]:

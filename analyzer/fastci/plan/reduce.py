@@ -1,6 +1,6 @@
 """Choosing each selected test's workload from its calibration (issue 13 item 2).
 
-A selected test may run at a calibrated rung (:mod:`fastci.evidence.calibration`)
+A selected test may run at a calibrated rung (:mod:`fastci.evidence.store.calibrations`)
 cheaper than its full workload only when the rung provably exercises the change
 the way the full run does. For every reason the test was selected:
 
@@ -51,12 +51,12 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from fastci.changes.since import drift
 from fastci.changes.versions import Versions
-from fastci.evidence.calibration import CalibrationStore, Rung, declaration_digest
-from fastci.evidence.store import EvidenceStore
+from fastci.evidence.store.calibrations import CalibrationStore, Rung, declaration_digest
+from fastci.evidence.store.db import EvidenceStore
 from fastci.plan.workload import (override_problems, reducible_dims, resolve_reduction)
 from fastci.select.contexts import TOKEN, varying_numbers, without_data_values
 from fastci.select.decisions import Decision, DecisionKind, Reason
-from fastci.select.rules import DeclaredTest
+from fastci.select.test_rules import DeclaredTest
 from fastci.types import RelPath, TestId, UnitId
 from fastci.units.index import FileUnits, UnitKind, index_source, split_unit_id
 from fastci.units.lines import changed_hunks, line_ranges, source_lines
@@ -190,46 +190,84 @@ def _choose_one(d: Decision, decl: DeclaredTest, calibration: CalibrationStore |
                 versions: Versions | None, base: str | None,
                 history: Callable[[TestId], Iterable[Any]] | None,
                 calibration_error: str | None) -> Choice:
-    dims = reducible_dims(decl)
-    assert decl.workload is not None and dims
+    """The workload of one selected test: its cheapest usable calibrated rung that reaches
+    the change the way the full run does, else full workload and why."""
+    assert decl.workload is not None and reducible_dims(decl)
+    why = _not_reducible(d, decl, calibration, versions, calibration_error)
+    if why is not None:
+        return Choice({}, f"full workload: {why}")
+    assert calibration is not None and versions is not None
+    rungs = _current_rungs(d.test, decl, calibration)
+    if isinstance(rungs, str):
+        return Choice({}, f"full workload: {rungs}")
+    current, full = rungs
+    needs = _needs_of(d, full, versions, base)
+    if isinstance(needs, str):
+        return Choice({}, f"full workload: {needs}")
+    learned = learned_floors(escapes(history(d.test)) if history else [], decl)
+    return _cheapest(current, full, decl, needs, learned, versions, base)
+
+
+def _not_reducible(d: Decision, decl: DeclaredTest, calibration: CalibrationStore | None,
+                   versions: Versions | None, calibration_error: str | None) -> str | None:
+    """Why no rung can be considered for ``d`` whatever the calibration holds (None: one can)."""
     if resolve_reduction(decl).reference == "absolute":
-        return Choice({}, "full workload: its reference is absolute (recorded at its full "
-                          "workload); no reference was recorded at a reduced workload")
+        return ("its reference is absolute (recorded at its full workload); no reference "
+                "was recorded at a reduced workload")
     other = [r for r in d.reasons if r.kind not in CODE_KINDS]
     if other:
-        return Choice({}, f"full workload: selected for a reason that names no changed code "
-                          f"({other[0].kind.value}); nothing shows a reduced run reaches it")
+        return (f"selected for a reason that names no changed code ({other[0].kind.value}); "
+                "nothing shows a reduced run reaches it")
     if calibration is None:
-        return Choice({}, "full workload: " + (calibration_error or "not calibrated "
-                                               "(`fastci calibrate`)"))
+        return calibration_error or "not calibrated (`fastci calibrate`)"
     if versions is None:
-        return Choice({}, "full workload: no file versions to compare the calibration with")
-    digest = declaration_digest(decl)
-    rungs = calibration.rungs(d.test)
+        return "no file versions to compare the calibration with"
+    return None
+
+
+def _current_rungs(test: TestId, decl: DeclaredTest, calibration: CalibrationStore
+                   ) -> tuple[list[Rung], Rung] | str:
+    """The test's rungs calibrated under its declaration as it is now, and the passing
+    full-workload one among them; or why there are none."""
+    rungs = calibration.rungs(test)
     if not rungs:
-        return Choice({}, "full workload: not calibrated (`fastci calibrate`)")
+        return "not calibrated (`fastci calibrate`)"
+    digest = declaration_digest(decl)
     current = [r for r in rungs if r.declaration == digest]
     if not current:
-        return Choice({}, "full workload: its calibration is stale (the declaration changed "
-                          "since); calibrate it again")
+        return "its calibration is stale (the declaration changed since); calibrate it again"
     full = next((r for r in current if r.rung == "full" and not r.overrides), None)
     if full is None or not full.usable:
-        return Choice({}, "full workload: no passing full-workload calibration rung")
+        return "no passing full-workload calibration rung"
+    return current, full
+
+
+def _needs_of(d: Decision, full: Rung, versions: Versions, base: str | None
+              ) -> list[_Need] | str:
+    """What a rung must reach for each of ``d``'s reasons; or why no rung can."""
     needs: list[_Need] = []
     for reason in d.reasons:
         need = _need(reason, full, versions, base)
         if isinstance(need, str):
-            return Choice({}, f"full workload: {need}")
+            return need
         needs.append(need)
     # The rungs describe the tree they were calibrated at: every other unit they ran (a
     # caller, a config class) must be as it was then (issue 34: a caller changed on main
     # since made a one-layer rung reach the change zero times).
-    allowed = frozenset(n.unit for n in needs)
-    stale = drift(full, versions, allowed, base)
+    stale = drift(full, versions, frozenset(n.unit for n in needs), base)
     if stale is not None:
-        return Choice({}, f"full workload: {stale}: the calibration may not describe this tree; "
-                          "calibrate again")
-    learned = learned_floors(escapes(history(d.test)) if history else [], decl)
+        return f"{stale}: the calibration may not describe this tree; calibrate again"
+    return needs
+
+
+def _cheapest(current: list[Rung], full: Rung, decl: DeclaredTest, needs: list[_Need],
+              learned: Mapping[str, tuple[Any, str]], versions: Versions,
+              base: str | None) -> Choice:
+    """The first (cheapest) rung of ``current`` that keeps the floors, constraints and
+    learned floors and reaches every need; else full workload, with the first rejection."""
+    assert decl.workload is not None
+    dims = reducible_dims(decl)
+    allowed = frozenset(n.unit for n in needs)
     workload = dict(decl.workload)
     rejected: list[str] = []
     for rung in current:
@@ -304,7 +342,7 @@ def _of_calibration(rung: Rung, full: Rung) -> bool:
     """Whether ``rung`` is a reduced rung that passed and was recorded completely in the
     same calibration as the full-workload rung ``full`` (its commit and declaration).
 
-    The one filter every use of rungs shares (:func:`choose`, :func:`stand_in`,
+    The one filter every use of rungs shares (:func:`choose`, :func:`superseding_rung`,
     :func:`no_cheaper_floor`): a rung left out of calibration because of another rung is
     sound only if a plan would have taken that other rung on the same terms. A rung of
     another calibration (a killed one, an older commit) is not comparable."""
@@ -319,7 +357,7 @@ def reaches_all_of(rung: Rung, full: Rung, workload: Mapping[str, Any]) -> str |
     unit it ran in every context it ran it in (compared as a plan compares them:
     :meth:`_Need.missing`). A rung that misses nothing passes that comparison for any
     change of code the full run executes, so a plan can always take it where it could
-    take a rung that reduces less (:func:`stand_in`). ``workload`` is the full one.
+    take a rung that reduces less (:func:`superseding_rung`). ``workload`` is the full one.
     """
     for path, digest in full.digests.items():
         if rung.digests.get(path) != digest:
@@ -348,18 +386,18 @@ def _value(workload: Mapping[str, Any], overrides: Mapping[str, Any], dim: str) 
     return overrides[dim] if dim in overrides else workload[dim]
 
 
-def stand_in(overrides: Mapping[str, Any], measured: Iterable[Rung], full: Rung,
-             workload: Mapping[str, Any],
-             learned: Mapping[str, Any] | None = None) -> tuple[Rung, str] | None:
+def superseding_rung(overrides: Mapping[str, Any], measured: Iterable[Rung], full: Rung,
+                     workload: Mapping[str, Any],
+                     learned: Mapping[str, Any] | None = None) -> tuple[Rung, str] | None:
     """A measured rung that makes a rung at ``overrides`` useless to every plan, and why;
     None when there is none (the rung must be measured).
 
-    A stand-in passed and was recorded completely, at the full rung's commit and
+    A superseding rung passed and was recorded completely, at the full rung's commit and
     declaration, costs less than the full rung, reduces every dimension at least as
     far as ``overrides`` does (so it is expected to cost no more), keeps above each
     floor in ``learned`` (dimension -> the value a rung must exceed), and reaches all
     the full rung does (:func:`reaches_all_of`). Wherever a plan could choose the rung
-    at ``overrides`` for a change, it can choose the stand-in: every check
+    at ``overrides`` for a change, it can choose the superseding one: every check
     :func:`choose` makes of a rung (lines, arcs, contexts, versions, floors,
     constraints, cost) holds for it whatever the change.
     """
@@ -375,7 +413,7 @@ def stand_in(overrides: Mapping[str, Any], measured: Iterable[Rung], full: Rung,
             if any(d in workload and _value(workload, f.overrides, d) <= v
                    for d, v in learned.items()):
                 continue
-        except TypeError:  # values that do not compare: no stand-in
+        except TypeError:  # values that do not compare: it supersedes nothing
             continue
         if reaches_all_of(f, full, workload) is None:
             return f, (f"{f.rung} ({f.gpu_s:.1f} of {full.gpu_s:.1f} GPU-s) reduces at least "
@@ -411,8 +449,8 @@ def no_cheaper_floor(overrides: Mapping[str, Any], measured: Iterable[Rung], ful
 
 def moved_values(workload: Mapping[str, Any], reduced: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
     """(full value, reduced value) of each reduced dimension, rendered as contexts render
-    numbers (:func:`fastci.evidence.contexts.abstract`)."""
-    from fastci.evidence.contexts import abstract
+    numbers (:func:`fastci.evidence.record.contexts.abstract`)."""
+    from fastci.evidence.record.contexts import abstract
 
     return frozenset((abstract(workload[d]), abstract(v)) for d, v in reduced.items()
                      if isinstance(v, (int, float)) and not isinstance(v, bool))
@@ -438,12 +476,12 @@ def without_reduced_values(contexts: Iterable[str], values: Mapping[str, Any]) -
     A token is an argument, a dataclass field, a ``**kwargs`` entry or a label whose
     name is a reduced dimension and whose value is that dimension's value on this side
     (the full value on the full rung, the reduced one on the rung), rendered as
-    contexts render scalars (:func:`fastci.evidence.contexts.abstract`). Everything
+    contexts render scalars (:func:`fastci.evidence.record.contexts.abstract`). Everything
     else must still match exactly: a derived value under another name
     (``layers_per_stage=2``), a tensor's size class, a dtype, a parallel degree. A
     token of the same name holding some other value is kept, so it must match too.
     """
-    from fastci.evidence.contexts import abstract
+    from fastci.evidence.record.contexts import abstract
 
     if not values:
         return frozenset(contexts)
@@ -541,3 +579,11 @@ def _contexts(ctx: Iterable[str]) -> str:
 
 def _overrides_text(overrides: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(overrides.items()))
+
+
+def planned_cost(d: Decision, choices: Mapping[TestId, Choice]) -> float | None:
+    """A selected test's expected GPU-seconds at the workload the plan gives it: the chosen
+    rung's calibrated cost when reduced, else the selector's estimate (None: unknown)."""
+    c = choices.get(d.test)
+    return c.est_gpu_s if c is not None and c.reduced and c.est_gpu_s is not None \
+        else d.est_gpu_s

@@ -42,7 +42,6 @@ __all__ = [
     "evaluate",
     "constraint_problems",
     "override_problems",
-    "apply_overrides",
     "type_name",
     "CHECKS",
     "REFERENCES",
@@ -189,12 +188,6 @@ class Constraint:
     names: tuple[str, ...]
 
 
-def _pop_until_paren(ops: list[tuple[str, Scalar, int]], out: list[_Item]) -> None:
-    while ops and ops[-1][0] not in ("(", "call("):
-        kind, op, _ = ops.pop()
-        out.append((kind, op, 0))
-
-
 def parse_constraint(expr: str) -> Constraint:
     """Compile ``expr`` to reverse Polish notation (shunting-yard).
 
@@ -204,84 +197,121 @@ def parse_constraint(expr: str) -> Constraint:
     if type(expr) is not str:
         raise ConstraintError(f"a constraint must be a string, got {type_name(expr)}")
     tokens = tokenize(expr)
-    out: list[_Item] = []
-    # Operator stack entries: (kind, op, precedence); kind is unary, binary,
-    # "(" or "call(" (a call's parenthesis; op is the function's name).
-    ops: list[tuple[str, Scalar, int]] = []
-    argc: list[int] = []
-    names: list[str] = []
-    expect_operand = True
-    call_paren = False  # the next token is the "(" of a call
+    yard = _Yard()
     for k, (kind, value) in enumerate(tokens):
         nxt = tokens[k + 1] if k + 1 < len(tokens) else ("end", "")
         if kind in ("num", "str", "bool", "name"):
-            if not expect_operand:
-                raise ConstraintError(f"expected an operator before {value!r}")
-            if kind == "name" and nxt == ("op", "("):
-                if value not in _FUNCTIONS:
-                    raise ConstraintError(f"unknown function {value}() (allowed: abs, max, min)")
-                ops.append(("call(", value, 0))
-                argc.append(1)
-                call_paren = True
-                continue
-            if kind == "name":
-                out.append(("name", value, 0))
-                if value not in names:
-                    names.append(str(value))
-            else:
-                out.append(("const", value, 0))
-            expect_operand = False
+            yard.operand(kind, value, nxt)
         elif value == "(":
-            if call_paren:
-                call_paren = False  # already on the stack as the call's "call(" entry
-                continue
-            if not expect_operand:
-                raise ConstraintError("unexpected '(' after a value (only abs, max and min can be called)")
-            ops.append(("(", "(", 0))
+            yard.open_paren()
         elif value == ")":
-            if expect_operand:
-                raise ConstraintError("unexpected ')'")
-            _pop_until_paren(ops, out)
-            if not ops:
-                raise ConstraintError("unbalanced ')'")
-            open_kind, fname, _ = ops.pop()
-            if open_kind == "call(":
-                n = argc.pop()
-                low, high = _FUNCTIONS[str(fname)]
-                if n < low or n > high:
-                    raise ConstraintError(f"{fname}() takes {low}{'' if low == high else ' or more'} arguments, got {n}")
-                out.append(("call", fname, n))
+            yard.close_paren()
         elif value == ",":
-            if expect_operand:
-                raise ConstraintError("unexpected ','")
-            _pop_until_paren(ops, out)
-            if not ops or ops[-1][0] != "call(":
-                raise ConstraintError("',' outside a function call")
-            argc[-1] += 1
-            expect_operand = True
-        elif expect_operand:
+            yard.comma()
+        else:
+            yard.operator(value)
+    return Constraint(expr, yard.finish(bool(tokens)), tuple(yard.names))
+
+
+class _Yard:
+    """The shunting-yard state of :func:`parse_constraint`: the output program, the
+    operator stack, the argument count of each open call, the names read, and whether
+    an operand comes next. One method per kind of token."""
+
+    def __init__(self) -> None:
+        self.out: list[_Item] = []
+        # Operator stack entries: (kind, op, precedence); kind is unary, binary,
+        # "(" or "call(" (a call's parenthesis; op is the function's name).
+        self.ops: list[tuple[str, Scalar, int]] = []
+        self.argc: list[int] = []
+        self.names: list[str] = []
+        self.expect_operand = True
+        self.call_paren = False  # the next token is the "(" of a call
+
+    def operand(self, kind: str, value: Scalar, nxt: _Token) -> None:
+        """A number, string, boolean or name (a name before "(" is a call)."""
+        if not self.expect_operand:
+            raise ConstraintError(f"expected an operator before {value!r}")
+        if kind == "name" and nxt == ("op", "("):
+            if value not in _FUNCTIONS:
+                raise ConstraintError(f"unknown function {value}() (allowed: abs, max, min)")
+            self.ops.append(("call(", value, 0))
+            self.argc.append(1)
+            self.call_paren = True
+            return
+        if kind == "name":
+            self.out.append(("name", value, 0))
+            if value not in self.names:
+                self.names.append(str(value))
+        else:
+            self.out.append(("const", value, 0))
+        self.expect_operand = False
+
+    def open_paren(self) -> None:
+        if self.call_paren:
+            self.call_paren = False  # already on the stack as the call's "call(" entry
+            return
+        if not self.expect_operand:
+            raise ConstraintError("unexpected '(' after a value (only abs, max and min can be called)")
+        self.ops.append(("(", "(", 0))
+
+    def close_paren(self) -> None:
+        if self.expect_operand:
+            raise ConstraintError("unexpected ')'")
+        self._pop_until_paren()
+        if not self.ops:
+            raise ConstraintError("unbalanced ')'")
+        open_kind, fname, _ = self.ops.pop()
+        if open_kind == "call(":
+            n = self.argc.pop()
+            low, high = _FUNCTIONS[str(fname)]
+            if n < low or n > high:
+                raise ConstraintError(f"{fname}() takes {low}{'' if low == high else ' or more'} arguments, got {n}")
+            self.out.append(("call", fname, n))
+
+    def comma(self) -> None:
+        if self.expect_operand:
+            raise ConstraintError("unexpected ','")
+        self._pop_until_paren()
+        if not self.ops or self.ops[-1][0] != "call(":
+            raise ConstraintError("',' outside a function call")
+        self.argc[-1] += 1
+        self.expect_operand = True
+
+    def operator(self, value: Scalar) -> None:
+        """A unary operator where an operand is expected, else a binary one."""
+        if self.expect_operand:
             if value not in _UNARY_PREC:
                 raise ConstraintError(f"expected a value, got {value!r}")
-            ops.append(("unary", value, _UNARY_PREC[str(value)]))
-        else:
-            if value not in _BINARY_PREC:
-                raise ConstraintError(f"unexpected {value!r} after a value")
-            prec = _BINARY_PREC[str(value)]
-            while ops and ops[-1][0] in ("unary", "binary") and ops[-1][2] >= prec:
-                if prec == 4 and ops[-1][2] == 4:
-                    raise ConstraintError("chained comparison: write 'a < b and b < c'")
-                top_kind, op, _ = ops.pop()
-                out.append((top_kind, op, 0))
-            ops.append(("binary", value, prec))
-            expect_operand = True
-    if expect_operand:
-        raise ConstraintError("unexpected end of expression" if tokens else "empty expression")
-    while ops:
-        kind, op, _ = ops.pop()
-        if kind in ("(", "call("):
-            raise ConstraintError("unclosed '('")
-        out.append((kind, op, 0))
-    return Constraint(expr, tuple(out), tuple(names))
+            self.ops.append(("unary", value, _UNARY_PREC[str(value)]))
+            return
+        if value not in _BINARY_PREC:
+            raise ConstraintError(f"unexpected {value!r} after a value")
+        prec = _BINARY_PREC[str(value)]
+        while self.ops and self.ops[-1][0] in ("unary", "binary") and self.ops[-1][2] >= prec:
+            if prec == 4 and self.ops[-1][2] == 4:
+                raise ConstraintError("chained comparison: write 'a < b and b < c'")
+            top_kind, op, _ = self.ops.pop()
+            self.out.append((top_kind, op, 0))
+        self.ops.append(("binary", value, prec))
+        self.expect_operand = True
+
+    def finish(self, any_tokens: bool) -> tuple[_Item, ...]:
+        """The program, once every token was read."""
+        if self.expect_operand:
+            raise ConstraintError("unexpected end of expression" if any_tokens
+                                  else "empty expression")
+        while self.ops:
+            kind, op, _ = self.ops.pop()
+            if kind in ("(", "call("):
+                raise ConstraintError("unclosed '('")
+            self.out.append((kind, op, 0))
+        return tuple(self.out)
+
+    def _pop_until_paren(self) -> None:
+        while self.ops and self.ops[-1][0] not in ("(", "call("):
+            kind, op, _ = self.ops.pop()
+            self.out.append((kind, op, 0))
 
 
 class _Err:
@@ -496,24 +526,6 @@ def _merged(workload: Mapping[str, WorkloadValue], overrides: Mapping[str, Workl
     for dim, value in overrides.items():
         out[dim] = float(value) if type(workload[dim]) is float else value
     return out
-
-
-def apply_overrides(
-    workload: Mapping[str, WorkloadValue],
-    floors: Mapping[str, int | float],
-    constraints: Sequence[str],
-    overrides: Mapping[str, WorkloadValue],
-) -> tuple[dict[str, WorkloadValue], list[str]]:
-    """The workload a test runs with, and why the overrides were ignored.
-
-    All or nothing, on the safe side: when any override is unacceptable
-    (:func:`override_problems`), the test runs its full workload and the
-    problems say why; otherwise returns the reduced workload and ``[]``.
-    """
-    problems = override_problems(workload, floors, constraints, overrides)
-    if problems:
-        return dict(workload), problems
-    return _merged(workload, overrides), []
 
 
 # --- Reduction declarations: which dimensions may shrink, which are frozen ----------
@@ -747,7 +759,7 @@ def ladder(decl: ReductionDecl) -> list[tuple[str, dict[str, WorkloadValue]]]:
     declaration) is run but ``full``.
 
     The order lets a calibration leave out a rung that an earlier, smaller one makes
-    useless (:func:`fastci.plan.reduce.stand_in`): ``floors`` before the single
+    useless (:func:`fastci.plan.reduce.superseding_rung`): ``floors`` before the single
     floors, each floor before its midpoint.
     """
     workload = decl.workload or {}

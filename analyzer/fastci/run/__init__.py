@@ -3,6 +3,9 @@
 ``runner`` is ``fastci run``: it runs the plan through Bazel and records each
 test's outcome in the store. ``launch`` is the main of every ``gpu_test`` under
 Bazel, and ``gpus`` the lock-file pool that gives parallel tests disjoint GPUs.
+``calibration_runs`` runs tests at the rungs of their workload ladder for ``fastci
+calibrate``, and ``collect`` lists a pytest suite with its declarations in the tests'
+own interpreter.
 """
 
 from __future__ import annotations

@@ -192,10 +192,10 @@ def run_main(main: Path, argv: Sequence[str]) -> int:
 
 def _recorder(cfg: LaunchConfig, out_dir: Path, repo_root: Path) -> Any:
     try:
-        from fastci.evidence.recorder import Recorder
+        from fastci.evidence.record.recorder import Recorder
     except ImportError as exc:
         raise LaunchError(
-            f"FASTCI_RECORD=1 but fastci.evidence.recorder cannot be imported ({exc}); "
+            f"FASTCI_RECORD=1 but fastci.evidence.record.recorder cannot be imported ({exc}); "
             "run without --config=fastci_record or install the recorder"
         ) from exc
     if cfg.declared is None:  # an older macro: the workload used is all we know

@@ -37,7 +37,7 @@ after the start of the run the first failure came (see docs/RUNNING.md).
 A pruned test (a ``skipped`` entry with ``stand_ins``) is skipped only while the
 plan's tests pass: when any test of the run fails (and the run was not
 ``fail_fast``), ``fastci run`` then runs every pruned test at full workload
-(:func:`_run_pruned`; Bazel labels under a stand-in ``@fastci_plan`` that selects
+(:func:`_run_pruned`; Bazel labels under a one-off ``@fastci_plan`` that selects
 them, node ids through pytest), so a failing change reports every failure the
 unpruned plan would have. Their results count in the summary line and are recorded.
 
@@ -66,7 +66,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 from fastci.integrations import procs
 from fastci.integrations.bazel.bep import BuildReport, parse_bep
@@ -80,7 +80,7 @@ from fastci.plan.model import Plan, dump_plan, for_runner
 from fastci.run import gpus as gpu_pool
 from fastci.run import schedule
 from fastci.integrations.git.tree import current_tree
-from fastci.select.rules import RunLike
+from fastci.select.test_rules import RunLike
 from fastci.types import TestId, as_label, is_label, normalize_test_id, shown
 
 LOG = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ RUNS_DIR = Path(".fastci/runs")
 class ResultHistory(Protocol):
     """The part of the evidence store ``fastci run`` uses: the newest runs, and new results.
 
-    :class:`fastci.evidence.store.EvidenceStore` implements it (see its
+    :class:`fastci.evidence.store.db.EvidenceStore` implements it (see its
     ``record_result`` for what the arguments mean).
     """
 
@@ -102,7 +102,7 @@ class ResultHistory(Protocol):
 
 
 if TYPE_CHECKING:
-    from fastci.evidence.store import EvidenceStore
+    from fastci.evidence.store.db import EvidenceStore
     from fastci.progress import Progress
 
     def _store_conforms(store: EvidenceStore) -> ResultHistory:
@@ -449,6 +449,41 @@ def _execute(root: Path, plan: Plan, config: Config, tree: str | None, t0: float
              + (f" ({plan.reason})" if plan.reason else ""))
     bazel = bazel or Bazel(root, config.bazel)
     bep = root / RUNS_DIR / f"bep-{_stamp()}.json"
+    report, no_tests = _bazel_test(root, plan, config, tree, bazel, targets, planned, bep,
+                                   flags=flags, fail_fast=fail_fast, echo=echo, progress=progress)
+    first = report.first_failure(t0)
+    not_run, stopped = _unfinished(report, planned, fail_fast=fail_fast, no_tests=no_tests,
+                                   echo=echo)
+    # The plan Bazel ran (a stale one became "all"): it tells a reduced run from a full one.
+    recorded = _record(root, report, store, bazel, plan) if store is not None else 0
+    misses = miss_report(plan, report) if plan.mode == "shadow" else ()
+    py_run = None
+    if others and fail_fast and report.failed:
+        stopped = (*stopped, *others)  # stopped before the pytest half
+    elif others:
+        py_run = _pytest_in_workspace(root, plan, config, tree, others, store=store, echo=echo,
+                                      python=python, pytest_args=pytest_args)
+        recorded += _record_pytest(root, py_run, store) if store is not None else 0
+    if first is None and py_run is not None:
+        first = _pytest_first_failure(py_run, t0)
+    rr = RunReport(tuple(targets), report, not_run, tuple(others), recorded, misses,
+                   warning, plan.mode, py_run, stopped, first)
+    _echo_bazel_run(plan, report, not_run, stopped, echo)
+    if py_run is not None:
+        _echo_pytest(py_run, (), echo)
+    if plan.mode == "shadow":
+        _echo_misses(plan, misses, bep.with_name(bep.name.replace("bep-", "miss-report-")), echo)
+    _echo_first_failure(first, echo)
+    return rr
+
+
+def _bazel_test(root: Path, plan: Plan, config: Config, tree: str | None, bazel: Bazel,
+                targets: Sequence[str], planned: tuple[str, ...], bep: Path, *,
+                flags: tuple[str, ...], fail_fast: bool, echo: Callable[[str], None],
+                progress: Progress | None) -> tuple[BuildReport, bool]:
+    """``bazel test`` of ``targets`` under the plan this run decided (published for the
+    GPU schedule), the build event file followed for ``progress``: its report, and
+    whether Bazel found no test to run."""
     bep.parent.mkdir(parents=True, exist_ok=True)
     echo(f"fastci run: bazel test {' '.join(targets)} --config={config.bazel_config}"
          + (f" (plan mode {plan.mode}: {plan.reason})" if plan.mode != "selective" else
@@ -474,10 +509,16 @@ def _execute(root: Path, plan: Plan, config: Config, tree: str | None, t0: float
         # Bazel 4.2.3 fails (exit 1, "Unable to run tests") when every test it finds
         # is skipped: here that is the plan's decision, not an error.
         no_tests = True
-    report = parse_bep(bep)
+    return parse_bep(bep), no_tests
+
+
+def _unfinished(report: BuildReport, planned: tuple[str, ...], *, fail_fast: bool,
+                no_tests: bool, echo: Callable[[str], None]
+                ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The planned tests Bazel reported no result for, and those a ``--fail-fast`` stop
+    left unfinished (not failures)."""
     seen = set(report.outcomes)
     not_run = tuple(t for t in planned if t not in seen)
-    first = report.first_failure(t0)
     stopped: tuple[str, ...] = ()
     if fail_fast and report.failed:
         # Bazel stopped at a failure: what it did not finish did not run (not a failure).
@@ -489,20 +530,12 @@ def _execute(root: Path, plan: Plan, config: Config, tree: str | None, t0: float
         echo(f"fastci run: bazel found no tests to run (exit 4): {len(not_run)} planned "
              "test(s) were filtered out by Bazel and did not run")
         not_run = ()
-    # The plan Bazel ran (a stale one became "all"): it tells a reduced run from a full one.
-    recorded = _record(root, report, store, bazel, plan) if store is not None else 0
-    misses = miss_report(plan, report) if plan.mode == "shadow" else ()
-    py_run = None
-    if others and fail_fast and report.failed:
-        stopped = (*stopped, *others)  # stopped before the pytest half
-    elif others:
-        py_run = _pytest_in_workspace(root, plan, config, tree, others, store=store, echo=echo,
-                                      python=python, pytest_args=pytest_args)
-        recorded += _record_pytest(root, py_run, store) if store is not None else 0
-    if first is None and py_run is not None:
-        first = _pytest_first_failure(py_run, t0)
-    rr = RunReport(tuple(targets), report, not_run, tuple(others), recorded, misses,
-                   warning, plan.mode, py_run, stopped, first)
+    return not_run, stopped
+
+
+def _echo_bazel_run(plan: Plan, report: BuildReport, not_run: tuple[str, ...],
+                    stopped: tuple[str, ...], echo: Callable[[str], None]) -> None:
+    """One line per test Bazel ran, did not run, or left when the run stopped."""
     listed = {normalize_test_id(t.id) for t in plan.tests} | \
         {normalize_test_id(s.id) for s in plan.skipped}
     for label, outcome in sorted(report.outcomes.items()):
@@ -516,12 +549,6 @@ def _execute(root: Path, plan: Plan, config: Config, tree: str | None, t0: float
         echo(f"  NOT RUN    {shown(label)} (--fail-fast stopped the run)")
     if plan.mode == "selective" and report.skipped:
         echo(f"fastci run: {len(report.skipped)} test(s) skipped as the plan says")
-    if py_run is not None:
-        _echo_pytest(py_run, (), echo)
-    if plan.mode == "shadow":
-        _echo_misses(plan, misses, bep.with_name(bep.name.replace("bep-", "miss-report-")), echo)
-    _echo_first_failure(first, echo)
-    return rr
 
 
 def _failures(rr: RunReport) -> str:
@@ -546,7 +573,7 @@ def _run_pruned(root: Path, pruned: list[TestId], failed: str, config: Config,
     A prune says the stand-ins' checks would catch what the pruned test catches; once a
     test fails that no longer holds for this change (a stand-in may have failed for
     another reason, or pass while the pruned test would fail), and a developer needs
-    every failure to fix the change. Bazel labels run under a stand-in ``@fastci_plan``
+    every failure to fix the change. Bazel labels run under a one-off ``@fastci_plan``
     that selects exactly them (no overrides: full workload); other ids through pytest.
     """
     from fastci.integrations.bazel.plan_repo import override_flag, write_plan_repo
@@ -788,7 +815,7 @@ def run_pytest(root: Path, plan: Plan, config: Config, tree: str | None, *, args
 
 def _python(root: Path, config: Config, echo: Callable[[str], None]) -> str:
     """The interpreter the tests run with (config ``runner_python``), else this one."""
-    from fastci.plan.build import runner_python
+    from fastci.plan.inputs import runner_python
 
     try:
         return runner_python(root, config)

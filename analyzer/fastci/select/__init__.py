@@ -2,14 +2,16 @@
 
 :func:`select_tests` is pure over its inputs (a :class:`~fastci.changes.scan.ChangeSet`,
 the evidence store's read side, the config, the declared tests, the environment
-fingerprint): it applies every rule in :mod:`fastci.select.rules`, keeps the
-union, and never drops a test without a reason. Gathering the inputs (git, SQLite,
-``bazel query``) happens in :mod:`fastci.plan.build`.
+fingerprint): it applies every rule (the change's in :mod:`fastci.select.change_rules`,
+the tests' own in :mod:`fastci.select.test_rules`, and the rest), keeps the union,
+and never drops a test without a reason. Gathering the inputs (git, SQLite, ``bazel
+query``) happens in :mod:`fastci.plan.planner`.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from fastci.changes.scan import ChangeSet
@@ -17,12 +19,12 @@ from fastci.config import Config
 from fastci.select.decisions import (SKIP_KINDS, WIDEN_KINDS, Decision, DecisionKind, Reason,
                                      Selection)
 from fastci.changes.versions import Versions
-from fastci.select.baseline import Baselines, change_rules
+from fastci.select.change_rules import Baselines, change_rules
 from fastci.select.inputs import declared_input_rules
 from fastci.select.manifest_rules import environment_rules
 from fastci.select.history import HISTORY_RUNS, history_rules
-from fastci.select.rules import (DeclaredTest, EvidenceReader, RunLike, ignored_read_rules,
-                                 test_rules)
+from fastci.select.test_rules import (DeclaredTest, EvidenceReader, RunLike,
+                                      ignored_read_rules, test_rules)
 from fastci.types import RelPath, TestId, as_label
 
 LOG = logging.getLogger(__name__)
@@ -72,20 +74,11 @@ def select_tests(changes: ChangeSet, store: EvidenceReader, config: Config, *,
         declared: the declared tests (``bazel query``), or None when unknown.
         env_fingerprint: the current environment fingerprint, None if unknown.
         environment: the test runner's whole environment
-            (:func:`fastci.evidence.environment.environment_of_interpreter`), so evidence
+            (:func:`fastci.evidence.record.environment.environment_of_interpreter`), so evidence
             from an environment that differs only in packages a test never imported is
             kept; None: compared by fingerprint alone.
     """
-    evidence_tests = set(store.test_ids())
-    runs = store.latest_runs()
-    universe = set(evidence_tests) | set(declared or ())
-    removed: set[TestId] = set()
-    if declared is not None:
-        # A recorded Bazel target that the build no longer declares cannot run.
-        removed = {t for t in evidence_tests
-                   if (lab := as_label(t)) is not None and not lab.repo and str(lab) not in declared}
-        universe -= removed
-    hits: dict[TestId, list[Reason]] = {}
+    known = _known(store, declared, environment, env_fingerprint)
     versions = changes.versions or (Versions(changes.tree.git, changes.tree.head)
                                     if changes.tree is not None else None)
     baselines = Baselines.of(changes, store.baselines())
@@ -95,52 +88,101 @@ def select_tests(changes: ChangeSet, store: EvidenceReader, config: Config, *,
             return path in changes.paths
         return baselines.src_changed(changes, versions, test, path)
 
-    change_hits, widen, notes = change_rules(changes, store, config, universe, baselines,
+    change_hits, widen, notes = change_rules(changes, store, config, known.universe, baselines,
                                              versions)
-    current = dict(environment) if environment is not None else (
-        {"fingerprint": env_fingerprint} if env_fingerprint else None)
-    with_evidence = {t: r for t, r in runs.items() if t in universe and t in evidence_tests}
-    imported = store.distributions_of_tests(sorted(with_evidence)) if current and any(
-        r.env_fingerprint != current.get("fingerprint") for r in with_evidence.values()) else {}
-    ordered = sorted(universe)  # (test_rules sorts what it is given: once, here)
+    imported = store.distributions_of_tests(sorted(known.with_evidence)) if known.env and any(
+        r.env_fingerprint != known.env.get("fingerprint")
+        for r in known.with_evidence.values()) else {}
     inputs: dict[RelPath, str | None] = {}
-    for rule_hits in (test_rules(ordered, runs, declared, src_changed, evidence_tests),
-                      environment_rules(with_evidence, current, imported),
+    hits: dict[TestId, list[Reason]] = {}
+    for rule_hits in (test_rules(known.ordered, known.runs, declared, src_changed, known.evidence),
+                      environment_rules(known.with_evidence, known.env, imported),
                       change_hits, ignored_read_rules(changes, store, inputs),
-                      declared_input_rules(changes, store, config, with_evidence)):
+                      declared_input_rules(changes, store, config, known.with_evidence)):
         for test, reasons in rule_hits.items():
             hits.setdefault(test, []).extend(reasons)
-    # A failure hidden behind a newer-by-clock pass (a retried job of an older commit)
-    # stands until a pass at its commit or a descendant clears it (git ancestry).
+    _add_failure_history(hits, store, changes, known.universe)
+    decisions = _decisions(known, declared, hits, widen, changes)
+    return Selection(tuple(_finish(decisions)), tuple(widen), tuple(changes.notes) + tuple(notes),
+                     changes.summary() + _baseline_summary(changes, baselines),
+                     tuple(sorted(inputs.items())))
+
+
+@dataclass(frozen=True)
+class _Known:
+    """The tests a selection decides, and what it knows of them before any rule runs.
+
+    ``universe``: declared ∪ recorded, less ``removed`` (recorded Bazel targets the build
+    no longer declares: they cannot run), ``ordered`` sorted; ``evidence`` the recorded
+    tests, ``runs`` their newest runs, ``with_evidence`` those of the universe; ``env``
+    the test runner's environment (None: unknown).
+    """
+
+    universe: set[TestId]
+    removed: set[TestId]
+    ordered: list[TestId]
+    evidence: set[TestId]
+    runs: Mapping[TestId, RunLike]
+    with_evidence: dict[TestId, RunLike]
+    env: dict[str, Any] | None
+
+
+def _known(store: EvidenceReader, declared: Mapping[TestId, DeclaredTest] | None,
+           environment: Mapping[str, Any] | None, env_fingerprint: str | None) -> _Known:
+    evidence_tests = set(store.test_ids())
+    runs = store.latest_runs()
+    universe = set(evidence_tests) | set(declared or ())
+    removed: set[TestId] = set()
+    if declared is not None:
+        # A recorded Bazel target that the build no longer declares cannot run.
+        removed = {t for t in evidence_tests
+                   if (lab := as_label(t)) is not None and not lab.repo and str(lab) not in declared}
+        universe -= removed
+    env = dict(environment) if environment is not None else (
+        {"fingerprint": env_fingerprint} if env_fingerprint else None)
+    with_evidence = {t: r for t, r in runs.items() if t in universe and t in evidence_tests}
+    # (test_rules sorts what it is given: once, here)
+    return _Known(universe, removed, sorted(universe), evidence_tests, runs, with_evidence, env)
+
+
+def _add_failure_history(hits: dict[TestId, list[Reason]], store: EvidenceReader,
+                         changes: ChangeSet, universe: set[TestId]) -> None:
+    """A failure hidden behind a newer-by-clock pass (a retried job of an older commit)
+    stands until a pass at its commit or a descendant clears it (git ancestry)."""
     history = getattr(store, "failure_history", None)
-    if history is not None:
-        red = {t for t, reasons in hits.items()
-               if any(r.kind is DecisionKind.FAILED_LAST for r in reasons)}
-        failing = {t: r for t, r in history(HISTORY_RUNS).items() if t in universe}
-        for test, reasons in history_rules(failing, changes.tree.git if changes.tree else None,
-                                           red).items():
-            hits.setdefault(test, []).extend(reasons)
-    notes = list(changes.notes) + notes
+    if history is None:
+        return
+    red = {t for t, reasons in hits.items()
+           if any(r.kind is DecisionKind.FAILED_LAST for r in reasons)}
+    failing = {t: r for t, r in history(HISTORY_RUNS).items() if t in universe}
+    for test, reasons in history_rules(failing, changes.tree.git if changes.tree else None,
+                                       red).items():
+        hits.setdefault(test, []).extend(reasons)
+
+
+def _decisions(known: _Known, declared: Mapping[TestId, DeclaredTest] | None,
+               hits: Mapping[TestId, list[Reason]], widen: list[Reason],
+               changes: ChangeSet) -> list[Decision]:
+    """One decision per test of the universe (its reasons, or none reaches it; every
+    test takes the plan-wide widenings), then one per test no longer declared."""
     decisions = []
     quiet = "no changed unit, file or rule reaches it" + (
         f" ({changes.summary()})" if changes.files or changes.others else " (nothing changed)")
     unaffected = Decision.sharing((Reason(
         DecisionKind.NOT_AFFECTED, quiet, via="evidence: none of its recorded units or files changed"),))
-    get_run, get_decl, get_hits = runs.get, (declared or {}).get, hits.get
-    for test in ordered:
+    get_run, get_decl, get_hits = known.runs.get, (declared or {}).get, hits.get
+    for test in known.ordered:
         est = estimate_gpu_s(get_run(test), get_decl(test))
         found = get_hits(test)
         if found or widen:
             decisions.append(Decision(test, tuple((found or []) + widen), est))
         else:
             decisions.append(unaffected(test, est))
-    for test in sorted(removed):
+    for test in sorted(known.removed):
         decisions.append(Decision(test, (Reason(
             DecisionKind.NOT_DECLARED, f"{test} is in the evidence but no longer declared in "
             "the build", via="bazel query"),)))
-    return Selection(tuple(_finish(decisions)), tuple(widen), tuple(notes),
-                     changes.summary() + _baseline_summary(changes, baselines),
-                     tuple(sorted(inputs.items())))
+    return decisions
 
 
 def _baseline_summary(changes: ChangeSet, baselines: Baselines) -> str:

@@ -5,7 +5,7 @@ cannot say which tests ran it. For compilers whose frames nobody records (triton
 TorchScript, numba, jax, cupy) the rule stays wide: every test whose evidence touches
 the function's module. Dynamo (``torch.compile``, ``torch._dynamo.optimize`` /
 ``explain``, ``nn.Module.compile``, and partials or wrappers of them) is different: the
-recorder records every frame dynamo traces (:mod:`fastci.evidence.traced`), and dynamo
+recorder records every frame dynamo traces (:mod:`fastci.evidence.record.traced`), and dynamo
 compiles on the first *call*, never on the wrap. So for a test whose evidence was
 recorded that way and is complete, the rule narrows to what its evidence shows
 (issue 38 item 4): the test executed a *witness* of the changed function — the compiled
@@ -22,9 +22,9 @@ from typing import Any, Mapping
 from fastci.changes.semantic_diff import ChangeKind, FileDiff, UnitChange
 from fastci.changes.compiled_code import Compiled, compiled_units
 from fastci.changes.versions import Versions
-from fastci.evidence.traced import TRACED_BY_DYNAMO, TRACED_FRAMES_KEY
+from fastci.evidence.record.traced import TRACED_BY_DYNAMO, TRACED_FRAMES_KEY
 from fastci.select.decisions import DecisionKind, Reason
-from fastci.select.rules import kinds_of
+from fastci.select.test_rules import kinds_of
 from fastci.types import RelPath, TestId, UnitId
 
 

@@ -1,6 +1,6 @@
 """Comparing context signatures across runs: which parts are configuration, which are data.
 
-A context signature (:mod:`fastci.evidence.contexts`) records *how* a unit ran: its
+A context signature (:mod:`fastci.evidence.record.contexts`) records *how* a unit ran: its
 arguments abstracted (``args(x=T(bf16,3d,cpu,s);cfg=Cfg(tp=2,layers=4))``), its
 caller, the process's labels. Two runs can only be compared after setting aside what
 differs for reasons other than how the code was exercised:
@@ -27,7 +27,7 @@ __all__ = ["TOKEN", "NUMERIC", "varying_numbers", "without_data_values"]
 TOKEN = re.compile(r"(?<=[(;,{|])([A-Za-z_]\w*)=([^(),;{}|=]*(?:\([^()=;|{}]*\))?)(?=[),;}|]|$)")
 _NUMBER = r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?"
 #: A number, or a short list or tuple of numbers (``list(132,633)``): what per-call data
-#: looks like in a signature (:func:`fastci.evidence.contexts.abstract`).
+#: looks like in a signature (:func:`fastci.evidence.record.contexts.abstract`).
 NUMERIC = re.compile(rf"(?:{_NUMBER}|(?:list|tuple)\((?:{_NUMBER}(?:,{_NUMBER})*)?\))$")
 
 

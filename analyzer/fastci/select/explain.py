@@ -19,7 +19,7 @@ from typing import Mapping, Sequence
 from fastci.integrations.bazel.mains import same_test
 from fastci.select import Decision, Selection
 from fastci.select.decisions import Reason
-from fastci.select.rules import EvidenceReader
+from fastci.select.test_rules import EvidenceReader
 from fastci.types import RelPath, TestId, normalize_test_id, shown
 
 LOG = logging.getLogger(__name__)

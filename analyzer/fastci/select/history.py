@@ -11,7 +11,7 @@ F's change and passed). Git decides descent, in one ``git rev-list`` for every t
 the failure stands: the safe side. A failure recorded with no commit (a run outside
 git) has no ancestry: the clock decides, as before.
 
-A reduced pass never clears a full-workload failure (as :func:`fastci.select.rules.test_rules`).
+A reduced pass never clears a full-workload failure (as :func:`fastci.select.test_rules.test_rules`).
 Only each test's last :data:`HISTORY_RUNS` runs count: an older failure has aged out.
 """
 
@@ -23,7 +23,7 @@ from typing import Iterable, Mapping, Protocol, Sequence
 
 from fastci.errors import GitError
 from fastci.select.decisions import DecisionKind, Reason
-from fastci.select.rules import Hits, add_hit
+from fastci.select.test_rules import Hits, add_hit
 from fastci.types import Outcome, TestId, is_failure
 
 LOG = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ HISTORY_COMMITS = 20_000
 
 
 class HistoryLike(Protocol):
-    """One run of a failure history (:class:`fastci.evidence.store.HistoryRun`)."""
+    """One run of a failure history (:class:`fastci.evidence.store.db.HistoryRun`)."""
 
     @property
     def outcome(self) -> str: ...
@@ -108,7 +108,7 @@ def history_rules(history: Mapping[TestId, Sequence[HistoryLike]], git: _Graph |
 
     Args:
         history: per test, its last runs, newest first (tests that failed among them:
-            :meth:`fastci.evidence.store.EvidenceStore.failure_history`).
+            :meth:`fastci.evidence.store.db.EvidenceStore.failure_history`).
         git: the repository (None: no ancestry is known, every such failure stands).
         skip: tests already selected for a failure (their newest run failed).
     """

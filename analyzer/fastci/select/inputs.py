@@ -1,8 +1,8 @@
 """Declared inputs at plan time: a file ``inputs:`` names that the evidence lacks.
 
 The recording hashed each test's declared files into its evidence as files it read
-(:mod:`fastci.evidence.inputs`), so a *changed* or *removed* one is found by the
-rules for recorded reads: :func:`fastci.select.rules.ignored_read_rules` for files
+(:mod:`fastci.evidence.record.inputs`), so a *changed* or *removed* one is found by the
+rules for recorded reads: :func:`fastci.select.test_rules.ignored_read_rules` for files
 git does not track (ignored ones, and absolute paths outside the repository), the
 baseline's read rule for tracked ones. What those rules cannot see is a file that
 now matches a test's declaration but that its recording did not hash (added since,
@@ -23,10 +23,10 @@ from typing import Iterable
 
 from fastci.changes.scan import ChangeSet
 from fastci.config import Config
-from fastci.evidence.inputs import expand_all, globs_for
+from fastci.evidence.record.inputs import expand_all, globs_for
 from fastci.integrations.git.repository import shown
 from fastci.select.decisions import DecisionKind, Reason
-from fastci.select.rules import EvidenceReader, Hits, add_hit
+from fastci.select.test_rules import EvidenceReader, Hits, add_hit
 from fastci.types import TestId
 
 LOG = logging.getLogger(__name__)

@@ -3,7 +3,7 @@ ran none of its changed code is not affected by the change.
 
 Selection by units takes every test whose evidence executed a changed function. With
 line evidence (the executed lines of each file, recorded by ``fastci calibrate`` at the
-test's full workload, :mod:`fastci.evidence.calibration`) a body change can be narrowed
+test's full workload, :mod:`fastci.evidence.store.calibrations`) a body change can be narrowed
 further. A run of the old version behaves exactly like a run of the new one until
 control first reaches code that differs; :func:`reach_lines` gives, in the old version's
 line numbers, lines at least one of which every run reaching the changed code executes:
@@ -58,7 +58,7 @@ from fastci.units.lines import changed_hunks, line_ranges, source_lines
 
 if TYPE_CHECKING:
     from fastci.changes.versions import Versions
-    from fastci.evidence.calibration import CalibrationStore, Rung
+    from fastci.evidence.store.calibrations import CalibrationStore, Rung
 
 LOG = logging.getLogger(__name__)
 
@@ -456,6 +456,6 @@ def _skip(d: Decision, unreached: Sequence[Reach]) -> Decision:
 
 def declaration_digests(declared: Mapping[TestId, Any]) -> dict[TestId, str]:
     """The declaration digest of each declared test (what its calibration is keyed by)."""
-    from fastci.evidence.calibration import declaration_digest
+    from fastci.evidence.store.calibrations import declaration_digest
 
     return {t: declaration_digest(decl) for t, decl in declared.items()}

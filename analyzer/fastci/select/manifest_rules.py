@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping, NamedTuple, Protocol
 from fastci.changes.manifests import ManifestChange, is_manifest, read_change
 from fastci.changes.scan import ChangeSet
 from fastci.config import Config, first_match
-from fastci.evidence.environment import parse_listing
+from fastci.evidence.record.environment import parse_listing
 from fastci.integrations.git.repository import shown
 from fastci.select.decisions import DecisionKind, Reason
 from fastci.types import RelPath, TestId
@@ -142,6 +142,33 @@ def _apply(path: RelPath, change: ManifestChange | None, store: DistributionRead
             "dependency manifest: everything runs", path=path,
             via="safety rule: an unreadable manifest widens to every test"))
         change = ManifestChange(path)
+    importers = store.tests_for_distributions(change.distributions)
+    widen += _widenings(path, change, importers)
+    if widen and whole:
+        out.widen.extend(widen)
+    elif widen:
+        for test in tests or ():
+            for reason in widen:
+                out.hits.setdefault(test, []).append(Reason(
+                    DecisionKind.CHANGED_SINCE_RECORDED,
+                    f"{reason.sentence.rsplit(':', 1)[0]} since its evidence was recorded, "
+                    "which runs every test recorded before it", path=path, change=reason.change,
+                    via=reason.via))
+    admitted = _importer_hits(path, change, store, importers,
+                              None if tests is None else set(tests), out)
+    if admitted:
+        _note(out, f"{shown(path)}: the new requirement still admits the version recorded "
+                   f"({', '.join(sorted(admitted))}): no test runs for it")
+    if change.inert and not (change.settings or change.distributions):
+        _note(out, f"{shown(path)}: only {', '.join(change.inert)} changed, which no test "
+                   "reads: nothing runs for it")
+
+
+def _widenings(path: RelPath, change: ManifestChange,
+               importers: Mapping[str, Iterable[TestId]]) -> list[Reason]:
+    """What of ``change`` reaches every test: settings, a core package's requirement, a
+    new dependency no recorded test imported."""
+    widen: list[Reason] = []
     if change.settings:
         widen.append(Reason(
             DecisionKind.RUN_ALL_PATH, f"{shown(path)} changed {', '.join(change.settings)}, "
@@ -154,7 +181,6 @@ def _apply(path: RelPath, change: ManifestChange | None, store: DistributionRead
             DecisionKind.RUN_ALL_PATH, f"{shown(path)} changed the requirement of "
             f"{', '.join(core)} (interpreter, torch or CUDA stack): everything runs", path=path,
             change=", ".join(core), via="safety rule: a core package change reaches every test"))
-    importers = store.tests_for_distributions(change.distributions)
     new = [n for n in change.added if not importers.get(n)]
     if new:
         widen.append(Reason(
@@ -163,17 +189,15 @@ def _apply(path: RelPath, change: ManifestChange | None, store: DistributionRead
             "ImportError, plugin entry points) left no evidence, so everything runs", path=path,
             change="added " + ", ".join(new),
             via="safety rule: a new dependency widens to every test"))
-    mine = None if tests is None else set(tests)
-    if widen and whole:
-        out.widen.extend(widen)
-    elif widen:
-        for test in tests or ():
-            for reason in widen:
-                out.hits.setdefault(test, []).append(Reason(
-                    DecisionKind.CHANGED_SINCE_RECORDED,
-                    f"{reason.sentence.rsplit(':', 1)[0]} since its evidence was recorded, "
-                    "which runs every test recorded before it", path=path, change=reason.change,
-                    via=reason.via))
+    return widen
+
+
+def _importer_hits(path: RelPath, change: ManifestChange, store: DistributionReader,
+                   importers: Mapping[str, Iterable[TestId]], mine: set[TestId] | None,
+                   out: ManifestSelection) -> set[str]:
+    """The tests (of ``mine``; None: any) that imported a distribution whose requirement
+    changed, unless the new requirement still admits the version they ran with; returns
+    those admitted (``name version``)."""
     reached = sorted({t for n in change.distributions for t in importers.get(n, ())
                       if mine is None or t in mine})
     versions = store.distributions_of_tests(reached) if reached else {}
@@ -194,16 +218,12 @@ def _apply(path: RelPath, change: ManifestChange | None, store: DistributionRead
                 f"imported {name}{what}, whose requirement changed in {shown(path)}",
                 path=path, change=f"requirement of {name} changed",
                 via="evidence: the test's recording imported the distribution"))
-    if admitted:
-        note = (f"{shown(path)}: the new requirement still admits the version recorded "
-                f"({', '.join(sorted(admitted))}): no test runs for it")
-        if note not in out.notes:
-            out.notes.append(note)
-    if change.inert and not (change.settings or change.distributions):
-        note = f"{shown(path)}: only {', '.join(change.inert)} changed, which no test reads: " \
-            "nothing runs for it"
-        if note not in out.notes:
-            out.notes.append(note)
+    return admitted
+
+
+def _note(out: ManifestSelection, note: str) -> None:
+    if note not in out.notes:
+        out.notes.append(note)
 
 
 # ------------------------------------------------------------------------ environments

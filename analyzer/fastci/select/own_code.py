@@ -27,10 +27,9 @@ from fastci.types import RelPath
 #: start-up hook of recorded children), the pytest plugin with its plan, collection
 #: and untraced-rewrite parts, and the workload checks the plugin applies overrides with.
 IN_TEST_ENTRY_POINTS: tuple[str, ...] = (
-    "fastci.run.launch", "fastci.evidence.recorder", "fastci.evidence.child_start",
-    "fastci.pytest_plugin", "fastci.integrations.pytest.plugin",
-    "fastci.integrations.pytest.plan", "fastci.integrations.pytest.untraced",
-    "fastci.evidence.collection", "fastci.plan.workload",
+    "fastci.run.launch", "fastci.evidence.record.recorder", "fastci.evidence.record.child_start",
+    "fastci.pytest_plugin", "fastci.pytest.plugin", "fastci.pytest.plan",
+    "fastci.pytest.untraced", "fastci.evidence.record.collection", "fastci.plan.workload",
 )
 
 #: The import closure of :data:`IN_TEST_ENTRY_POINTS` (package ``__init__`` files included:
@@ -38,17 +37,22 @@ IN_TEST_ENTRY_POINTS: tuple[str, ...] = (
 IN_TEST_MODULES: tuple[str, ...] = (
     "fastci", "fastci.config", "fastci.errors", "fastci.gcpause", "fastci.types",
     "fastci.pytest_plugin",
-    "fastci.evidence", "fastci.evidence.autograd", "fastci.evidence.child_start",
-    "fastci.evidence.children", "fastci.evidence.inputs", "fastci.evidence.traced",
-    "fastci.evidence.collection", "fastci.evidence.contexts", "fastci.evidence.covplugin",
-    "fastci.evidence.distributions", "fastci.evidence.environment", "fastci.evidence.files",
-    "fastci.evidence.monitor",
-    "fastci.evidence.recorder", "fastci.evidence.trace", "fastci.evidence.trace_pb2",
+    "fastci.evidence", "fastci.evidence.record", "fastci.evidence.record.autograd",
+    "fastci.evidence.record.child_start", "fastci.evidence.record.children",
+    "fastci.evidence.record.collection", "fastci.evidence.record.contexts",
+    "fastci.evidence.record.covplugin", "fastci.evidence.record.distributions",
+    "fastci.evidence.record.environment", "fastci.evidence.record.files",
+    "fastci.evidence.record.inputs", "fastci.evidence.record.monitor",
+    "fastci.evidence.record.recorder",
+    "fastci.evidence.record.scope", "fastci.evidence.record.trace",
+    "fastci.evidence.record.trace_files",
+    "fastci.evidence.record.trace_pb2",
+    "fastci.evidence.record.traced",
     "fastci.integrations", "fastci.integrations.bazel", "fastci.integrations.bazel.mains",
-    "fastci.integrations.git", "fastci.integrations.git.tree", "fastci.integrations.pytest",
-    "fastci.integrations.pytest.ids", "fastci.integrations.pytest.plan",
-    "fastci.integrations.pytest.plugin", "fastci.integrations.pytest.untraced",
+    "fastci.integrations.git", "fastci.integrations.git.tree",
     "fastci.plan", "fastci.plan.model", "fastci.plan.workload",
+    "fastci.pytest", "fastci.pytest.ids", "fastci.pytest.plan", "fastci.pytest.plugin",
+    "fastci.pytest.untraced",
     "fastci.run", "fastci.run.gpus", "fastci.run.launch", "fastci.run.scale",
     "fastci.run.schedule",
     "fastci.units", "fastci.units.lines",

@@ -2,7 +2,7 @@
 that only repeats what other selected tests run.
 
 Each selected test reaches the change through changed units; its evidence says in which
-contexts it ran each of them (:mod:`fastci.evidence.contexts`), with per-call data set
+contexts it ran each of them (:mod:`fastci.evidence.record.contexts`), with per-call data set
 aside *per test*: a number that varies within a test's own run of a unit is data in
 that test's contexts (``tp=#``), and stays a value in every other test's
 (:func:`fastci.select.contexts.varying_numbers`; blanking it everywhere made a tp=1 vs
@@ -34,7 +34,7 @@ every test pruned before it.
   file or declaration changed, it failed last time, it has no or incomplete evidence,
   a changed data file, an environment change...), a performance test, a test whose
   contexts of a changed unit are unknown or capped (the recorder keeps at most
-  :data:`fastci.evidence.contexts.MAX_CONTEXTS` per unit: more may have run).
+  :data:`fastci.evidence.record.contexts.MAX_CONTEXTS` per unit: more may have run).
 
 * Nothing is pruned while a selected test failed its last run (the branch is red): a
   prune holds only while its stand-ins pass. ``fastci run`` runs the pruned tests in the
@@ -55,7 +55,7 @@ from typing import Mapping, Sequence
 
 from fastci.select.contexts import varying_numbers, without_data_values
 from fastci.select.decisions import Decision, DecisionKind, Reason, Selection
-from fastci.select.rules import DeclaredTest, EvidenceReader
+from fastci.select.test_rules import DeclaredTest, EvidenceReader
 from fastci.types import TestId, UnitId
 
 __all__ = ["MODES", "Pruned", "frozen_dims", "prune"]
@@ -65,7 +65,7 @@ MODES = ("off", "safe", "aggressive")
 UNIT_KINDS = frozenset({DecisionKind.CHANGED_UNIT, DecisionKind.USES_CHANGED_NAME})
 #: ``exact`` strongest; ``performance`` is never pruned and stands in for nothing.
 _STRENGTH = {"exact": 4, "tolerance": 3, "threshold": 2, "completes": 1}
-#: Contexts the recorder keeps per unit and run (fastci.evidence.contexts.MAX_CONTEXTS).
+#: Contexts the recorder keeps per unit and run (fastci.evidence.record.contexts.MAX_CONTEXTS).
 CONTEXT_CAP = 16
 
 Pair = tuple[UnitId, str]

@@ -20,7 +20,7 @@ recorded tests do run, selects those tests:
   far broader (a package's ``__init__`` chain imports most modules in every
   test), so it is the fallback, not the rule.
 * **per test, against its own baseline**: only tests whose recorded version of
-  the file differs from the head's (the groups :mod:`fastci.select.baseline`
+  the file differs from the head's (the groups :mod:`fastci.select.change_rules`
   builds), so a test recorded after the edit is not selected again for it.
 * **at full workload**: the reason kind (:attr:`DecisionKind.UNSEEN_CODE`) names
   no code the test's evidence executed, so reduction keeps the full workload,
@@ -45,7 +45,7 @@ from typing import Mapping
 from fastci.changes.semantic_diff import ChangeKind, FileDiff, UnitChange
 from fastci.changes.versions import Versions
 from fastci.select.decisions import DecisionKind, Reason
-from fastci.select.rules import EvidenceReader, Hits, add_hit, kinds_of
+from fastci.select.test_rules import EvidenceReader, Hits, add_hit, kinds_of
 from fastci.types import RelPath, TestId, UnitId
 from fastci.units.index import FileUnits, UnitKind, unit_id
 from fastci.units.lines import scoped_defs, scoped_qualname

@@ -15,7 +15,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, Mapping
 
 from fastci.errors import BazelError
 from fastci.types import normalize_test_id
@@ -122,13 +122,20 @@ def _ms(value: object) -> float:
 
 def parse_bep_lines(lines: list[str], *, source: str = "BEP") -> BuildReport:
     """Fold build events into a :class:`BuildReport` (pure)."""
-    attempts: list[TestAttempt] = []
-    summaries: dict[str, tuple[str, float]] = {}
-    exit_code: int | None = None
-    exit_name = ""
-    skipped: list[str] = []
-    aborted: list[str] = []
-    started_s: float | None = None
+    fold = _Fold()
+    for event in _events(lines, source):
+        fold.add(event)
+    return BuildReport(_outcomes(fold.attempts, fold.summaries), tuple(fold.attempts),
+                       fold.exit_code, fold.exit_name, tuple(sorted(fold.skipped)),
+                       tuple(dict.fromkeys(fold.aborted)), fold.started_s)
+
+
+def _events(lines: list[str], source: str) -> Iterator[dict[str, Any]]:
+    """The JSON build events of ``lines`` (a truncated last line is left out).
+
+    Raises:
+        BazelError: a line before the last is not JSON.
+    """
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -140,39 +147,63 @@ def parse_bep_lines(lines: list[str], *, source: str = "BEP") -> BuildReport:
                 LOG.warning("%s: ignoring truncated last event", source)
                 continue
             raise BazelError(f"{source}:{number}: not a JSON build event") from None
+        yield event
+
+
+class _Fold:
+    """What :func:`parse_bep_lines` keeps of the events, one event at a time."""
+
+    def __init__(self) -> None:
+        self.attempts: list[TestAttempt] = []
+        self.summaries: dict[str, tuple[str, float]] = {}
+        self.exit_code: int | None = None
+        self.exit_name = ""
+        self.skipped: list[str] = []
+        self.aborted: list[str] = []
+        self.started_s: float | None = None
+
+    def add(self, event: dict[str, Any]) -> None:
         ev_id = event.get("id", {})
         if "testResult" in ev_id and "testResult" in event:
-            ident, payload = ev_id["testResult"], event["testResult"]
-            attempts.append(
-                TestAttempt(
-                    label=normalize_test_id(ident["label"]),
-                    status=payload.get("status", "NO_STATUS"),
-                    duration_s=_ms(payload.get("testAttemptDurationMillis", 0)),
-                    cached=_cached(payload),
-                    attempt=int(ident.get("attempt", 1)),
-                    run=int(ident.get("run", 1)),
-                    shard=int(ident.get("shard", 1)),
-                    end_s=_end(payload),
-                )
-            )
+            self.attempts.append(_attempt(ev_id["testResult"], event["testResult"]))
         elif "testSummary" in ev_id and "testSummary" in event:
             payload = event["testSummary"]
-            summaries[normalize_test_id(ev_id["testSummary"]["label"])] = (
+            self.summaries[normalize_test_id(ev_id["testSummary"]["label"])] = (
                 payload.get("overallStatus", "NO_STATUS"),
                 _ms(payload.get("totalRunDurationMillis", 0)),
             )
         elif "aborted" in event and any(isinstance(ev_id.get(k), dict) and "label" in ev_id[k]
                                         for k in ("testResult", "testSummary")):
             kind = "testResult" if isinstance(ev_id.get("testResult"), dict) else "testSummary"
-            aborted.append(normalize_test_id(ev_id[kind]["label"]))
+            self.aborted.append(normalize_test_id(ev_id[kind]["label"]))
         elif "started" in ev_id and isinstance(event.get("started"), dict):
-            started_s = _ms(event["started"].get("startTimeMillis")) or None
+            self.started_s = _ms(event["started"].get("startTimeMillis")) or None
         elif "targetCompleted" in ev_id and event.get("aborted", {}).get("reason") == "SKIPPED":
-            skipped.append(normalize_test_id(ev_id["targetCompleted"]["label"]))
+            self.skipped.append(normalize_test_id(ev_id["targetCompleted"]["label"]))
         elif "buildFinished" in ev_id and "finished" in event:
             code = event["finished"].get("exitCode", {})
-            exit_code = int(code.get("code", 0))
-            exit_name = str(code.get("name", ""))
+            self.exit_code = int(code.get("code", 0))
+            self.exit_name = str(code.get("name", ""))
+
+
+def _attempt(ident: dict[str, Any], payload: dict[str, Any]) -> TestAttempt:
+    """One ``testResult`` event as a :class:`TestAttempt`."""
+    return TestAttempt(
+        label=normalize_test_id(ident["label"]),
+        status=payload.get("status", "NO_STATUS"),
+        duration_s=_ms(payload.get("testAttemptDurationMillis", 0)),
+        cached=_cached(payload),
+        attempt=int(ident.get("attempt", 1)),
+        run=int(ident.get("run", 1)),
+        shard=int(ident.get("shard", 1)),
+        end_s=_end(payload),
+    )
+
+
+def _outcomes(attempts: list[TestAttempt], summaries: Mapping[str, tuple[str, float]]
+              ) -> dict[str, TestOutcome]:
+    """Each test's outcome: its summary's status and duration when Bazel sent one, else
+    its last attempt's status and the sum of its attempts."""
     outcomes: dict[str, TestOutcome] = {}
     labels = sorted({a.label for a in attempts} | set(summaries))
     for label in labels:
@@ -185,8 +216,7 @@ def parse_bep_lines(lines: list[str], *, source: str = "BEP") -> BuildReport:
             cached=bool(mine) and all(a.cached for a in mine),
             attempts=max((a.attempt for a in mine), default=0),
         )
-    return BuildReport(outcomes, tuple(attempts), exit_code, exit_name, tuple(sorted(skipped)),
-                       tuple(dict.fromkeys(aborted)), started_s)
+    return outcomes
 
 
 def parse_bep(path: Path | str) -> BuildReport:

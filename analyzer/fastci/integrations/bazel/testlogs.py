@@ -37,13 +37,3 @@ def read_output(testlogs: Path, label: str, name: str) -> bytes | None:
         except KeyError:
             return None
 
-
-def list_outputs(testlogs: Path, label: str) -> list[str]:
-    """Names of a test's undeclared outputs (plain files and zip members)."""
-    outputs = test_dir(testlogs, label) / "test.outputs"
-    names = {p.relative_to(outputs).as_posix() for p in outputs.rglob("*") if p.is_file() and p.name != "outputs.zip"}
-    archive = outputs / "outputs.zip"
-    if archive.is_file():
-        with zipfile.ZipFile(archive) as zf:
-            names.update(n for n in zf.namelist() if not n.endswith("/"))
-    return sorted(names)

@@ -13,6 +13,11 @@ run``, the pytest plugin, ``rules/bazelw`` in shell, ``fastci record/ingest``):
   it, and neither is FastCI's own folder ``.fastci/`` (plan, store, caches, run
   logs — written while a plan is made and run), except its BUILD files, which are
   Bazel's view of the plan. A tracked file there keeps its committed content.
+  Nor are the caches and install metadata a test run or an install writes
+  (:func:`fastci.types.is_tool_artifact`: ``__pycache__``, ``.pytest_cache``,
+  ``.coverage``, ``*.egg-info``...) in a repository that does not ignore them: a
+  recorded child compiling a module, or pytest saving its last-failed list, would
+  otherwise make the plan made before the run describe another tree at run time.
 * ``dirty`` — whether that tree differs from ``HEAD``'s.
 * :func:`evidence_commit` — the commit to stamp on evidence: ``HEAD``'s id for a
   clean tree, else ``dirty:<tree>``, which names no commit, so change analysis
@@ -30,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fastci.errors import GitError
+from fastci.types import is_tool_artifact
 
 #: FastCI's own folder: what it writes there is never part of the tree (BUILD files are).
 OWN_DIR = ".fastci"
@@ -51,9 +57,10 @@ class TreeState:
 
 
 def _counts(path: str) -> bool:
-    """Whether a path is part of the tree: anything but FastCI's own outputs."""
+    """Whether a path is part of the tree: anything but FastCI's own outputs and the
+    caches of test runners (``rules/bazelw``'s ``ARTIFACTS`` is the same test in shell)."""
     if not path.startswith(OWN_DIR + "/"):
-        return True
+        return not is_tool_artifact(path)
     return path[len(OWN_DIR) + 1:] in ("BUILD", "BUILD.bazel")
 
 
