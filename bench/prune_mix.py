@@ -47,7 +47,7 @@ from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 import libcst as cst
 
-from fastci.select.test_rules import DeclaredTest
+from fastci.select.test_rules import DeclaredTest, EvidenceReader
 from fastci.units.index import split_unit_id
 from fastci.plan.inputs import Given, declared_test
 
@@ -275,6 +275,13 @@ def load_rows(path: Path) -> list[MixRow]:
     return out
 
 
+def red_at_base(store: EvidenceReader) -> list[str]:
+    """The tests whose recorded run at the base failed (safe pruning is off for them)."""
+    from fastci.types import is_failure
+
+    return sorted(t for t, r in store.latest_runs().items() if is_failure(r.outcome))
+
+
 def run(*, benign: int, mutants: int, seed: int, max_tests: int,
         rows_file: Path | None = None,
         echo: Callable[[str], None] = print) -> list[MixRow]:
@@ -310,12 +317,18 @@ def run(*, benign: int, mutants: int, seed: int, max_tests: int,
             (patch.stem, "bench", functools.partial(_apply, sc.ws, patch))
             for patch in sorted(CHANGES.glob("*.patch"))]
         with EvidenceStore.open(sc.store_path) as store:
+            red = red_at_base(store)
+            if red:  # safe pruning holds nothing while a selected test failed its last run
+                echo(f"!! the base is red: {', '.join(red)} failed when recorded; safe "
+                     "pruning prunes nothing in a change that selects one, so this mix "
+                     "understates it (measure on a quiet machine)")
             units = benign_units(store.recorded_units(), PACKAGE, count=benign, seed=seed,
                                  max_tests=max_tests)
             faults = held_out_faults(sc.ws, store, count=mutants, seed=seed, max_tests=max_tests)
-        edits = [(f"benign-{Path(path).stem}.{qualname}", "benign",
-                  functools.partial(_edit, sc.ws / path, qualname))
-                 for path, qualname in map(split_unit_id, units)]
+        edits: list[tuple[str, str, Callable[[], None]]] = [
+            (f"benign-{Path(path).stem}.{qualname}", "benign",
+             functools.partial(_edit, sc.ws / path, qualname))
+            for path, qualname in map(split_unit_id, units)]
         changes += [(m.name, "mutant", functools.partial(m.apply, sc.ws)) for m in faults]
         for name, kind, apply in interleave(edits, changes, MIN_PASSING_PER_FAILING):
             add(name, kind, apply)

@@ -67,3 +67,18 @@ def test_rows_saved_as_measured_load_back_for_a_resumed_run(tmp_path: Path) -> N
     for r in rows:
         save_row(path, r)
     assert load_rows(path) == rows
+
+
+def test_a_red_base_is_named_since_safe_pruning_holds_nothing_there() -> None:
+    from types import SimpleNamespace
+
+    from bench.prune_mix import red_at_base
+
+    class Store:
+        def latest_runs(self) -> dict[str, SimpleNamespace]:
+            return {"//t:ok": SimpleNamespace(outcome="passed"),
+                    "//t:slow": SimpleNamespace(outcome="failed"),
+                    "//t:crashed": SimpleNamespace(outcome="error"),
+                    "//t:xfail": SimpleNamespace(outcome="xfailed")}
+
+    assert red_at_base(Store()) == ["//t:crashed", "//t:slow"]  # type: ignore[arg-type]
