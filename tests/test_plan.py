@@ -319,18 +319,18 @@ def test_fastci_plan_warns_when_its_own_files_would_change_the_tree(tmp_path: Pa
 def test_a_tree_edited_during_the_analysis_gets_a_plan_that_runs_everything(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from fastci import cli
-    from fastci.plan import build  # `fastci plan` imports its stage when it runs
+    from fastci.plan import planner  # `fastci plan` imports its stage when it runs
 
     w = _world_with_ignores(tmp_path)
     w.store.close()
-    real = build.analyze
+    real = planner.analyze
 
     def edit_while_analysing(*args: Any, **kwargs: Any) -> Any:
         result = real(*args, **kwargs)
         (tmp_path / "pkg/other.py").write_text("def other():\n    return 4\n")
         return result
 
-    monkeypatch.setattr(build, "analyze", edit_while_analysing)
+    monkeypatch.setattr(planner, "analyze", edit_while_analysing)
     assert cli.main(["plan", "--root", str(tmp_path), "--no-bazel", "--base", w.base]) == 0
     plan = load_plan(tmp_path / ".fastci/plan.json")
     assert plan.mode == "all" and plan.reason.startswith("the tree changed while it was analysed")
@@ -345,7 +345,7 @@ def test_failed_fastci_plan_leaves_no_selective_plan(
         failure: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     from fastci import cli
-    from fastci.plan import build
+    from fastci.plan import planner
 
     w = _world_with_ignores(tmp_path)
     w.store.close()
@@ -362,7 +362,7 @@ def test_failed_fastci_plan_leaves_no_selective_plan(
     elif failure == "unknown-option":
         argv += ["--bogus"]
     elif failure == "crash":
-        monkeypatch.setattr(build, "analyze", lambda *a, **k: 1 / 0)
+        monkeypatch.setattr(planner, "analyze", lambda *a, **k: 1 / 0)
     else:
         import shutil
 
