@@ -44,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterator
 
 if TYPE_CHECKING:
     from fastci.evidence.record import trace
@@ -80,19 +80,24 @@ def packages_listing(site_dirs: list[str] | None = None) -> tuple[str, ...]:
     digests only say that some do. Not part of the fingerprint (the digest is).
     """
     out: set[str] = set()
+    for entry in _metadata_dirs(site_dirs):
+        # Wheel and egg folder names escape "-" in the name: the first "-" ends it.
+        name, _, version = entry.rsplit(".", 1)[0].partition("-")
+        if entry.endswith(".egg-info"):
+            version = version.split("-py", 1)[0]
+        out.add(f"{_CANONICAL.sub('-', name).lower()}=={version}")
+    return tuple(sorted(out))
+
+
+def _metadata_dirs(site_dirs: list[str] | None) -> Iterator[str]:
+    """The ``.dist-info`` / ``.egg-info`` entry names of the site-packages directories
+    (:func:`_site_dirs` when None); an unreadable directory has none."""
     for site_dir in _site_dirs() if site_dirs is None else site_dirs:
         try:
             entries = os.listdir(site_dir)
         except OSError:
             continue
-        for entry in entries:
-            if entry.endswith((".dist-info", ".egg-info")):
-                # Wheel and egg folder names escape "-" in the name: the first "-" ends it.
-                name, _, version = entry.rsplit(".", 1)[0].partition("-")
-                if entry.endswith(".egg-info"):
-                    version = version.split("-py", 1)[0]
-                out.add(f"{_CANONICAL.sub('-', name).lower()}=={version}")
-    return tuple(sorted(out))
+        yield from (e for e in entries if e.endswith((".dist-info", ".egg-info")))
 
 
 def parse_listing(text: str) -> dict[str, str]:
@@ -115,17 +120,8 @@ def packages_digest(site_dirs: list[str] | None = None) -> str:
     source trees, which would make the digest depend on where a process started.
     The user site counts only where the interpreter enables it (not in a venv).
     """
-    names: set[str] = set()
-    if site_dirs is None:
-        site_dirs = _site_dirs()
-    for site_dir in site_dirs:
-        try:
-            entries = os.listdir(site_dir)
-        except OSError:
-            continue
-        for entry in entries:
-            if entry.endswith((".dist-info", ".egg-info")):
-                names.add(entry.rsplit(".", 1)[0].lower().replace("_", "-"))
+    names = {entry.rsplit(".", 1)[0].lower().replace("_", "-")
+             for entry in _metadata_dirs(site_dirs)}
     return hashlib.sha256("\n".join(sorted(names)).encode()).hexdigest()[:16]
 
 
