@@ -335,6 +335,15 @@ def test_rungs_a_smaller_one_stands_in_for_are_not_run(
         assert "not needed" not in report.summary()
 
 
+def test_a_test_named_twice_is_calibrated_once(tmp_path: Path) -> None:
+    ran: list[str] = []
+    report = calibrate_with(["t::x", "t::x"], {"t::x": TWO_DIMS}, tmp_path / "cal.db",
+                            fake_runner(lambda o: False, ran), commit="c1",
+                            echo=lambda line: None)
+    assert ran == ["full", "floors", "layers=1", "steps=2", "layers=2", "steps=5"]
+    assert report.ran == len(ran)
+
+
 def test_a_midpoint_is_not_run_when_its_floor_did_not_cut_the_cost(tmp_path: Path) -> None:
     # Fewer layers cost as much as the full workload (say, more and smaller steps): the
     # layers midpoint is not expected to be cheaper, so no plan would take it.

@@ -259,9 +259,10 @@ class _Ladder:
 
 def _ladders(tests: Sequence[TestId], declarations: Mapping[TestId, Declared],
              report: CalibrationReport, echo: Callable[[str], None]) -> list[_Ladder]:
-    """The ladder of each test that can be calibrated; the others go to ``report.skipped``."""
+    """The ladder of each test that can be calibrated; the others go to ``report.skipped``.
+    A test named twice is calibrated once (its rungs are one ladder, measured once)."""
     out: list[_Ladder] = []
-    for test in tests:
+    for test in dict.fromkeys(tests):
         decl = declarations.get(test)
         why = _not_calibrated(decl)
         if why is not None:
