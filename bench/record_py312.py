@@ -14,6 +14,16 @@ and by coverage.py's (``FASTCI_RECORDER=coverage``). Target: the 3.12 pure-Pytho
 recorded <= :data:`TARGET` x plain. ``--example`` adds the example suite at its floors on
 3.11 (torch; the issue's 3.11 reference: 1.38x plain).
 
+FastCI's own modules are byte-compiled first, by each interpreter (``compileall``), as
+``pip install`` does for a regular install: an editable install under
+``PYTHONDONTWRITEBYTECODE=1`` (this host's setting, and the bench's) would compile them
+from source in every recorded session (``--no-compile`` measures that case). The suite
+under test is never compiled ahead, recorded or not.
+
+``--instructions`` also counts the instructions of one plain and one recorded run of
+the pure-Python suite on 3.12 with ``valgrind --tool=callgrind``: repeatable where wall
+times vary with the host's load (it takes a few minutes; needs valgrind).
+
 A missing ``.venv312`` is said in a line marked ``NOT MEASURED`` and the exit code is 1.
 """
 
@@ -21,6 +31,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -57,6 +69,28 @@ def _run(python: Path, args: tuple[str, ...], record: Path | None,
     return wall
 
 
+def _compile(python: Path) -> None:
+    """Byte-compile FastCI's package for ``python`` (what ``pip install`` does)."""
+    subprocess.run([str(python), "-m", "compileall", "-q", str(ROOT / "analyzer" / "fastci")],
+                   cwd=ROOT, check=True, capture_output=True)
+
+
+def instructions(python: Path, args: tuple[str, ...], record: Path | None) -> int:
+    """Instructions one whole pytest run executes (valgrind callgrind), all processes."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    env.pop("FASTCI_RECORD_LINES", None)
+    env.pop("FASTCI_RECORDER", None)
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+           str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
+    if record is not None:
+        cmd += ["--fastci-record", f"--fastci-trace-dir={record}"]
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    found = re.findall(r"Collected : (\d+)", res.stderr)
+    if res.returncode != 0 or not found:
+        raise RuntimeError(f"{' '.join(cmd)} exited {res.returncode}: {res.stderr[-300:]}")
+    return sum(int(n) for n in found)
+
+
 def compare(name: str, python: Path, args: tuple[str, ...], engines: list[str | None],
             rounds: int, work: Path) -> dict[str, float]:
     """Best wall seconds of ``plain`` and of each recorded engine, alternating per round."""
@@ -83,10 +117,20 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--example", action="store_true",
                         help="also the example suite at its floors on 3.11 (torch)")
+    parser.add_argument("--no-compile", action="store_true",
+                        help="leave FastCI's modules uncompiled (an editable install without "
+                             "bytecode: each session compiles them)")
+    parser.add_argument("--instructions", action="store_true",
+                        help="also count instructions of the 3.12 pure-Python suite, plain "
+                             "and recorded (valgrind callgrind)")
     args, _ = parser.parse_known_args(argv)
+    for python in (PY311, PY312):
+        if python.exists() and not args.no_compile:
+            _compile(python)
     lines = [f"recording cost by Python version (whole pytest runs, wall, best of "
              f"{args.rounds}, modes alternating; 3.11: coverage.py's C tracer, 3.12: "
-             "sys.monitoring unless [coverage]):"]
+             "sys.monitoring unless [coverage]; FastCI "
+             f"{'not compiled' if args.no_compile else 'byte-compiled'}):"]
     print(lines[0], flush=True)
     code = 0
     with tempfile.TemporaryDirectory(prefix="fastci-bench-py312-") as tmp:
@@ -111,6 +155,17 @@ def main(argv: list[str]) -> int:
                 line += f" (target recorded <= {TARGET}x plain: {'OK' if ok else OVER_TARGET})"
                 code = code or (0 if ok else 1)
             lines.append(line)
+            print(lines[-1], flush=True)
+        if args.instructions and PY312.exists():
+            if shutil.which("valgrind") is None:
+                lines.append("  3.12 pure-Python suite, instructions: NOT MEASURED: no valgrind")
+                code = 1
+            else:
+                plain = instructions(PY312, (SUITE,), None)
+                rec = instructions(PY312, (SUITE,), work / "callgrind")
+                lines.append(f"  3.12 pure-Python suite, instructions (callgrind, one run "
+                             f"each): plain {plain / 1e9:.3f} G, recorded {rec / 1e9:.3f} G "
+                             f"= {rec / plain:.3f}x")
             print(lines[-1], flush=True)
         if args.example:
             best = compare("311-example", py311, EXAMPLE, ["default"], args.rounds, work)

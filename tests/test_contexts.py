@@ -200,16 +200,16 @@ def test_subclassed_scalars_and_dataclass_classes_keep_their_tokens(mod: ModuleT
 
 def test_the_plugin_calls_the_active_profiler_directly(mod: ModuleType, tmp_path: Path) -> None:
     """``activate`` puts the profiler's bound method on the tracers; ``stop`` takes it off."""
-    from fastci.evidence.record import covplugin
+    from fastci.evidence.record import active, covplugin
 
     prof = ContextProfiler(PathMapper(tmp_path, extra_roots=[]))
     prof.start()
     try:
-        assert covplugin.ACTIVE is prof
+        assert active.ACTIVE is prof
         assert covplugin._Tracer("f.py").dynamic_source_filename == prof.dynamic_source_filename
     finally:
         prof.stop()
-    assert covplugin.ACTIVE is None
+    assert active.ACTIVE is None
     idle = covplugin._Tracer("f.py").dynamic_source_filename
     assert idle(None, sys._getframe()) is None and idle("f.py", sys._getframe()) == "f.py"
     # Through the real tracer: each call is inspected (the first ones all are).

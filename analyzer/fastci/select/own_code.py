@@ -37,7 +37,8 @@ IN_TEST_ENTRY_POINTS: tuple[str, ...] = (
 IN_TEST_MODULES: tuple[str, ...] = (
     "fastci", "fastci.config", "fastci.errors", "fastci.gcpause", "fastci.types",
     "fastci.pytest_plugin",
-    "fastci.evidence", "fastci.evidence.record", "fastci.evidence.record.autograd",
+    "fastci.evidence", "fastci.evidence.record", "fastci.evidence.record.active",
+    "fastci.evidence.record.autograd",
     "fastci.evidence.record.child_start", "fastci.evidence.record.children",
     "fastci.evidence.record.collection", "fastci.evidence.record.contexts",
     "fastci.evidence.record.covplugin", "fastci.evidence.record.distributions",

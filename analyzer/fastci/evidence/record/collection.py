@@ -50,9 +50,8 @@ from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any, Callable, Iterable
 
-from fastci.evidence.record import covplugin, environment, files as files_mod, monitor, trace
+from fastci.evidence.record import active, environment, files as files_mod, monitor, trace
 from fastci.evidence.record.contexts import ContextProfiler
-from fastci.evidence.record.covplugin import make_coverage
 from fastci.evidence.record.files import OpenRecorder, PathMapper
 from fastci.evidence.record.recorder import EVIDENCE_CODE_DIR
 from fastci.evidence.record.trace_files import fill_files
@@ -111,7 +110,7 @@ class CollectionRecorder:
         self._install_import_hooks()
         files_mod.set_open_sink(self._on_open)
         files_mod.set_exec_sink(self._on_exec)
-        covplugin.activate(self)
+        active.activate(self)
         cov.start()
         cov.switch_context(self._label(0))
 
@@ -122,8 +121,8 @@ class CollectionRecorder:
         self._collecting = False
         files_mod.set_exec_sink(None)
         files_mod.set_open_sink(None)
-        if covplugin.ACTIVE is self:
-            covplugin.activate(None)
+        if active.ACTIVE is self:
+            active.activate(None)
         cov, self._cov = self._cov, None
         cov.stop()
         self._data = cov.get_data()
@@ -177,7 +176,7 @@ class CollectionRecorder:
             self._truncate(depth)
 
     def dynamic_source_filename(self, filename: str | None, frame: FrameType) -> str | None:
-        """The coverage plug-in's hook (:func:`fastci.evidence.record.covplugin.activate`)."""
+        """The coverage plug-in's hook (:func:`fastci.evidence.record.active.activate`)."""
         self.on_call(frame)
         return filename
 
@@ -370,6 +369,8 @@ def _engine(col: CollectionRecorder) -> Any:
             return monitor.acquire(col.mapper, col, lines=False, arcs=False, exact=False)
         except monitor.MonitorUnavailable as exc:
             LOG.warning("fastci: %s; collection recorded with coverage.py", exc)
+    from fastci.evidence.record.covplugin import make_coverage  # coverage.py: only here
+
     return make_coverage(list(col.mapper.roots),
                          ["*/.venv/*", "*/site-packages/*", "*/dist-packages/*",
                           f"{EVIDENCE_CODE_DIR}/*"], contexts=True)

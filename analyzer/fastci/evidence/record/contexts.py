@@ -34,7 +34,7 @@ import weakref
 from types import CodeType, FrameType
 from typing import Any, Callable, Iterator
 
-from fastci.evidence.record import covplugin
+from fastci.evidence.record import active
 from fastci.evidence.record.files import PathMapper
 
 FULL_CALLS = 8
@@ -324,7 +324,7 @@ class ContextProfiler:
     def dynamic_source_filename(self, filename: str | None, frame: FrameType) -> str | None:
         """One call of repo code, as coverage.py's C tracer reports it to the plug-in.
 
-        :func:`fastci.evidence.record.covplugin.activate` makes this bound method the
+        :func:`fastci.evidence.record.active.activate` makes this bound method the
         tracers' ``dynamic_source_filename``, so a call costs one Python frame: the
         common case (a call that is not sampled) is a dict lookup and a counter.
         Answers ``filename`` as the plug-in does (see :mod:`fastci.evidence.record.covplugin`).
@@ -400,7 +400,7 @@ class ContextProfiler:
 
     def start(self) -> None:
         """Become the active profiler of the coverage plug-in."""
-        covplugin.activate(self)
+        active.activate(self)
 
     def begin_segment(self) -> None:
         """Collect into fresh state until :meth:`end_segment` (segments nest)."""
@@ -415,8 +415,8 @@ class ContextProfiler:
 
     def stop(self) -> dict[tuple[str, str], tuple[set[str], int]]:
         """Deactivate; return (path, qualname) -> (signatures, calls seen)."""
-        if covplugin.ACTIVE is self:
-            covplugin.activate(None)
+        if active.ACTIVE is self:
+            active.activate(None)
         return self._collect()
 
     def _collect(self) -> dict[tuple[str, str], tuple[set[str], int]]:

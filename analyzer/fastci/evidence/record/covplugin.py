@@ -24,6 +24,8 @@ import coverage
 from coverage import collector as _collector
 from coverage.disposition import disposition_init
 
+from fastci.evidence.record import active
+
 #: Every private name of coverage.py this module uses, as (where, name, parameters or
 #: None for a non-callable, why). Private names can change in any minor release:
 #: pyproject.toml pins coverage to the tested minor (third_party/requirements.txt), and
@@ -48,8 +50,6 @@ COVERAGE_PRIVATE: tuple[tuple[str, str, tuple[str, ...] | None, str], ...] = (
      "called: a 'do not trace' disposition, as coverage.py builds one"),
 )
 
-#: The context profiler of the running recorder (one per process at a time).
-ACTIVE: Any = None
 PLUGIN_MODULE = __name__
 
 
@@ -57,8 +57,9 @@ def _idle(filename: str | None, frame: FrameType) -> str | None:
     return filename
 
 
-def activate(target: Any) -> None:
-    """Send the plug-in's call events to ``target`` (None: to nobody).
+def _bind(target: Any) -> None:
+    """Send the plug-in's call events to ``target``, the active profiler
+    (:mod:`fastci.evidence.record.active`; None: to nobody).
 
     ``target`` has ``dynamic_source_filename(filename, frame)`` (answering what the
     plug-in must answer, see :class:`_Tracer`) and ``on_call(frame)``. Its bound
@@ -66,8 +67,6 @@ def activate(target: Any) -> None:
     tracer then calls it directly, one Python frame per call event of repo code
     instead of two (measured: a third of the recorder's cost on call-heavy code).
     """
-    global ACTIVE
-    ACTIVE = target
     # A bound method stored on the class is not re-bound on access (a plain function
     # would be: hence the staticmethod): the tracer instance's attribute is the hook.
     hook = target.dynamic_source_filename if target is not None else staticmethod(_idle)
@@ -101,7 +100,7 @@ class _Tracer(coverage.FileTracer):
 
 class _Plugin(coverage.CoveragePlugin):
     def file_tracer(self, filename: str) -> _Tracer | None:
-        prof = ACTIVE
+        prof = active.ACTIVE
         if prof is None or not filename.endswith(".py") or prof.mapper.rel(filename) is None:
             return None
         return _Tracer(filename)
@@ -229,3 +228,6 @@ def make_coverage(sources: list[str], omit: list[str], *, contexts: bool,
     if contexts:
         cov.set_option("run:plugins", [PLUGIN_MODULE])
     return cov
+
+
+active.on_activate(_bind)

@@ -193,8 +193,32 @@ def _is_write(mode: Any, flags: Any) -> bool:
     return False
 
 
+#: Which audit hook carries the events: ``auto`` (the C hook of
+#: :mod:`fastci.evidence.record._audit` where it is built, else a Python one) or
+#: ``python`` (always the Python hook). Read once, when the hook is installed.
+AUDIT_ENV = "FASTCI_AUDIT_HOOK"
+
+
+def _native_hook() -> Any:
+    """The C audit hook module, or None (not built here, or ``FASTCI_AUDIT_HOOK=python``)."""
+    if os.environ.get(AUDIT_ENV, "auto") == "python":
+        return None
+    try:
+        from fastci.evidence.record import _audit  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _audit
+
+
 class _Auditor:
-    """The process-wide audit hook (hooks cannot be removed, so it is installed once)."""
+    """The process-wide audit hook (hooks cannot be removed, so it is installed once).
+
+    Only the events some sink wants are asked for (:meth:`wanted`): ``open`` while an
+    open or write sink is set, ``exec`` while an exec sink is, and the other sink's
+    events. With the C hook (:mod:`fastci.evidence.record._audit`) every other event
+    stays in C; the Python hook (the fallback) is called for every event and returns
+    at once for those.
+    """
 
     def __init__(self) -> None:
         self.sink: Callable[[str], None] | None = None
@@ -209,17 +233,53 @@ class _Auditor:
         # A set changed in place (never rebound): the hook holds it, no attribute lookup.
         self.other_events: set[str] = set()
         self.installed = False
+        #: "c" or "python" once installed: which hook carries the events.
+        self.kind = ""
+        self._native: Any = None
         self.lock = threading.Lock()
 
     def install(self) -> None:
         """Install the hook once per process (audit hooks cannot be removed)."""
         with self.lock:
-            if not self.installed:
+            if self.installed:
+                return
+            native = _native_hook()
+            if native is not None:
+                try:
+                    native.install(self._dispatch, self.wanted())
+                except (RuntimeError, ValueError, TypeError):  # refused: the Python hook
+                    native = None
+            if native is None:
                 sys.addaudithook(self._make_hook())
-                self.installed = True
+            self._native = native
+            self.kind = "python" if native is None else "c"
+            self.installed = True
+
+    def wanted(self) -> tuple[str, ...]:
+        """The audit events some sink wants now."""
+        names = set(self.other_events) if self.other_sink is not None else set()
+        if self.sink is not None or self.write_sink is not None:
+            names.add("open")
+        if self.exec_sink is not None:
+            names.add("exec")
+        return tuple(sorted(names))
+
+    def changed(self) -> None:
+        """A sink or the other events changed: the C hook asks for what is wanted now."""
+        if self._native is not None:
+            self._native.set_events(self.wanted())
+
+    def _dispatch(self, event: str, args: tuple[Any, ...]) -> None:
+        """What the C hook calls, for the events of :meth:`wanted` alone."""
+        if event == "open":
+            self.on_open(args)
+        elif event == "exec":
+            self.on_exec(args)
+        else:
+            self.on_other(event, args)
 
     def _make_hook(self) -> Callable[[str, tuple[Any, ...]], None]:
-        """The function given to ``sys.addaudithook``.
+        """The function given to ``sys.addaudithook`` (where the C hook is not built).
 
         It sees every audit event of the process, and most are not ours: Python 3.11
         audits each ``frame.f_code`` read (``object.__getattr__``), which the context
@@ -284,28 +344,31 @@ _AUDITOR = _Auditor()
 
 def set_open_sink(sink: Callable[[str], None] | None) -> None:
     """Receive every file name opened for reading (not Python sources); ``None`` stops it."""
+    _AUDITOR.sink = sink
     if sink is not None:
         _AUDITOR.install()
-    _AUDITOR.sink = sink
+    _AUDITOR.changed()
 
 
 def set_exec_sink(sink: Callable[[Any], None] | None) -> None:
     """Receive the code object of every ``exec`` in this process (``None`` stops it)."""
+    _AUDITOR.exec_sink = sink
     if sink is not None:
         _AUDITOR.install()
-    _AUDITOR.exec_sink = sink
+    _AUDITOR.changed()
 
 
 def set_event_sink(sink: Callable[[str, tuple[Any, ...]], None] | None,
                    events: frozenset[str] = frozenset()) -> None:
     """Receive the audit events named in ``events`` as ``sink(event, args)``; ``None``
     stops it. The hook calls the sink from whatever thread raised the event."""
-    if sink is not None:
-        _AUDITOR.install()
     _AUDITOR.other_events.clear()
     if sink is not None:
         _AUDITOR.other_events.update(events)
     _AUDITOR.other_sink = sink
+    if sink is not None:
+        _AUDITOR.install()
+    _AUDITOR.changed()
 
 
 class OpenRecorder:
@@ -321,9 +384,10 @@ class OpenRecorder:
 
     def start(self) -> None:
         """Become the process's open-file sink."""
-        _AUDITOR.install()
         _AUDITOR.sink = self._add
         _AUDITOR.write_sink = self._wrote
+        _AUDITOR.install()
+        _AUDITOR.changed()
 
     def _wrote(self, name: str) -> None:
         self.written.add(os.path.abspath(name))
@@ -342,6 +406,7 @@ class OpenRecorder:
             _AUDITOR.sink = None
         if _AUDITOR.write_sink == self._wrote:
             _AUDITOR.write_sink = None
+        _AUDITOR.changed()
         return self.resolve(self.raw)
 
     def resolve(self, names: set[str]) -> dict[RelPath, str]:

@@ -60,7 +60,6 @@ from fastci.evidence.record.autograd import IMPORT_EVENT, AutogradSwitch
 from fastci.evidence.record.children import (START_EVENTS, ChildEnvironment, PythonStart,
                                              python_start)
 from fastci.evidence.record.contexts import ContextProfiler
-from fastci.evidence.record.covplugin import make_coverage
 from fastci.evidence.record.files import OpenRecorder, PathMapper, set_event_sink
 from fastci.evidence.record.inputs import config_file_name, declared_digests
 from fastci.evidence.record.scope import module_scope
@@ -112,6 +111,8 @@ def _acquire_engine(sources: list[str], contexts: bool, branch: bool = False) ->
     key = (os.getpid(), tuple(sources), contexts, branch)
     cov = _ENGINES.get(key)
     if cov is None or id(cov) in _BUSY:  # none yet, or nested recorders: a fresh one
+        from fastci.evidence.record.covplugin import make_coverage  # coverage.py: only here
+
         cov = make_coverage(sources, list(_OMIT), contexts=contexts, branch=branch)
         _ENGINES.setdefault(key, cov)
     _BUSY.add(id(cov))
