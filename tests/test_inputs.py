@@ -216,3 +216,28 @@ def test_a_glob_never_matches_the_caches_a_test_run_writes(tmp_path: Path) -> No
     assert inputs.expand(f"{tmp_path}/**", tmp_path).files == (f"{tmp_path}/tests/data/x.json",)
     # A file named in full is what the config asks for, cache or not.
     assert inputs.expand("tests/m.pyc", tmp_path).files == ("tests/m.pyc",)
+
+
+@pytest.mark.parametrize("text, declared", [
+    ('select: unit\n', False),  # cannot spell the key: not parsed at all
+    ('inputs: ["data.txt"]\n', True),
+    ('"\\x69nputs": ["data.txt"]\n', True),  # an escape spells it: parsed, and it counts
+    ('"\\x69nputs": [3]\n', False),  # ... a malformed one is parsed (and refused)
+])
+def test_the_recorder_parses_only_a_config_that_can_declare_inputs(
+        tmp_path: Path, text: str, declared: bool) -> None:
+    (tmp_path / "fastci.yaml").write_text(text)
+    (tmp_path / "data.txt").write_text("x")
+    code = textwrap.dedent(f"""
+        import sys
+        from pathlib import Path
+        from fastci.evidence.record import inputs
+        got = inputs.declared_digests("t::a", Path({str(tmp_path)!r}))
+        print(sorted(got), "yaml" in sys.modules)
+    """)
+    env = {k: v for k, v in os.environ.items() if k != config.ENV_CONFIG_FILE}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=env)
+    files, parsed = res.stdout.split("] ")
+    assert (files + "]" == "['data.txt']") == declared
+    assert parsed.strip() == str("inputs" in text or "\\" in text)

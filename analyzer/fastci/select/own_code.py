@@ -59,8 +59,10 @@ IN_TEST_MODULES: tuple[str, ...] = (
     "fastci.units", "fastci.units.lines",
 )
 
-#: In-test files outside the package: the py_test main of every gpu_test.
-IN_TEST_FILES: tuple[RelPath, ...] = ("rules/private/gpu_test_main.py",)
+#: In-test files that are not Python modules of the package: the py_test main of every
+#: gpu_test, and the recorder's audit hook in C (loaded when a recording starts).
+IN_TEST_FILES: tuple[RelPath, ...] = ("rules/private/gpu_test_main.py",
+                                      "fastci/evidence/record/_audit.c")
 
 
 def _suffixes() -> tuple[str, ...]:
