@@ -135,9 +135,10 @@ def test_on_python_3_12_the_overhead_is_the_sys_monitoring_engines() -> None:
 def test_the_engine_is_asked_of_the_hosts_python(tmp_path: Path) -> None:
     ctx = gc.Ctx(root=REPO, out=tmp_path, device="cpu", smoke=True, tests=("tp_parity_test",),
                  changes=(gc.BLIND_SPOT,), pairs=1)
-    engine, version = gc.recording_engine(ctx)
+    engine, version, hook = gc.recording_engine(ctx)
     assert version == "%d.%d" % sys.version_info[:2]
     assert engine == ("monitoring" if sys.version_info >= (3, 12) else "coverage")
+    assert hook == "c"  # make setup built it in place; run.sh builds it on the GPU host
     got = gc.overhead_outcome([1.0], [1.1], engine=f"{engine} (Python {version})")
     assert got["engine"].startswith(engine)
 

@@ -497,18 +497,22 @@ def summarize_plans(results: Sequence[Any]) -> dict[str, Any]:
             "escapes": escapes, "changes": changes}
 
 
-#: Asks the host's Python which engine its recorder uses and its version (issue 35).
+#: Asks the host's Python which engine its recorder uses, its version and which audit hook
+#: carries the recorder's events (``c`` where run.sh built it, else ``python``; issue 35).
 _ENGINE_QUERY = ("import sys; from fastci.evidence.record.monitor import backend; "
-                 "print(backend(), '%d.%d' % sys.version_info[:2])")
+                 "from fastci.evidence.record.files import _native_hook; "
+                 "print(backend(), '%d.%d' % sys.version_info[:2], "
+                 "'python' if _native_hook() is None else 'c')")
 
 
-def recording_engine(ctx: Ctx) -> tuple[str, str]:
-    """The recorder's engine on this host (``monitoring`` or ``coverage``) and its Python."""
+def recording_engine(ctx: Ctx) -> tuple[str, str, str]:
+    """The recorder's engine on this host (``monitoring`` or ``coverage``), its Python and
+    its audit hook (``c`` or ``python``)."""
     got = run([ctx.python, "-c", _ENGINE_QUERY], cwd=ctx.root, env=ctx.env(), timeout=ctx.left(60))
     words = got.out.strip().splitlines()[-1].split() if got.rc == 0 and got.out.strip() else []
-    if len(words) != 2:
+    if len(words) != 3:
         raise StageFailed(f"cannot tell the recorder's engine: {last_line(got.out)}")
-    return words[0], words[1]
+    return words[0], words[1], words[2]
 
 
 def engine_problem(engine: str, version: str) -> str | None:
@@ -523,7 +527,7 @@ def engine_problem(engine: str, version: str) -> str | None:
 
 def stage_overhead(ctx: Ctx) -> dict[str, Any]:
     """Plain against recorded, alternating, in-test seconds of one training test at full."""
-    engine, version = recording_engine(ctx)
+    engine, version, hook = recording_engine(ctx)
     problem = engine_problem(engine, version)
     if problem:
         raise StageFailed(problem)
@@ -542,7 +546,8 @@ def stage_overhead(ctx: Ctx) -> dict[str, Any]:
                 if got.rc != 0 or not rows or rows[0].get("outcome") != "passed":
                     raise StageFailed(f"{OVERHEAD_TEST} ({mode}, pair {i + 1}) did not pass: {last_line(got.out)}")
                 (plain if mode == "plain" else recorded).append(seconds(rows[0]))
-    return overhead_outcome(plain, recorded, engine=f"{engine} (Python {version})")
+    return overhead_outcome(plain, recorded,
+                            engine=f"{engine} (Python {version}, {hook} audit hook)")
 
 
 def overhead_outcome(plain: Sequence[float], recorded: Sequence[float],
