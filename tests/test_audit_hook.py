@@ -1,4 +1,4 @@
-"""The recorder's audit hook: the C hook (fastci/evidence/record/_audit.c) and the Python
+"""The recorder's audit hook: the C hook (fastci/evidence/record/native_audit.c) and the Python
 fallback deliver the same events, and the C hook keeps the others out of Python.
 
 Audit hooks cannot be removed, so every case runs in a fresh interpreter.
@@ -57,9 +57,9 @@ def _probe(tmp_path: Path, hook: str) -> dict[str, object]:
 def test_the_c_hook_is_built_by_setup() -> None:
     """``make setup`` builds it (an optional extension: a failed build would only be a
     warning in pip's output, and every recording would quietly take the slow hook)."""
-    from fastci.evidence.record import _audit  # type: ignore[attr-defined]
+    from fastci.evidence.record import native_audit  # type: ignore[attr-defined]
 
-    assert callable(_audit.install) and callable(_audit.set_events)
+    assert callable(native_audit.install) and callable(native_audit.set_events)
 
 
 def test_both_hooks_deliver_the_same_events(tmp_path: Path) -> None:
@@ -102,11 +102,11 @@ def test_the_c_hook_lets_through_only_what_is_asked_for() -> None:
 def test_bad_event_names_are_refused_and_keep_the_table(names: object, error: str) -> None:
     code = textwrap.dedent(f"""
         import json, os
-        from fastci.evidence.record import _audit
+        from fastci.evidence.record import native_audit
         seen = []
-        _audit.install(lambda event, args: seen.append(event), ["os.listdir"])
+        native_audit.install(lambda event, args: seen.append(event), ["os.listdir"])
         try:
-            _audit.set_events({names!r})
+            native_audit.set_events({names!r})
         except (ValueError, TypeError) as exc:
             print(str(exc))
         os.listdir(".")
@@ -120,10 +120,10 @@ def test_bad_event_names_are_refused_and_keep_the_table(names: object, error: st
 
 def test_a_second_install_is_refused() -> None:
     code = textwrap.dedent("""
-        from fastci.evidence.record import _audit
-        _audit.install(print, [])
+        from fastci.evidence.record import native_audit
+        native_audit.install(print, [])
         try:
-            _audit.install(print, [])
+            native_audit.install(print, [])
         except RuntimeError as exc:
             print(exc)
     """)

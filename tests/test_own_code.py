@@ -42,8 +42,8 @@ def test_in_test_code_is_matched_wherever_the_sources_live() -> None:
     assert in_test_code("fastci/run/launch.py") == "fastci/run/launch.py"
     assert in_test_code("analyzer/fastci/evidence/__init__.py") == "fastci/evidence/__init__.py"
     assert in_test_code("rules/private/gpu_test_main.py") == "rules/private/gpu_test_main.py"
-    assert in_test_code("analyzer/fastci/evidence/record/_audit.c") == \
-        "fastci/evidence/record/_audit.c"
+    assert in_test_code("analyzer/fastci/evidence/record/native_audit.c") == \
+        "fastci/evidence/record/native_audit.c"
     # Code that runs only in the planner is not core.
     assert in_test_code("analyzer/fastci/select/prune.py") is None
     assert in_test_code("analyzer/fastci/plan/planner.py") is None

@@ -11,14 +11,14 @@ if compgen -G ".whl/*.whl" > /dev/null; then
       --target "$SITE" .whl/*.whl
   export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 fi
-# The recorder's audit hook in C (analyzer/fastci/evidence/record/_audit.c), built in place
+# The recorder's audit hook in C (analyzer/fastci/evidence/record/native_audit.c), built in place
 # where this host can (a C compiler and Python's headers); else the recorder's Python hook
 # runs, and the overhead stage's results say which.
 inc="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
 suffix="$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"
 if command -v cc > /dev/null && [ -f "$inc/Python.h" ]; then
-  cc -shared -fPIC -O2 -I"$inc" analyzer/fastci/evidence/record/_audit.c \
-      -o "analyzer/fastci/evidence/record/_audit$suffix" \
+  cc -shared -fPIC -O2 -I"$inc" analyzer/fastci/evidence/record/native_audit.c \
+      -o "analyzer/fastci/evidence/record/native_audit$suffix" \
     || echo "gpu-check: the C audit hook did not build; recording uses the Python hook" >&2
 else
   echo "gpu-check: no C compiler or Python headers here; recording uses the Python audit hook" >&2

@@ -62,7 +62,7 @@ IN_TEST_MODULES: tuple[str, ...] = (
 #: In-test files that are not Python modules of the package: the py_test main of every
 #: gpu_test, and the recorder's audit hook in C (loaded when a recording starts).
 IN_TEST_FILES: tuple[RelPath, ...] = ("rules/private/gpu_test_main.py",
-                                      "fastci/evidence/record/_audit.c")
+                                      "fastci/evidence/record/native_audit.c")
 
 
 def _suffixes() -> tuple[str, ...]:

@@ -194,7 +194,7 @@ def _is_write(mode: Any, flags: Any) -> bool:
 
 
 #: Which audit hook carries the events: ``auto`` (the C hook of
-#: :mod:`fastci.evidence.record._audit` where it is built, else a Python one) or
+#: :mod:`fastci.evidence.record.native_audit` where it is built, else a Python one) or
 #: ``python`` (always the Python hook). Read once, when the hook is installed.
 AUDIT_ENV = "FASTCI_AUDIT_HOOK"
 
@@ -204,10 +204,10 @@ def _native_hook() -> Any:
     if os.environ.get(AUDIT_ENV, "auto") == "python":
         return None
     try:
-        from fastci.evidence.record import _audit  # type: ignore[attr-defined]
+        from fastci.evidence.record import native_audit  # type: ignore[attr-defined]
     except ImportError:
         return None
-    return _audit
+    return native_audit
 
 
 class _Auditor:
@@ -215,7 +215,7 @@ class _Auditor:
 
     Only the events some sink wants are asked for (:meth:`wanted`): ``open`` while an
     open or write sink is set, ``exec`` while an exec sink is, and the other sink's
-    events. With the C hook (:mod:`fastci.evidence.record._audit`) every other event
+    events. With the C hook (:mod:`fastci.evidence.record.native_audit`) every other event
     stays in C; the Python hook (the fallback) is called for every event and returns
     at once for those.
     """

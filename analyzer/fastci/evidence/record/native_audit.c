@@ -145,12 +145,12 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_audit",
+    PyModuleDef_HEAD_INIT, "native_audit",
     "FastCI's audit hook in C: only the events asked for reach Python.", -1, methods,
 };
 
 PyMODINIT_FUNC
-PyInit__audit(void)
+PyInit_native_audit(void)
 {
     return PyModule_Create(&module);
 }
