@@ -58,6 +58,7 @@ DEFAULT_TRACE_DIR = Path(".fastci/runs/pytest-traces")
 #: A segment key no trace defines: a test naming it is recorded as incomplete.
 NO_COLLECTION = "fastci/collection-not-recorded"
 _COLLECTION = pytest.StashKey["CollectionRecorder"]()
+_ROOT = pytest.StashKey[Path]()
 _UNDO_UNTRACED = pytest.StashKey[Callable[[], None]]()
 
 
@@ -97,6 +98,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "one summary line; `fastci explain TEST` gives any test's reason)")
 
 
+def _repo_root(config: pytest.Config) -> Path:
+    """The git top level of the session's root dir, asked of git once per session (each
+    ask is a ``git rev-parse`` process: ~10 ms)."""
+    root = config.stash.get(_ROOT, None)
+    if root is None:
+        from fastci.integrations.git.repository import repo_root
+
+        root = config.stash[_ROOT] = repo_root(Path(str(config.rootpath)))
+    return root
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser,
                                   args: list[str]) -> Generator[None, Any, None]:
@@ -104,9 +116,8 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     if getattr(early_config.known_args_namespace, "fastci_record", False):
         try:
             from fastci.evidence.record.collection import CollectionRecorder
-            from fastci.integrations.git.repository import repo_root
 
-            col = CollectionRecorder(repo_root(Path(str(early_config.rootpath))))
+            col = CollectionRecorder(_repo_root(early_config))
             col.start()
             early_config.stash[_COLLECTION] = col
         except Exception as exc:  # tests then name a missing segment: incomplete, selected
@@ -140,19 +151,15 @@ def pytest_configure(config: pytest.Config) -> None:
     # The recorder registers first so the plan plugin's wrapper (later = outer) has
     # set the test's FASTCI_WORKLOAD before the recorder reads it.
     if config.getoption("--fastci-record"):
-        from fastci.integrations.git.repository import repo_root
-
-        root = repo_root(Path(str(config.rootpath)))
+        root = _repo_root(config)
         out = config.getoption("--fastci-trace-dir")
         out_dir = Path(out).resolve() if out else root / DEFAULT_TRACE_DIR
         config.pluginmanager.register(
             RecordPlugin(root, out_dir, config.stash.get(_COLLECTION, None)), "fastci-record")
     results = config.getoption("--fastci-results")
     if results:  # before the plan plugin too: it reads the FASTCI_WORKLOAD the plan set
-        from fastci.integrations.git.repository import repo_root
-
         config.pluginmanager.register(
-            ResultsPlugin(repo_root(Path(str(config.rootpath))), Path(results).resolve()),
+            ResultsPlugin(_repo_root(config), Path(results).resolve()),
             "fastci-results")
     plan_path = config.getoption("--fastci-plan")
     if plan_path:
@@ -167,11 +174,10 @@ def pytest_configure(config: pytest.Config) -> None:
             config.issue_config_time_warning(pytest.PytestWarning(msg), stacklevel=2)
         else:
             from fastci.pytest import plan as pytest_plan  # lazily: owned by the selection area
-            from fastci.integrations.git.repository import repo_root
             from fastci.plan.model import for_runner
             from fastci.integrations.git.tree import current_tree
 
-            root = repo_root(Path(str(config.rootpath)))
+            root = _repo_root(config)
             # A plan made for another tree, or for none, or committed (tracked by git)
             # is not obeyed, like a malformed one.
             obeyed, warning = for_runner(plan, current_tree(root), Path(plan_path), root)
