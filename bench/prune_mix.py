@@ -187,13 +187,16 @@ def benign_edit(source: str, qualname: str) -> str | None:
 
 
 def benign_units(recorded: Iterable[tuple[str, str, str]], package: str, *, count: int,
-                 seed: int, max_tests: int) -> list[str]:
-    """``count`` seeded function units of ``package`` that 2 to ``max_tests`` tests reach."""
+                 seed: int, max_tests: int,
+                 editable: Callable[[str], bool] = lambda unit: True) -> list[str]:
+    """``count`` seeded function units of ``package`` that 2 to ``max_tests`` tests reach,
+    among those ``editable`` accepts (a class body is a unit too, but not a function)."""
     reach: dict[str, set[str]] = {}
     for test, unit, _checksum in recorded:
         if split_unit_id(unit)[0].startswith(package) and not unit.endswith("::<module>"):
             reach.setdefault(unit, set()).add(test)
-    narrow = sorted(u for u, tests in reach.items() if 2 <= len(tests) <= max_tests)
+    narrow = sorted(u for u, tests in reach.items()
+                    if 2 <= len(tests) <= max_tests and editable(u))
     return sorted(random.Random(seed).sample(narrow, min(len(narrow), count)))
 
 
@@ -323,7 +326,8 @@ def run(*, benign: int, mutants: int, seed: int, max_tests: int,
                      "pruning prunes nothing in a change that selects one, so this mix "
                      "understates it (measure on a quiet machine)")
             units = benign_units(store.recorded_units(), PACKAGE, count=benign, seed=seed,
-                                 max_tests=max_tests)
+                                 max_tests=max_tests,
+                                 editable=functools.partial(is_function, sc.ws))
             faults = held_out_faults(sc.ws, store, count=mutants, seed=seed, max_tests=max_tests)
         edits: list[tuple[str, str, Callable[[], None]]] = [
             (f"benign-{Path(path).stem}.{qualname}", "benign",
@@ -335,6 +339,15 @@ def run(*, benign: int, mutants: int, seed: int, max_tests: int,
         return rows
     finally:
         sc.bazel.shutdown()
+
+
+def is_function(root: Path, unit: str) -> bool:
+    """Whether ``unit`` is a function :func:`benign_edit` can edit in ``root``."""
+    path, qualname = split_unit_id(unit)
+    try:
+        return benign_edit((root / path).read_text(), qualname) is not None
+    except (OSError, cst.ParserSyntaxError):
+        return False
 
 
 def _edit(path: Path, qualname: str) -> None:

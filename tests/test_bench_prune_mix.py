@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.prune_mix import MixRow, benign_edit, report, score
+from bench.prune_mix import MixRow, is_function, benign_edit, benign_units, report, score
 
 
 def _row(name: str, failing: tuple[str, ...] = (), pruned: tuple[str, ...] = ("//t:b",)) -> MixRow:
@@ -82,3 +82,17 @@ def test_a_red_base_is_named_since_safe_pruning_holds_nothing_there() -> None:
                     "//t:xfail": SimpleNamespace(outcome="xfailed")}
 
     assert red_at_base(Store()) == ["//t:crashed", "//t:slow"]  # type: ignore[arg-type]
+
+
+def test_benign_edits_are_drawn_from_functions_only(tmp_path: Path) -> None:
+    # A class body is a unit that tests reach too, but there is no function to edit.
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "m.py").write_text("class A:\n    x = 1\n\n    def f(self):\n"
+                                           "        return 1\n\n\ndef g():\n    return 2\n")
+    recorded = [(t, u, "c") for t in ("t1", "t2") for u in ("pkg/m.py::A", "pkg/m.py::A.f",
+                                                            "pkg/m.py::g", "pkg/gone.py::h")]
+    every = benign_units(recorded, "pkg", count=10, seed=1, max_tests=4)
+    assert every == ["pkg/gone.py::h", "pkg/m.py::A", "pkg/m.py::A.f", "pkg/m.py::g"]
+    only = benign_units(recorded, "pkg", count=10, seed=1, max_tests=4,
+                        editable=lambda unit: is_function(tmp_path, unit))
+    assert only == ["pkg/m.py::A.f", "pkg/m.py::g"]
