@@ -50,13 +50,19 @@ TARGET = 1.10
 OVER_TARGET = "OVER TARGET"
 
 
-def _run(python: Path, args: tuple[str, ...], record: Path | None,
-         engine: str | None) -> float:
+def _env(engine: str | None) -> dict[str, str]:
+    """One thread, no bytecode written, the default recording mode (or ``engine``)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
     env.pop("FASTCI_RECORD_LINES", None)
     env.pop("FASTCI_RECORDER", None)
     if engine is not None:
         env["FASTCI_RECORDER"] = engine
+    return env
+
+
+def _run(python: Path, args: tuple[str, ...], record: Path | None,
+         engine: str | None) -> float:
+    env = _env(engine)
     cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
     if record is not None:
         cmd += ["--fastci-record", f"--fastci-trace-dir={record}"]
@@ -77,9 +83,7 @@ def _compile(python: Path) -> None:
 
 def instructions(python: Path, args: tuple[str, ...], record: Path | None) -> int:
     """Instructions one whole pytest run executes (valgrind callgrind), all processes."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
-    env.pop("FASTCI_RECORD_LINES", None)
-    env.pop("FASTCI_RECORDER", None)
+    env = _env(None)
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
            str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
     if record is not None:

@@ -305,6 +305,14 @@ def read_file(path: Path) -> dict[str, Any]:
     return parse_text(data, str(path))
 
 
+def config_path(root: Path, env: Mapping[str, str] | None = None) -> Path:
+    """The config file of the repository at ``root``: ``$FASTCI_CONFIG``, else ``fastci.yaml``
+    at the root (``env``: the environment, ``os.environ`` when None)."""
+    env = os.environ if env is None else env
+    named = env.get(ENV_CONFIG_FILE)
+    return Path(named) if named else root / CONFIG_FILE
+
+
 def load(root: Path, *, env: Mapping[str, str] | None = None,
          overrides: Mapping[str, Any] | None = None) -> Config:
     """Load the effective configuration for the repository at ``root``.
@@ -316,7 +324,7 @@ def load(root: Path, *, env: Mapping[str, str] | None = None,
     """
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
-    cfg_path = Path(env[ENV_CONFIG_FILE]) if env.get(ENV_CONFIG_FILE) else root / CONFIG_FILE
+    cfg_path = config_path(root, env)
     _apply(values, read_file(cfg_path), str(cfg_path))
     from_env = {k: env[v] for v, k in ENV_VARS.items() if env.get(v)}
     _apply(values, from_env, "environment")

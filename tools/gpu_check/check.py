@@ -500,9 +500,9 @@ def summarize_plans(results: Sequence[Any]) -> dict[str, Any]:
 #: Asks the host's Python which engine its recorder uses, its version and which audit hook
 #: carries the recorder's events (``c`` where run.sh built it, else ``python``; issue 35).
 _ENGINE_QUERY = ("import sys; from fastci.evidence.record.monitor import backend; "
-                 "from fastci.evidence.record.files import _native_hook; "
+                 "from fastci.evidence.record.files import native_hook; "
                  "print(backend(), '%d.%d' % sys.version_info[:2], "
-                 "'python' if _native_hook() is None else 'c')")
+                 "'python' if native_hook() is None else 'c')")
 
 
 def recording_engine(ctx: Ctx) -> tuple[str, str, str]:

@@ -168,8 +168,7 @@ def _cannot_declare(path: Path) -> bool:
 @functools.lru_cache(maxsize=8)
 def _configured(root: str) -> Inputs:
     """The ``inputs`` of the config at ``root`` (once per process)."""
-    named = os.environ.get(config_mod.ENV_CONFIG_FILE)
-    if _cannot_declare(Path(named) if named else Path(root) / config_mod.CONFIG_FILE):
+    if _cannot_declare(config_mod.config_path(Path(root))):
         return ()
     try:
         return config_mod.load(Path(root)).inputs
